@@ -1,0 +1,483 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/build_command.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <future>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/compile_commands.h"
+#include "client/dependency_scan.h"
+#include "client/embedded_cluster.h"
+#include "client/kernel_manifest.h"
+#include "common/byte_size.h"
+#include "common/cas_client.h"
+#include "common/files.h"
+#include "common/host_resources.h"
+#include "common/nvcc_args.h"
+#include "common/status.h"
+#include "common/subprocess.h"
+#include "common/toolchain.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+namespace {
+
+// A unit before its paths are made relative to the workspace root.
+struct LocalUnit {
+  std::string name;
+  std::string directory;            // absolute; nvcc runs here
+  std::vector<std::string> flags;   // without -c, -o, sources, dependency flags
+  std::string source;               // as given (relative to directory, or absolute)
+  std::string local_object;         // where the object lands on this machine
+  std::vector<std::string> closure; // absolute input paths
+};
+
+// An instantiation set before its paths are made relative.
+struct LocalSet {
+  v1::InstantiationSet set;
+  std::string directory;
+  std::vector<std::string> flags;
+  std::vector<std::string> closure;
+};
+
+struct LocalPlan {
+  std::vector<LocalUnit> units;
+  std::vector<LocalSet> sets;
+  std::string object_dir;
+  std::string library_path;
+  std::vector<std::string> link_flags;
+};
+
+absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
+  ASSIGN_OR_RETURN(KernelManifest manifest, LoadKernelManifest(options.plan_path));
+  LocalPlan plan;
+  plan.object_dir = options.output_dir + "/obj";
+  plan.library_path = options.output_dir + "/" + manifest.output;
+  plan.link_flags = manifest.link_flags;
+  ASSIGN_OR_RETURN(std::vector<std::string> gencode, GencodeFlags(manifest.archs));
+  std::vector<std::string> flags = manifest.flags;
+  flags.insert(flags.end(), gencode.begin(), gencode.end());
+  // Objects of a shared library must be position independent.
+  flags.push_back("-Xcompiler=-fPIC");
+  absl::StatusOr<NvccCommand> checked = ParseNvccCommand(flags);
+  if (!checked.ok()) return Annotate(checked.status(), manifest.path + ": [build] flags");
+  if (!checked->sources.empty() || !checked->output.empty() || checked->compile_only) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        manifest.path, ": [build] flags must not name sources, -c or -o"));
+  }
+  for (const std::string& source : manifest.sources) {
+    LocalUnit unit;
+    unit.name = fs::path(source).stem().string();
+    unit.directory = manifest.directory;
+    unit.flags = flags;
+    unit.source = source;
+    unit.local_object = plan.object_dir + "/" + unit.name + ".o";
+    plan.units.push_back(std::move(unit));
+  }
+  for (v1::InstantiationSet& set : manifest.instantiation_sets) {
+    plan.sets.push_back(LocalSet{std::move(set), manifest.directory, flags, {}});
+  }
+  return plan;
+}
+
+absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<CompileCommand> commands,
+                   LoadCompileCommands(options.plan_path));
+  LocalPlan plan;
+  plan.object_dir = options.output_dir + "/obj";
+  plan.library_path = options.output_dir + "/" + options.library_name;
+  std::set<std::string> names;
+  for (const CompileCommand& command : commands) {
+    ASSIGN_OR_RETURN(NvccCommand parsed,
+                     ParseNvccCommand({command.arguments.begin() + 1,
+                                       command.arguments.end()}));
+    LocalUnit unit;
+    unit.name = fs::path(command.file).filename().string();
+    for (int n = 2; !names.insert(unit.name).second; ++n) {
+      unit.name = absl::StrCat(fs::path(command.file).filename().string(), ".", n);
+    }
+    unit.directory = command.directory;
+    unit.flags = parsed.FlagArguments();
+    unit.source = parsed.sources[0];
+    unit.local_object = command.output;
+    plan.units.push_back(std::move(unit));
+  }
+  return plan;
+}
+
+// Scans every unit's and set's closure, several nvcc -M at a time.
+absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
+  std::vector<std::string> excluded = ExcludedPrefixes(nvcc);
+  std::vector<std::function<absl::Status()>> jobs;
+  for (LocalUnit& unit : plan.units) {
+    jobs.push_back([&unit, &nvcc, &excluded]() -> absl::Status {
+      ASSIGN_OR_RETURN(unit.closure, ScanInputClosure(nvcc, unit.directory, unit.flags,
+                                                      unit.source, excluded));
+      return absl::OkStatus();
+    });
+  }
+  for (LocalSet& set : plan.sets) {
+    jobs.push_back([&set, &nvcc, &excluded]() -> absl::Status {
+      for (const std::string& header : set.set.headers()) {
+        ASSIGN_OR_RETURN(std::vector<std::string> files,
+                         ScanInputClosure(nvcc, set.directory, set.flags, header, excluded));
+        set.closure.insert(set.closure.end(), files.begin(), files.end());
+      }
+      return absl::OkStatus();
+    });
+  }
+  size_t parallel = std::max(1, UsableCores());
+  for (size_t begin = 0; begin < jobs.size(); begin += parallel) {
+    std::vector<std::future<absl::Status>> running;
+    for (size_t i = begin; i < std::min(jobs.size(), begin + parallel); ++i) {
+      running.push_back(std::async(std::launch::async, jobs[i]));
+    }
+    absl::Status first_error;
+    for (auto& future : running) {
+      absl::Status status = future.get();
+      if (first_error.ok() && !status.ok()) first_error = status;
+    }
+    RETURN_IF_ERROR(first_error);
+  }
+  for (const LocalUnit& unit : plan.units) {
+    if (unit.closure.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unit ", unit.name, ": nvcc reported no inputs for ", unit.source));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string CommonAncestor(const std::vector<std::string>& paths) {
+  fs::path common;
+  bool first = true;
+  for (const std::string& path : paths) {
+    fs::path p(path);
+    if (first) {
+      common = p;
+      first = false;
+      continue;
+    }
+    fs::path joined;
+    auto a = common.begin();
+    auto b = p.begin();
+    for (; a != common.end() && b != p.end() && *a == *b; ++a, ++b) joined /= *a;
+    common = joined;
+  }
+  std::string out = common.string();
+  return out.empty() ? "/" : out;
+}
+
+std::string Relative(const std::string& path, const std::string& base) {
+  std::string relative = fs::path(path).lexically_relative(base).string();
+  return relative.empty() ? "." : relative;
+}
+
+// Rewrites absolute input paths under `root` in `flags` relative to `directory`.
+absl::StatusOr<std::vector<std::string>> RelativeFlags(
+    const std::vector<std::string>& flags, const std::string& directory,
+    const std::string& root) {
+  ASSIGN_OR_RETURN(NvccCommand parsed, ParseNvccCommand(flags));
+  for (NvccArgument& flag : parsed.flags) {
+    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() &&
+        flag.value[0] == '/' && RelativeTo(flag.value, root).ok()) {
+      flag.value = Relative(flag.value, directory);
+    } else if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() &&
+               flag.value[0] != '/' &&
+               !RelativeTo(AbsolutePath(flag.value, directory), root).ok()) {
+      // A relative include folder outside the workspace: pass it absolute.
+      flag.value = AbsolutePath(flag.value, directory);
+    }
+  }
+  return parsed.FlagArguments();
+}
+
+struct WorkspaceFiles {
+  std::map<std::string, v1::InputFile> by_path;  // absolute path -> input
+  std::vector<BlobSource> blobs;
+};
+
+absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
+                                       WorkspaceFiles& files) {
+  auto it = files.by_path.find(path);
+  if (it != files.by_path.end()) return it->second;
+  ASSIGN_OR_RETURN(Digest digest, DigestOfFile(path));
+  v1::InputFile input;
+  input.set_path(Relative(path, root));
+  *input.mutable_digest() = ToProto(digest);
+  input.set_is_executable(IsExecutableFile(path));
+  files.by_path[path] = input;
+  files.blobs.push_back(BlobSource{digest, path, ""});
+  return input;
+}
+
+struct UnitReport {
+  std::string name;
+  std::string worker;
+  bool cached = false;
+  bool ok = false;
+  int64_t wall_ms = 0;
+  int64_t cpu_ms = 0;
+  int64_t peak_bytes = 0;
+};
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
+
+}  // namespace
+
+absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
+  absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
+                   ComputeToolchainFingerprint(options.nvcc_path));
+  bool is_compdb = absl::EndsWith(options.plan_path, ".json");
+  if (is_compdb && options.library_name.empty()) {
+    return absl::InvalidArgumentError(
+        "a compile_commands.json plan needs --library NAME.so for the link output");
+  }
+  ASSIGN_OR_RETURN(LocalPlan plan, is_compdb ? PlanFromCompileCommands(options)
+                                             : PlanFromManifest(options));
+
+  // Connect first: an unreachable coordinator should fail in seconds, before
+  // any scanning.
+  std::unique_ptr<EmbeddedCluster> embedded;
+  std::string address = options.coordinator_address;
+  if (address.empty()) {
+    ASSIGN_OR_RETURN(embedded, EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
+                                                      options.embedded_slots));
+    address = embedded->address();
+    out << "distcc-cuda: no --coordinator given; building on this machine ("
+        << embedded->slots() << " slots, memory cap "
+        << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
+  }
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 absl::ToChronoMilliseconds(options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", address, " within ",
+        absl::FormatDuration(options.connect_timeout),
+        "; check the address and that distcc-cuda-coordinator is running, or "
+        "leave out --coordinator to build on this machine"));
+  }
+
+  absl::Time scan_start = absl::Now();
+  RETURN_IF_ERROR(ScanClosures(plan, options.nvcc_path));
+  std::vector<std::string> anchors;
+  for (const LocalUnit& unit : plan.units) {
+    anchors.push_back(unit.directory);
+    anchors.insert(anchors.end(), unit.closure.begin(), unit.closure.end());
+  }
+  for (const LocalSet& set : plan.sets) {
+    anchors.push_back(set.directory);
+    anchors.insert(anchors.end(), set.closure.begin(), set.closure.end());
+  }
+  std::string root = CommonAncestor(anchors);
+
+  v1::SubmitBuildRequest request;
+  request.set_build_name(options.plan_path);
+  *request.mutable_toolchain() = toolchain;
+  WorkspaceFiles files;
+  std::map<std::string, std::string> local_objects;  // unit name -> local path
+  for (const LocalUnit& local : plan.units) {
+    v1::CompileUnit* unit = request.add_units();
+    unit->set_name(local.name);
+    std::string working = Relative(local.directory, root);
+    unit->set_working_directory(working == "." ? "" : working);
+    ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                     RelativeFlags(local.flags, local.directory, root));
+    for (const std::string& flag : flags) unit->add_arguments(flag);
+    std::string object = fs::path(local.source).filename().string() + ".o";
+    for (const std::string& argument :
+         {std::string("-c"), Relative(AbsolutePath(local.source, local.directory),
+                                      local.directory),
+          std::string("-o"), object}) {
+      unit->add_arguments(argument);
+    }
+    unit->add_output_paths(object);
+    std::set<std::string> seen;
+    for (const std::string& path : local.closure) {
+      if (!seen.insert(path).second) continue;
+      ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
+    }
+    local_objects[local.name] = local.local_object;
+  }
+  for (LocalSet& local : plan.sets) {
+    v1::InstantiationSet* set = request.add_instantiation_sets();
+    *set = local.set;
+    std::string working = Relative(local.directory, root);
+    set->set_directory(working == "." ? "" : working);
+    ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                     RelativeFlags(local.flags, local.directory, root));
+    for (const std::string& flag : flags) set->add_arguments(flag);
+    std::set<std::string> seen;
+    for (const std::string& path : local.closure) {
+      if (!seen.insert(path).second) continue;
+      ASSIGN_OR_RETURN(*set->add_inputs(), InputFor(path, root, files));
+    }
+  }
+  absl::Duration scan_time = absl::Now() - scan_start;
+
+  absl::Time upload_start = absl::Now();
+  CasClient cas(v1::ContentStore::NewStub(channel));
+  ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
+  absl::Duration upload_time = absl::Now() - upload_start;
+  out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " ("
+      << uploaded << " uploaded), scanned in " << Seconds(scan_time) << "\n";
+
+  absl::Time compile_start = absl::Now();
+  auto stub = v1::BuildService::NewStub(channel);
+  grpc::ClientContext context;
+  auto reader = stub->SubmitBuild(&context, request);
+  v1::BuildEvent event;
+  std::vector<UnitReport> reports;
+  std::vector<std::string> failed;
+  std::vector<std::string> objects_in_order;
+  int total = 0;
+  bool finished = false;
+  absl::Status download_error;
+  v1::BuildEvent::Finished summary;
+  while (reader->Read(&event)) {
+    if (event.has_accepted()) {
+      total = event.accepted().unit_names_size();
+      out << "distcc-cuda: build " << event.accepted().build_id() << ": " << total
+          << " units on " << address << " (" << event.accepted().eligible_workers()
+          << " workers with this toolchain)\n";
+    } else if (event.has_unit_requeued()) {
+      out << "  re-queued " << event.unit_requeued().unit_name() << ": "
+          << event.unit_requeued().reason() << "\n";
+    } else if (event.has_unit_finished()) {
+      const auto& done = event.unit_finished();
+      const v1::TaskResult& result = done.result();
+      UnitReport report{done.unit_name(), result.worker_name(), done.cached(),
+                        result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0,
+                        result.wall_time_ms(), result.cpu_time_ms(),
+                        result.peak_memory_bytes()};
+      reports.push_back(report);
+      out << absl::StrFormat("  [%d/%d] %-44s %s\n", reports.size(), total,
+                             done.unit_name(),
+                             report.cached ? "cached"
+                                           : absl::StrFormat("%s %.1f s %s",
+                                                             result.worker_name(),
+                                                             result.wall_time_ms() / 1000.0,
+                                                             FormatByteSize(report.peak_bytes)));
+      if (!report.ok) {
+        failed.push_back(done.unit_name());
+        out << "\nerror: unit " << done.unit_name() << " failed on worker "
+            << result.worker_name() << " ("
+            << (result.outcome() == v1::TASK_COMPLETED
+                    ? absl::StrCat("nvcc exit code ", result.exit_code())
+                    : result.error_message())
+            << "):\n";
+        out << result.stdout_text() << result.stderr_text();
+        if (!result.stderr_text().empty() && result.stderr_text().back() != '\n') out << "\n";
+        out << "\n";
+        continue;
+      }
+      if (!result.stdout_text().empty() || !result.stderr_text().empty()) {
+        out << result.stdout_text() << result.stderr_text();
+      }
+      // Objects land in the order the plan names them, whoever compiled them.
+      std::string local = local_objects.count(done.unit_name())
+                              ? local_objects[done.unit_name()]
+                              : plan.object_dir + "/" + done.unit_name() + ".o";
+      for (const auto& output : result.outputs()) {
+        absl::Status got = cas.DownloadToFile(FromProto(output.digest()), local);
+        if (!got.ok() && download_error.ok()) {
+          download_error = Annotate(got, absl::StrCat("downloading ", done.unit_name()));
+        }
+      }
+      local_objects[done.unit_name()] = local;
+    } else if (event.has_finished()) {
+      summary = event.finished();
+      finished = true;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "build"));
+  if (!finished) {
+    return absl::UnavailableError(absl::StrCat("the coordinator at ", address,
+                                               " ended the build without a result"));
+  }
+  RETURN_IF_ERROR(download_error);
+  absl::Duration compile_time = absl::Now() - compile_start;
+
+  int cached = 0;
+  int64_t cpu_ms = 0;
+  const UnitReport* largest = nullptr;
+  std::map<std::string, int> per_worker;
+  for (const UnitReport& report : reports) {
+    if (report.cached) {
+      ++cached;
+      continue;
+    }
+    cpu_ms += report.cpu_ms;
+    ++per_worker[report.worker];
+    if (largest == nullptr || report.peak_bytes > largest->peak_bytes) largest = &report;
+  }
+  if (!failed.empty()) {
+    out << "distcc-cuda: " << failed.size() << " of " << total
+        << " units failed: " << absl::StrJoin(failed, ", ") << "\n"
+        << "  the other " << (total - failed.size())
+        << " units are in the result cache; fix the errors above and run the "
+           "same command again to compile only what failed\n";
+    return absl::FailedPreconditionError(
+        absl::StrCat(failed.size(), " of ", total, " units failed to compile"));
+  }
+
+  absl::Time link_start = absl::Now();
+  ProcessSpec link;
+  link.argv = {options.nvcc_path, "-shared"};
+  link.argv.insert(link.argv.end(), plan.link_flags.begin(), plan.link_flags.end());
+  link.argv.push_back("-o");
+  link.argv.push_back(plan.library_path);
+  std::vector<std::string> order;
+  for (const LocalUnit& unit : plan.units) order.push_back(unit.name);
+  for (const UnitReport& report : reports) {
+    if (std::find(order.begin(), order.end(), report.name) == order.end()) {
+      order.push_back(report.name);
+    }
+  }
+  std::sort(order.begin() + plan.units.size(), order.end());
+  for (const std::string& name : order) link.argv.push_back(local_objects[name]);
+  RETURN_IF_ERROR(MakeDirectories(fs::path(plan.library_path).parent_path().string()));
+  ASSIGN_OR_RETURN(ProcessResult linked, RunProcess(link));
+  if (linked.exit_code != 0) {
+    out << linked.stdout_text << linked.stderr_text;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "linking ", plan.library_path, " failed (", DescribeTermination(linked),
+        "); the objects are in ", plan.object_dir));
+  }
+  absl::Duration link_time = absl::Now() - link_start;
+
+  std::vector<std::string> worker_counts;
+  for (const auto& [worker, count] : per_worker) {
+    worker_counts.push_back(absl::StrCat(worker, ": ", count));
+  }
+  out << "\ndistcc-cuda: built " << plan.library_path << "\n";
+  out << absl::StrFormat("  units     %d (%d compiled, %d cached, 0 failed)\n", total,
+                         total - cached, cached);
+  out << "  workers   " << per_worker.size()
+      << (worker_counts.empty() ? "" : absl::StrCat(" (", absl::StrJoin(worker_counts, ", "), ")"))
+      << "\n";
+  out << "  time      " << Seconds(absl::Now() - start) << " (scan "
+      << Seconds(scan_time) << ", upload " << Seconds(upload_time) << ", compile "
+      << Seconds(compile_time) << ", link " << Seconds(link_time) << ")\n";
+  if (largest != nullptr) {
+    out << absl::StrFormat("  compile   %.1f s of CPU; largest peak %s (%s)\n",
+                           cpu_ms / 1000.0, FormatByteSize(largest->peak_bytes),
+                           largest->name);
+  }
+  out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace distcc_cuda::client

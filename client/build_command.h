@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// `distcc-cuda build PLAN`: scan, upload, submit, follow, download, link.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace distcc_cuda::client {
+
+struct BuildOptions {
+  std::string plan_path;            // kernel manifest (.toml) or compile_commands.json
+  std::string coordinator_address;  // empty: start the embedded default
+  std::string output_dir;           // objects in obj/, the library beside them
+  std::string library_name;         // compile_commands.json only
+  std::string nvcc_path;            // the client's pinned nvcc (scan and link)
+  std::string state_dir;            // embedded default's CAS, cache, sandboxes
+  int embedded_slots = 0;           // 0: the usable cores
+  absl::Duration connect_timeout = absl::Seconds(5);
+};
+
+// Runs the build and prints progress, compiler messages and a summary to
+// `out`. Returns OK when the library was linked. A unit that fails to compile
+// gives FAILED_PRECONDITION after its messages were printed; UNAVAILABLE
+// names the address of a coordinator that cannot be reached.
+absl::Status RunBuild(const BuildOptions& options, std::ostream& out);
+
+}  // namespace distcc_cuda::client

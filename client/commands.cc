@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/commands.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/byte_size.h"
+#include "common/fatbin.h"
+#include "common/status.h"
+#include "common/toolchain.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+
+namespace distcc_cuda::client {
+
+absl::Status RunStatus(const std::string& coordinator_address,
+                       absl::Duration connect_timeout, std::ostream& out) {
+  auto channel = grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials());
+  auto stub = v1::BuildService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(connect_timeout));
+  v1::ClusterStatus status;
+  grpc::Status rpc = stub->GetClusterStatus(&context, {}, &status);
+  if (!rpc.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", coordinator_address, ": ",
+        rpc.error_message()));
+  }
+  out << "coordinator " << coordinator_address << ": " << status.workers_size()
+      << " workers, " << status.active_builds() << " builds, " << status.queued_units()
+      << " units queued, " << status.running_units() << " running\n";
+  for (const auto& worker : status.workers()) {
+    out << absl::StrFormat("  %-24s slots %d/%d busy  cap %-9s done %d  %s\n",
+                           worker.name(), worker.running_tasks(), worker.slots(),
+                           FormatByteSize(worker.memory_cap_bytes()),
+                           worker.tasks_completed(), DescribeToolchain(worker.toolchain()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunInspect(const std::string& path, std::ostream& out) {
+  ASSIGN_OR_RETURN(std::vector<DeviceImage> images, ReadDeviceImages(path));
+  for (const DeviceImage& image : images) out << DescribeDeviceImage(image) << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace distcc_cuda::client

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// Finds a unit's input closure with the local nvcc's dependency output,
+// leaving out the toolkit's and the system's headers: those belong to the
+// worker's own pinned toolchain.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace distcc_cuda::client {
+
+// Folders whose headers are never shipped: the toolkit of `nvcc` and the
+// system's include and compiler folders.
+std::vector<std::string> ExcludedPrefixes(const std::string& nvcc);
+
+// Parses make-style dependency output ("obj: a.cu b.h \\\n c.h") into the
+// listed files, in order, with backslash-escaped spaces undone.
+std::vector<std::string> ParseMakeDependencies(const std::string& text);
+
+// Runs `nvcc FLAGS -M SOURCE` in `directory` (with `-x cu` when the source is
+// a header) and returns the absolute paths it reads outside `excluded`.
+// INVALID_ARGUMENT carrying nvcc's own message when the scan fails (a
+// missing header, a syntax error in an #if).
+absl::StatusOr<std::vector<std::string>> ScanInputClosure(
+    const std::string& nvcc, const std::string& directory,
+    const std::vector<std::string>& flags, const std::string& source,
+    const std::vector<std::string>& excluded);
+
+}  // namespace distcc_cuda::client

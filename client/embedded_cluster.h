@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// The embedded default: an in-process coordinator and one local worker, so
+// `distcc-cuda build` with no cluster still gets memory-aware scheduling.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator.h"
+#include "worker/worker.h"
+
+namespace distcc_cuda::client {
+
+class EmbeddedCluster {
+ public:
+  // Starts both on 127.0.0.1 with state under `state_dir`; the worker gets
+  // `slots` (0: the usable cores) and the machine's default memory cap.
+  static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
+      const std::string& state_dir, const std::string& nvcc, int slots);
+
+  std::string address() const { return coordinator_->address(); }
+  int slots() const { return slots_; }
+  int64_t memory_cap_bytes() const { return memory_cap_bytes_; }
+
+ private:
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::unique_ptr<worker::Worker> worker_;  // destroyed first
+  int slots_ = 0;
+  int64_t memory_cap_bytes_ = 0;
+};
+
+}  // namespace distcc_cuda::client

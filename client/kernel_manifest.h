@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The kernel manifest (TOML): ordinary sources, instantiation sets with the
+// axes of their grids, nvcc flags, target architectures and the library to
+// link. See README.md for the format.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "distcc_cuda/v1/build.pb.h"
+
+namespace distcc_cuda::client {
+
+struct KernelManifest {
+  std::string path;       // the manifest file, absolute
+  std::string directory;  // its folder; relative paths start here
+  std::string output;     // library file name, e.g. libattention_sm100.so
+  std::vector<std::string> archs;       // default {"sm_100"}
+  std::vector<std::string> flags;       // nvcc flags for every unit
+  std::vector<std::string> link_flags;  // extra flags for nvcc -shared
+  std::vector<std::string> sources;     // ordinary sources, one unit each
+  // Name, unit name template, headers, text, axes and manifest location set;
+  // directory, arguments and inputs are filled in by the build.
+  std::vector<v1::InstantiationSet> instantiation_sets;
+};
+
+// Reads and checks the manifest at `path`. INVALID_ARGUMENT with
+// "FILE:LINE:COLUMN: what is wrong" for TOML syntax errors, wrong types,
+// unknown keys, placeholders without an axis; NOT_FOUND naming the file for a
+// missing manifest, source or header.
+absl::StatusOr<KernelManifest> LoadKernelManifest(const std::string& path);
+
+}  // namespace distcc_cuda::client

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// distcc-cuda: build CUDA kernel sets across workers, check status, inspect
+// fatbinaries.
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/command_line.h"
+#include "client/build_command.h"
+#include "client/commands.h"
+#include "common/toolchain.h"
+
+ABSL_FLAG(std::string, coordinator, "",
+          "HOST:PORT of a coordinator (default for build: an embedded one on "
+          "this machine; $DISTCC_CUDA_COORDINATOR if set)");
+ABSL_FLAG(std::string, o, "distcc-cuda-out",
+          "output folder: objects in obj/, the library beside them");
+ABSL_FLAG(std::string, library, "",
+          "library file name to link (compile_commands.json plans only)");
+ABSL_FLAG(std::string, nvcc, "",
+          "the pinned nvcc for scanning and linking (default: "
+          "$CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc)");
+ABSL_FLAG(std::string, state_dir, "",
+          "embedded default's store (default: $XDG_CACHE_HOME/distcc-cuda or "
+          "~/.cache/distcc-cuda)");
+ABSL_FLAG(int, slots, 0, "embedded default's slots (default: the usable cores)");
+ABSL_FLAG(int, connect_timeout_s, 5, "seconds to wait for the coordinator");
+
+namespace {
+
+constexpr char kUsage[] =
+    "distcc-cuda: distributed, memory-aware nvcc builds.\n"
+    "Usage:\n"
+    "  distcc-cuda build PLAN [--coordinator HOST:PORT] [-o OUT_DIR]\n"
+    "      PLAN is a kernel manifest (.toml) or a compile_commands.json\n"
+    "      (with --library NAME.so). Without --coordinator the build runs\n"
+    "      on this machine through an embedded coordinator and worker.\n"
+    "  distcc-cuda status --coordinator HOST:PORT\n"
+    "  distcc-cuda inspect FILE      list the device images of an object or library\n";
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << "distcc-cuda: " << status.message() << "\n";
+  return status.code() == absl::StatusCode::kFailedPrecondition ? 1 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> storage;
+  std::vector<char*> args = distcc_cuda::NormalizeFlagNames(argc, argv, storage);
+  std::vector<char*> positional = absl::ParseCommandLine(args.size(), args.data());
+  if (positional.size() < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  std::string command = positional[1];
+  std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) coordinator = Env("DISTCC_CUDA_COORDINATOR");
+  absl::Duration connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  if (command == "inspect" && positional.size() == 3) {
+    absl::Status status = distcc_cuda::client::RunInspect(positional[2], std::cout);
+    return status.ok() ? 0 : Fail(status);
+  }
+  if (command == "status" && positional.size() == 2) {
+    absl::Status status = distcc_cuda::client::RunStatus(
+        coordinator.empty() ? "127.0.0.1:3633" : coordinator, connect_timeout, std::cout);
+    return status.ok() ? 0 : Fail(status);
+  }
+  if (command == "build" && positional.size() == 3) {
+    distcc_cuda::client::BuildOptions options;
+    options.plan_path = positional[2];
+    options.coordinator_address = coordinator;
+    options.output_dir = absl::GetFlag(FLAGS_o);
+    options.library_name = absl::GetFlag(FLAGS_library);
+    auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
+    if (!nvcc.ok()) return Fail(nvcc.status());
+    options.nvcc_path = *nvcc;
+    options.state_dir = absl::GetFlag(FLAGS_state_dir);
+    if (options.state_dir.empty()) {
+      std::string cache = Env("XDG_CACHE_HOME");
+      if (cache.empty()) cache = Env("HOME") + "/.cache";
+      options.state_dir = cache + "/distcc-cuda";
+    }
+    options.embedded_slots = absl::GetFlag(FLAGS_slots);
+    options.connect_timeout = connect_timeout;
+    absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
+    return status.ok() ? 0 : Fail(status);
+  }
+  std::cerr << kUsage;
+  return 2;
+}

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client side of the ContentStore service, shared by the build client
+// (uploads inputs, downloads objects) and the worker (fetches inputs, uploads
+// outputs). Uploads only what the store lacks; moves large blobs in chunks.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/cas_store.h"
+#include "common/digest.h"
+#include "distcc_cuda/v1/cas.grpc.pb.h"
+
+namespace distcc_cuda {
+
+// A blob to upload: its digest and where its bytes are (a file, or in memory).
+struct BlobSource {
+  Digest digest;
+  std::string path;   // used when non-empty
+  std::string bytes;  // used when path is empty
+};
+
+// The most bytes one chunk of a streamed blob carries.
+inline constexpr int64_t kMaxChunkBytes = 1 << 20;
+// Blobs up to this size travel in BatchUpdateBlobs calls.
+inline constexpr int64_t kMaxBatchBytes = 2 << 20;
+
+class CasClient {
+ public:
+  explicit CasClient(std::shared_ptr<v1::ContentStore::StubInterface> stub,
+                     absl::Duration timeout = absl::Minutes(10));
+
+  // Returns the digests the store lacks.
+  absl::StatusOr<std::vector<Digest>> FindMissing(
+      const std::vector<Digest>& digests);
+
+  // Uploads the blobs the store lacks: small ones in batches, large ones
+  // streamed in chunks. Returns how many blobs were sent.
+  absl::StatusOr<int> UploadMissing(const std::vector<BlobSource>& blobs);
+
+  // Streams the blob into `destination` (through a temporary file, verified
+  // against its digest before it is renamed into place).
+  absl::Status DownloadToFile(const Digest& digest,
+                              const std::string& destination);
+
+  // Streams the blob into `store` unless it is already there.
+  absl::Status DownloadToStore(const Digest& digest, CasStore& store);
+
+  // Returns the blob's bytes. For small blobs.
+  absl::StatusOr<std::string> DownloadBytes(const Digest& digest);
+
+ private:
+  absl::Status UploadBatch(const std::vector<const BlobSource*>& batch);
+  absl::Status UploadStreamed(const BlobSource& blob);
+  // Reads the blob and hands each chunk to `sink` in order.
+  absl::Status Read(const Digest& digest,
+                    const std::function<absl::Status(absl::string_view)>& sink);
+  void SetDeadline(grpc::ClientContext& context) const;
+
+  std::shared_ptr<v1::ContentStore::StubInterface> stub_;
+  absl::Duration timeout_;
+};
+
+}  // namespace distcc_cuda

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/cas_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "common/status.h"
+
+namespace distcc_cuda {
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+    }
+    data.remove_prefix(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MismatchError(const Digest& expected, const Digest& actual) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("blob content does not match its digest: expected ",
+                   expected.ToString(), ", content is ", actual.ToString()));
+}
+
+}  // namespace
+
+BlobWriter::BlobWriter(const CasStore* store, Digest expected,
+                       std::string temp_path, int fd)
+    : store_(store),
+      expected_(std::move(expected)),
+      temp_path_(std::move(temp_path)),
+      fd_(fd) {}
+
+BlobWriter::~BlobWriter() {
+  if (fd_ >= 0) close(fd_);
+  if (!committed_) unlink(temp_path_.c_str());
+}
+
+absl::Status BlobWriter::Append(int64_t offset, absl::string_view data) {
+  if (committed_) return absl::FailedPreconditionError("blob already committed");
+  if (offset != written_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk at offset ", offset, " for blob ",
+                     expected_.ToString(), " but ", written_,
+                     " bytes were written so far"));
+  }
+  if (written_ + static_cast<int64_t>(data.size()) > expected_.size_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("blob ", expected_.ToString(), " receives more than its ",
+                     expected_.size_bytes, " declared bytes"));
+  }
+  RETURN_IF_ERROR(WriteAll(fd_, data, temp_path_));
+  sha_.Update(data);
+  written_ += data.size();
+  return absl::OkStatus();
+}
+
+absl::Status BlobWriter::Commit() {
+  if (committed_) return absl::OkStatus();
+  Digest actual{sha_.FinishHex(), written_};
+  if (actual != expected_) return MismatchError(expected_, actual);
+  if (fsync(fd_) != 0 || close(fd_) != 0) {
+    fd_ = -1;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot flush ", temp_path_, ": ", strerror(errno)));
+  }
+  fd_ = -1;
+  std::string final_path = store_->PathOf(expected_);
+  RETURN_IF_ERROR(MakeDirectories(fs::path(final_path).parent_path().string()));
+  if (rename(temp_path_.c_str(), final_path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot move blob into ",
+                                            final_path, ": ", strerror(errno)));
+  }
+  committed_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(
+    const std::string& root) {
+  std::string absolute = AbsolutePath(root);
+  RETURN_IF_ERROR(MakeDirectories(absolute + "/tmp"));
+  return std::unique_ptr<CasStore>(new CasStore(absolute));
+}
+
+std::string CasStore::PathOf(const Digest& digest) const {
+  return absl::StrCat(root_, "/", digest.hash.substr(0, 2), "/", digest.hash,
+                      "_", digest.size_bytes);
+}
+
+bool CasStore::Contains(const Digest& digest) const {
+  // The empty blob is always present: there is nothing to transfer.
+  if (digest.size_bytes == 0 && digest == DigestOf("")) return true;
+  return IsRegularFile(PathOf(digest));
+}
+
+std::string CasStore::TempPath() const {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(root_, "/tmp/", getpid(), "-", counter.fetch_add(1));
+}
+
+absl::StatusOr<std::unique_ptr<BlobWriter>> CasStore::StartWrite(
+    const Digest& digest) {
+  RETURN_IF_ERROR(ValidateDigest(digest));
+  std::string temp = TempPath();
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", temp, ": ", strerror(errno)));
+  }
+  return std::unique_ptr<BlobWriter>(new BlobWriter(this, digest, temp, fd));
+}
+
+absl::Status CasStore::Put(const Digest& digest, absl::string_view data) {
+  if (Contains(digest)) {
+    // Still verify: a client must not be told a wrong blob was accepted.
+    Digest actual = DigestOf(data);
+    return actual == digest ? absl::OkStatus() : MismatchError(digest, actual);
+  }
+  ASSIGN_OR_RETURN(auto writer, StartWrite(digest));
+  RETURN_IF_ERROR(writer->Append(0, data));
+  return writer->Commit();
+}
+
+absl::StatusOr<Digest> CasStore::PutBytes(absl::string_view data) {
+  Digest digest = DigestOf(data);
+  RETURN_IF_ERROR(Put(digest, data));
+  return digest;
+}
+
+absl::StatusOr<Digest> CasStore::PutFile(const std::string& path) {
+  ASSIGN_OR_RETURN(Digest digest, DigestOfFile(path));
+  if (Contains(digest)) return digest;
+  ASSIGN_OR_RETURN(auto writer, StartWrite(digest));
+  std::ifstream in(path, std::ios::binary);
+  std::string buffer(1 << 20, '\0');
+  int64_t offset = 0;
+  while (in) {
+    in.read(buffer.data(), buffer.size());
+    std::streamsize n = in.gcount();
+    if (n <= 0) break;
+    RETURN_IF_ERROR(writer->Append(offset, absl::string_view(buffer.data(), n)));
+    offset += n;
+  }
+  RETURN_IF_ERROR(Annotate(writer->Commit(), path));
+  return digest;
+}
+
+absl::StatusOr<std::string> CasStore::Get(const Digest& digest) const {
+  if (digest.size_bytes == 0 && digest == DigestOf("")) return std::string();
+  absl::StatusOr<std::string> content = ReadFile(PathOf(digest));
+  if (!content.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("blob ", digest.ToString(), " is not in the store"));
+  }
+  return content;
+}
+
+absl::Status CasStore::Materialize(const Digest& digest,
+                                   const std::string& destination,
+                                   bool executable) const {
+  fs::path target(destination);
+  RETURN_IF_ERROR(MakeDirectories(target.parent_path().string()));
+  std::error_code error;
+  fs::remove(target, error);
+  if (digest.size_bytes == 0 && digest == DigestOf("")) {
+    return WriteFileAtomically(destination, "");
+  }
+  std::string source = PathOf(digest);
+  if (!IsRegularFile(source)) {
+    return absl::NotFoundError(
+        absl::StrCat("blob ", digest.ToString(), " is not in the store"));
+  }
+  // Hard links share permission bits with the store, so executables are
+  // copied to keep store files read-only and uniform.
+  if (!executable && link(source.c_str(), destination.c_str()) == 0) {
+    return absl::OkStatus();
+  }
+  fs::copy_file(source, target, fs::copy_options::overwrite_existing, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot copy blob to ",
+                                            destination, ": ", error.message()));
+  }
+  if (executable) {
+    fs::permissions(target,
+                    fs::perms::owner_exec | fs::perms::group_exec |
+                        fs::perms::others_exec,
+                    fs::perm_options::add, error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distcc_cuda

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reads the CUDA device code that nvcc embeds in host ELF files (objects,
+// shared libraries, executables) without cuobjdump: the fatbinary containers
+// in the `.nv_fatbin` and `__nv_relfatbin` sections and the PTX and cubin
+// images inside them. The end-to-end tests compare remote and local builds
+// with this, so the payloads carry device code only, never the host object's
+// temporary file names.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace distcc_cuda {
+
+// What a device image holds: machine code for one GPU (a cubin, itself an
+// ELF file) or PTX text that the driver compiles for the GPU it finds.
+enum class DeviceImageKind { kCubin, kPtx };
+
+// One device image of a fatbinary.
+struct DeviceImage {
+  DeviceImageKind kind;
+  // The architecture number: 100 for sm_100 (cubin) or compute_100 (PTX).
+  int arch;
+  // True if the image was stored compressed (LZ4 or zstd) in the fatbinary.
+  bool compressed;
+  // The image bytes, decompressed. A cubin starts with "\x7fELF"; PTX is the
+  // text without the NUL terminator and padding that the fatbinary stores.
+  std::string payload;
+  // "a" for arch-specific (sm_100a), "f" for family-specific (sm_100f)
+  // images, else empty.
+  std::string arch_suffix = {};
+};
+
+// True if both images have the same kind, architecture and payload; whether
+// each was stored compressed does not matter.
+bool operator==(const DeviceImage& a, const DeviceImage& b);
+bool operator!=(const DeviceImage& a, const DeviceImage& b);
+
+// Reads every PTX and cubin image in the fatbinaries of the ELF file at
+// `path`, in file order. Other kinds of entry (LTO IR) are skipped. Returns
+// NOT_FOUND if the file has no fatbinary section, INVALID_ARGUMENT (naming
+// the file and the offset) if it is not a 64-bit little-endian ELF file or a
+// fatbinary in it is malformed or truncated, and the error of open/read
+// otherwise.
+absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImages(
+    const std::string& path);
+
+// Same as ReadDeviceImages, from the bytes of an ELF file already in memory;
+// `name` is used only in error messages.
+absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(
+    std::string_view elf_bytes, std::string_view name);
+
+// Names an image as one line of `distcc-cuda inspect` prints it:
+// "sm_100 cubin", "compute_100 ptx", "sm_100a cubin".
+std::string DescribeDeviceImage(const DeviceImage& image);
+
+}  // namespace distcc_cuda

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/files.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace distcc_cuda {
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!fs::exists(path)) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot be read"));
+  }
+  std::string content((std::istreambuf_iterator<char>(in)),
+                      std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  return content;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view content) {
+  fs::path target(path);
+  if (target.has_parent_path()) {
+    absl::Status made = MakeDirectories(target.parent_path().string());
+    if (!made.ok()) return made;
+  }
+  std::random_device random;
+  std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".", random());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create ", temp));
+    }
+    out.write(content.data(), content.size());
+    out.flush();
+    if (!out) {
+      std::error_code ignored;
+      fs::remove(temp, ignored);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot write ", temp, " (disk full?)"));
+    }
+  }
+  std::error_code error;
+  fs::rename(temp, path, error);
+  if (error) {
+    fs::remove(temp, error);
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", temp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirectories(const std::string& path) {
+  std::error_code error;
+  fs::create_directories(path, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create directory ", path, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MakeTempDirectory(const std::string& parent,
+                                              const std::string& prefix) {
+  absl::Status made = MakeDirectories(parent);
+  if (!made.ok()) return made;
+  std::string pattern = (fs::path(parent) / (prefix + "XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create a temporary directory in ", parent));
+  }
+  return pattern;
+}
+
+absl::Status RemoveAll(const std::string& path) {
+  std::error_code error;
+  fs::remove_all(path, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot remove ", path, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+bool IsRegularFile(const std::string& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         (st.st_mode & S_IXUSR);
+}
+
+std::string AbsolutePath(const std::string& path, const std::string& base) {
+  fs::path p(path);
+  if (p.is_relative()) {
+    std::error_code error;
+    fs::path from = base.empty() ? fs::current_path(error) : fs::path(base);
+    p = from / p;
+  }
+  std::string normal = p.lexically_normal().string();
+  if (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
+absl::StatusOr<std::string> RelativeTo(const std::string& path,
+                                       const std::string& root) {
+  if (path == root) return std::string(".");
+  std::string prefix = root == "/" ? root : root + "/";
+  if (path.compare(0, prefix.size(), prefix) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, " is not under ", root));
+  }
+  return path.substr(prefix.size());
+}
+
+bool StaysInside(const std::string& relative_path) {
+  fs::path p(relative_path);
+  if (p.is_absolute()) return false;
+  int depth = 0;
+  for (const auto& part : p.lexically_normal()) {
+    if (part == "..") {
+      if (--depth < 0) return false;
+    } else if (part != "." && !part.empty()) {
+      ++depth;
+    }
+  }
+  return true;
+}
+
+}  // namespace distcc_cuda

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// The filesystem at the edge: std::filesystem and stream errors turned into
+// absl::Status once, here, so the rest of the code never sees an exception.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+
+namespace distcc_cuda {
+
+// Returns the whole content of the file. NOT_FOUND if it does not exist.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `content` to a temporary file beside `path` and renames it into
+// place, so readers never see a partial file. Creates missing parent folders.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view content);
+
+// Creates `path` and its parents if missing.
+absl::Status MakeDirectories(const std::string& path);
+
+// Creates a new, empty folder under `parent` named `prefix` plus a random suffix.
+absl::StatusOr<std::string> MakeTempDirectory(const std::string& parent,
+                                              const std::string& prefix);
+
+// Removes `path` and everything under it; OK if it does not exist.
+absl::Status RemoveAll(const std::string& path);
+
+// True if `path` names an existing regular file (following links).
+bool IsRegularFile(const std::string& path);
+
+// True if `path` names an existing file that its owner may execute.
+bool IsExecutableFile(const std::string& path);
+
+// Returns the absolute, lexically normal form of `path` (relative paths are
+// taken from `base`, or the current directory when `base` is empty).
+std::string AbsolutePath(const std::string& path, const std::string& base = "");
+
+// Returns `path` relative to `root` if it lies under it, else NOT_FOUND.
+// Both must be absolute and normal.
+absl::StatusOr<std::string> RelativeTo(const std::string& path,
+                                       const std::string& root);
+
+// True if the relative `path` stays inside its root: not absolute, no ".."
+// component that climbs out.
+bool StaysInside(const std::string& relative_path);
+
+}  // namespace distcc_cuda

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// A model of nvcc's command line: which arguments are sources, which is the
+// output, which name files to read, and which must never reach a worker.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace distcc_cuda {
+
+// What the value of an option is.
+enum class NvccValueKind {
+  kNone,        // a switch: -c, -G, --use_fast_math
+  kText,        // a value that names no file: -O3, -DNAME, -gencode ...
+  kInputPath,   // a file or folder read by the compiler: -I, -include
+  kOutputPath,  // a file written by the compiler: -o
+  kDependency,  // make-style dependency output, dropped for remote compiles
+  kForbidden,   // substitutes a program or reads an unchecked file
+};
+
+// One argument of a parsed command line, with its option value split off.
+struct NvccArgument {
+  std::string option;  // "-I", "--gpu-architecture", "" for a positional
+  std::string value;   // the option's value or the positional argument
+  NvccValueKind kind = NvccValueKind::kNone;
+  // How the value was attached: "-Ifoo" (joined), "-o=x" (equals), or as the
+  // next argument (separate). Kept so a command renders back unchanged.
+  enum class Form { kJoined, kEquals, kSeparate, kPositional } form;
+
+  // The argument(s) as they appear on the command line.
+  std::vector<std::string> Render() const;
+};
+
+// A compile command split into what distcc-cuda needs to know.
+struct NvccCommand {
+  std::vector<NvccArgument> flags;    // every option but -c, -o and deps
+  std::vector<std::string> sources;   // positional inputs (.cu, .cpp, ...)
+  std::string output;                 // the -o value, "" if none
+  bool compile_only = false;          // -c / --compile seen
+  bool dependency_flags_dropped = false;
+
+  // Flags rendered back as arguments (without sources, -c and -o).
+  std::vector<std::string> FlagArguments() const;
+};
+
+// Parses nvcc arguments (without the program name). INVALID_ARGUMENT for an
+// option that lacks its value or is forbidden, naming the option and why.
+absl::StatusOr<NvccCommand> ParseNvccCommand(
+    const std::vector<std::string>& arguments);
+
+// Checks arguments a worker is asked to run: parses them, and requires every
+// source and output to be a relative path that stays inside the sandbox and
+// every read path to stay inside or be an absolute include folder of the
+// worker's own system. INVALID_ARGUMENT naming the offending argument.
+absl::Status ValidateSandboxedArguments(
+    const std::vector<std::string>& arguments);
+
+// Turns each `-arch sm_XX` style architecture name into the -gencode flags
+// for SASS of that architecture: "sm_100" -> "-gencode",
+// "arch=compute_100,code=sm_100". INVALID_ARGUMENT for an unknown form.
+absl::StatusOr<std::vector<std::string>> GencodeFlags(
+    const std::vector<std::string>& archs);
+
+}  // namespace distcc_cuda

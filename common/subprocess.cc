@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/status.h"
+
+extern char** environ;
+
+namespace distcc_cuda {
+namespace {
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+constexpr unsigned int kCloseRangeCloexec = 1U << 2;  // CLOSE_RANGE_CLOEXEC
+
+// Once the program has exited and its group is killed, the pipes reach EOF at
+// once unless a descendant left the group (setsid) and kept them; its output
+// is waited for this long at most.
+constexpr absl::Duration kDrainAfterExit = absl::Seconds(2);
+// Without a pidfd (kernel < 5.3, or a seccomp profile that refuses it) the
+// program is checked for having exited this often.
+constexpr absl::Duration kExitPollInterval = absl::Milliseconds(10);
+// Without close_range (kernel < 5.11) descriptors up to this bound are marked
+// close-on-exec one by one.
+constexpr int kMaxFdWithoutCloseRange = 1 << 16;
+constexpr size_t kReadChunkBytes = 64 << 10;
+
+// An owned file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    Reset(other.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() { return std::exchange(fd_, -1); }
+  // close() is not retried on EINTR: Linux releases the descriptor anyway, and
+  // a retry could close one that another thread has just been given.
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct FdPair {
+  UniqueFd parent_end;
+  UniqueFd child_end;
+};
+
+absl::StatusCode StartErrorCode(int error) {
+  switch (error) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::StatusCode::kNotFound;
+    case EACCES:
+    case EPERM:
+      return absl::StatusCode::kPermissionDenied;
+    case ENOEXEC:
+    case EISDIR:
+    case ELOOP:
+    case ETXTBSY:
+    case ENAMETOOLONG:
+    case ELIBBAD:
+      return absl::StatusCode::kFailedPrecondition;
+    case EAGAIN:
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+      return absl::StatusCode::kResourceExhausted;
+    case E2BIG:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// "what: strerror(error)" with the code that `error` means when starting a
+// program.
+absl::Status StartError(int error, absl::string_view what) {
+  return absl::Status(StartErrorCode(error),
+                      absl::ErrnoToStatus(error, what).message());
+}
+
+// Every descriptor is created close-on-exec, atomically: another thread may
+// fork at any moment, and a pipe end leaking into its child would hold our
+// pipes open (no EOF) until that child exits.
+absl::StatusOr<FdPair> MakePipe(bool parent_reads) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return StartError(errno, "cannot create a pipe for a child process");
+  }
+  FdPair pair;
+  pair.parent_end = UniqueFd(fds[parent_reads ? 0 : 1]);
+  pair.child_end = UniqueFd(fds[parent_reads ? 1 : 0]);
+  return pair;
+}
+
+// The child's environment, by name.
+absl::StatusOr<std::map<std::string, std::string>> BuildEnvironment(
+    const ProcessSpec& spec) {
+  std::map<std::string, std::string> merged;
+  if (spec.inherit_environment && environ != nullptr) {
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      absl::string_view text(*entry);
+      size_t equals = text.find('=');
+      if (equals == absl::string_view::npos || equals == 0) continue;
+      // emplace keeps the first of duplicate names, the one getenv() sees.
+      merged.emplace(text.substr(0, equals), text.substr(equals + 1));
+    }
+  }
+  for (const auto& [name, value] : spec.environment) {
+    if (name.empty() || name.find('=') != std::string::npos ||
+        name.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment variable name '", name,
+          "' is empty or contains '=' or NUL; pass names without them"));
+    }
+    if (value.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "value of environment variable ", name, " contains a NUL byte"));
+    }
+    merged[name] = value;
+  }
+  return merged;
+}
+
+// The path to hand to execve for `program`, looked up as execvp would but in
+// the child's PATH and relative to the child's working directory.
+absl::StatusOr<std::string> ResolveProgram(
+    const std::string& program,
+    const std::map<std::string, std::string>& environment,
+    const std::string& working_directory) {
+  if (program.find('/') != std::string::npos) return program;
+  auto path_entry = environment.find("PATH");
+  std::string search_path =
+      path_entry == environment.end() ? "/bin:/usr/bin" : path_entry->second;
+  bool found_not_executable = false;
+  for (absl::string_view dir : absl::StrSplit(search_path, ':')) {
+    // An empty PATH entry means the current directory.
+    std::string candidate =
+        absl::StrCat(dir.empty() ? absl::string_view(".") : dir, "/", program);
+    std::string on_disk = candidate;
+    if (candidate[0] != '/' && !working_directory.empty()) {
+      on_disk = absl::StrCat(working_directory, "/", candidate);
+    }
+    struct stat info;
+    if (stat(on_disk.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    if (access(on_disk.c_str(), X_OK) != 0) {
+      found_not_executable = true;
+      continue;
+    }
+    return candidate;
+  }
+  if (found_not_executable) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("program '", program, "' is in PATH '", search_path,
+                     "' but not executable; check its permissions"));
+  }
+  return absl::NotFoundError(absl::StrCat("program '", program,
+                                          "' not found in PATH '", search_path,
+                                          "'; install it or give its path"));
+}
+
+// What the child does between fork and exec; prepared before fork because
+// the child may not allocate.
+struct ChildPlan {
+  const char* program;
+  char* const* argv;
+  char* const* envp;
+  const char* working_directory;  // nullptr: keep the parent's
+  int stdin_fd;
+  int stdout_fd;
+  int stderr_fd;
+  int gate_fd;     // the child waits for one byte here before exec
+  int failure_fd;  // receives a ChildFailure if the child cannot exec
+  int max_fd;
+};
+
+enum class ChildStage : int { kRedirect = 1, kChdir = 2, kExec = 3 };
+
+struct ChildFailure {
+  int stage;
+  int error;
+};
+
+[[noreturn]] void ReportAndExit(int failure_fd, ChildStage stage, int error) {
+  ChildFailure failure{static_cast<int>(stage), error};
+  const char* data = reinterpret_cast<const char*>(&failure);
+  size_t left = sizeof(failure);
+  while (left > 0) {
+    ssize_t written = write(failure_fd, data, left);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) break;
+    data += written;
+    left -= static_cast<size_t>(written);
+  }
+  _exit(127);
+}
+
+// Runs in the forked child. The caller may have other threads, which may have
+// held locks (malloc's, stdio's) at the moment of fork, so only
+// async-signal-safe calls are made here.
+[[noreturn]] void RunChild(const ChildPlan& plan) {
+  // Handlers vanish at exec but ignored signals stay ignored (a caller that
+  // ignores SIGPIPE would pass that on to nvcc's pipelines), and the mask is
+  // inherited as it was during fork: everything blocked.
+  struct sigaction default_action;
+  memset(&default_action, 0, sizeof(default_action));
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sigaction(sig, &default_action, nullptr);  // fails harmlessly for some
+  }
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, nullptr);
+
+  setpgid(0, 0);
+
+  char go;
+  for (;;) {
+    ssize_t got = read(plan.gate_fd, &go, 1);
+    if (got == 1) break;
+    if (got < 0 && errno == EINTR) continue;
+    _exit(127);  // the parent gave up on this child
+  }
+
+  // Every descriptor still needed is moved above 2 first, so installing 0, 1
+  // and 2 cannot overwrite one (possible only if the caller had closed its
+  // own standard descriptors).
+  int failure_fd = plan.failure_fd;
+  if (failure_fd < 3) {
+    failure_fd = fcntl(failure_fd, F_DUPFD_CLOEXEC, 3);
+    if (failure_fd < 0) _exit(127);
+  }
+  if (plan.working_directory != nullptr && chdir(plan.working_directory) != 0) {
+    ReportAndExit(failure_fd, ChildStage::kChdir, errno);
+  }
+  int sources[3] = {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd};
+  for (int& fd : sources) {
+    if (fd < 3) {
+      fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      if (fd < 0) ReportAndExit(failure_fd, ChildStage::kRedirect, errno);
+    }
+  }
+  for (int target = 0; target < 3; ++target) {
+    // dup2 clears close-on-exec on the target.
+    while (dup2(sources[target], target) < 0) {
+      if (errno != EINTR) {
+        ReportAndExit(failure_fd, ChildStage::kRedirect, errno);
+      }
+    }
+  }
+  // Descriptors the caller opened without O_CLOEXEC (sockets, files of other
+  // libraries) must not reach the program. They are marked close-on-exec, not
+  // closed, because the failure pipe has to stay open until exec succeeds.
+  if (syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec) != 0) {
+    for (int fd = 3; fd < plan.max_fd; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+
+  execve(plan.program, plan.argv, plan.envp);
+  ReportAndExit(failure_fd, ChildStage::kExec, errno);
+}
+
+// Kills what is left of the process group that `pid` leads. Called only
+// while `pid` is not yet reaped, so the group id cannot have been reused.
+void KillGroup(pid_t pid) { kill(-pid, SIGKILL); }
+
+// Whether `pid` has exited, without reaping it.
+bool HasExited(pid_t pid) {
+  siginfo_t info;
+  memset(&info, 0, sizeof(info));
+  while (waitid(P_PID, static_cast<id_t>(pid), &info,
+                WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno != EINTR) return true;  // ECHILD: nothing left to wait for
+  }
+  return info.si_pid == pid;
+}
+
+int ToPollTimeoutMs(absl::Duration wait) {
+  if (wait == absl::InfiniteDuration()) return -1;
+  if (wait <= absl::ZeroDuration()) return 0;
+  int64_t ms =
+      absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)));
+  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+// One captured output stream.
+struct Capture {
+  UniqueFd fd;
+  std::string* text;
+};
+
+// Reads what `capture` has available, keeping at most `limit` bytes in total,
+// and returns how many bytes it read. Closes the stream at EOF or on an error.
+size_t ReadAvailable(Capture& capture, size_t limit, char* buffer,
+                     bool& truncated) {
+  ssize_t got = read(capture.fd.get(), buffer, kReadChunkBytes);
+  if (got < 0) {
+    if (errno != EINTR && errno != EAGAIN) capture.fd.Reset();
+    return 0;
+  }
+  if (got == 0) {
+    capture.fd.Reset();
+    return 0;
+  }
+  size_t room = limit > capture.text->size() ? limit - capture.text->size() : 0;
+  size_t keep = std::min(room, static_cast<size_t>(got));
+  capture.text->append(buffer, keep);
+  if (keep < static_cast<size_t>(got)) truncated = true;
+  return static_cast<size_t>(got);
+}
+
+// Reaps `pid`, which has exited, and returns its status and resource usage.
+absl::Status Reap(pid_t pid, int& status, struct rusage& usage) {
+  while (wait4(pid, &status, 0, &usage) < 0) {
+    if (errno == EINTR) continue;
+    return absl::InternalError(absl::StrCat(
+        absl::ErrnoToStatus(errno, absl::StrCat("cannot wait for child ", pid))
+            .message(),
+        "; is SIGCHLD ignored in this process?"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
+  if (spec.argv.empty() || spec.argv[0].empty()) {
+    return absl::InvalidArgumentError(
+        "cannot run a process with an empty argv; argv[0] names the program");
+  }
+  for (const std::string& arg : spec.argv) {
+    if (arg.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an argument of '", spec.argv[0].c_str(), "' contains a NUL byte"));
+    }
+  }
+  if (spec.working_directory.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("working directory contains a NUL byte");
+  }
+  if (spec.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout for '", spec.argv[0], "' must be positive, not ",
+                     absl::FormatDuration(spec.timeout)));
+  }
+  const std::string& program = spec.argv[0];
+  ASSIGN_OR_RETURN(auto environment, BuildEnvironment(spec));
+  ASSIGN_OR_RETURN(
+      std::string exec_path,
+      ResolveProgram(program, environment, spec.working_directory));
+
+  std::vector<std::string> env_entries;
+  env_entries.reserve(environment.size());
+  for (const auto& [name, value] : environment) {
+    env_entries.push_back(absl::StrCat(name, "=", value));
+  }
+  std::vector<char*> envp;
+  envp.reserve(env_entries.size() + 1);
+  for (std::string& entry : env_entries) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  argv.reserve(spec.argv.size() + 1);
+  for (const std::string& arg : spec.argv) {
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  argv.push_back(nullptr);
+
+  UniqueFd dev_null(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!dev_null.valid()) {
+    return StartError(errno, "cannot open /dev/null for a child's stdin");
+  }
+  ASSIGN_OR_RETURN(FdPair out, MakePipe(/*parent_reads=*/true));
+  ASSIGN_OR_RETURN(FdPair err, MakePipe(/*parent_reads=*/true));
+  ASSIGN_OR_RETURN(FdPair failure, MakePipe(/*parent_reads=*/true));
+  // The gate is a socket so that the parent can write to it with
+  // MSG_NOSIGNAL: a child killed from outside must not SIGPIPE the caller.
+  FdPair gate;
+  {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      return StartError(errno, "cannot create a socket pair for a child");
+    }
+    gate.parent_end = UniqueFd(fds[0]);
+    gate.child_end = UniqueFd(fds[1]);
+  }
+  int max_fd = kMaxFdWithoutCloseRange;
+  struct rlimit fd_limit;
+  if (getrlimit(RLIMIT_NOFILE, &fd_limit) == 0 &&
+      fd_limit.rlim_cur < static_cast<rlim_t>(max_fd)) {
+    max_fd = static_cast<int>(fd_limit.rlim_cur);
+  }
+
+  ChildPlan plan;
+  plan.program = exec_path.c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.working_directory =
+      spec.working_directory.empty() ? nullptr : spec.working_directory.c_str();
+  plan.stdin_fd = dev_null.get();
+  plan.stdout_fd = out.child_end.get();
+  plan.stderr_fd = err.child_end.get();
+  plan.gate_fd = gate.child_end.get();
+  plan.failure_fd = failure.child_end.get();
+  plan.max_fd = max_fd;
+
+  // All signals stay blocked across fork so that none of the caller's
+  // handlers runs in the child before it has restored the defaults.
+  sigset_t all_signals;
+  sigset_t saved_mask;
+  sigfillset(&all_signals);
+  pthread_sigmask(SIG_SETMASK, &all_signals, &saved_mask);
+  pid_t pid = fork();
+  if (pid == 0) RunChild(plan);
+  int fork_error = errno;
+  pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
+  if (pid < 0) {
+    return StartError(fork_error,
+                      absl::StrCat("cannot fork to run '", program, "'"));
+  }
+
+  dev_null.Reset();
+  out.child_end.Reset();
+  err.child_end.Reset();
+  failure.child_end.Reset();
+  gate.child_end.Reset();
+
+  // The child does the same; whichever runs first wins. Doing it here means
+  // the group exists before on_started and before any timeout can fire.
+  setpgid(pid, pid);
+  if (spec.on_started) spec.on_started(pid);
+
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&start] {
+    return absl::FromChrono(std::chrono::steady_clock::now() - start);
+  };
+  // One byte opens the gate; closing our end would not, since children that
+  // other threads are forking may hold copies of it until they exec.
+  const char go = 1;
+  while (send(gate.parent_end.get(), &go, 1, MSG_NOSIGNAL) < 0 &&
+         errno == EINTR) {
+  }
+  gate.parent_end.Reset();
+
+  // EOF on the failure pipe means exec succeeded and closed the child's end.
+  ChildFailure child_failure;
+  size_t failure_bytes = 0;
+  while (failure_bytes < sizeof(child_failure)) {
+    ssize_t got = read(failure.parent_end.get(),
+                       reinterpret_cast<char*>(&child_failure) + failure_bytes,
+                       sizeof(child_failure) - failure_bytes);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    failure_bytes += static_cast<size_t>(got);
+  }
+  failure.parent_end.Reset();
+  if (failure_bytes == sizeof(child_failure)) {
+    int status;
+    struct rusage usage;
+    RETURN_IF_ERROR(Reap(pid, status, usage));
+    switch (static_cast<ChildStage>(child_failure.stage)) {
+      case ChildStage::kChdir:
+        return StartError(
+            child_failure.error,
+            absl::StrCat("cannot enter working directory '",
+                         spec.working_directory, "' to run '", program, "'"));
+      case ChildStage::kRedirect:
+        return StartError(child_failure.error,
+                          absl::StrCat("cannot set up stdin/stdout/stderr of '",
+                                       program, "'"));
+      case ChildStage::kExec:
+        break;
+    }
+    return StartError(child_failure.error,
+                      absl::StrCat("cannot execute '", exec_path, "'"));
+  }
+
+  ProcessResult result;
+  Capture captures[2] = {{std::move(out.parent_end), &result.stdout_text},
+                         {std::move(err.parent_end), &result.stderr_text}};
+  for (Capture& capture : captures) {
+    int flags = fcntl(capture.fd.get(), F_GETFL);
+    fcntl(capture.fd.get(), F_SETFL, flags | O_NONBLOCK);
+  }
+  // A pidfd makes the child's exit pollable next to its pipes without a
+  // SIGCHLD handler, which would be process-wide state.
+  UniqueFd pid_fd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  std::vector<char> buffer(kReadChunkBytes);
+
+  bool exited = false;
+  absl::Duration exit_time;
+  auto on_exit = [&] {
+    exited = true;
+    exit_time = elapsed();
+    // Whatever the program left running in its group goes with it; this
+    // also brings EOF to pipes that a lingering descendant holds.
+    KillGroup(pid);
+  };
+  for (;;) {
+    const bool capturing = captures[0].fd.valid() || captures[1].fd.valid();
+    if (!exited && !pid_fd.valid() && HasExited(pid)) on_exit();
+    if (exited && !capturing) break;
+    const absl::Duration now = elapsed();
+    if (!exited && !result.timed_out && now >= spec.timeout) {
+      KillGroup(pid);
+      result.timed_out = true;
+    }
+    absl::Duration wait = absl::InfiniteDuration();
+    if (exited) {
+      wait = exit_time + kDrainAfterExit - now;
+      if (wait <= absl::ZeroDuration()) {
+        // A descendant outside the group still holds a pipe: take what is
+        // buffered and stop.
+        for (Capture& capture : captures) {
+          while (capture.fd.valid() &&
+                 ReadAvailable(capture, spec.output_limit_bytes, buffer.data(),
+                               result.output_truncated) > 0) {
+          }
+          capture.fd.Reset();
+        }
+        break;
+      }
+    } else {
+      if (!result.timed_out) wait = spec.timeout - now;
+      if (!pid_fd.valid()) wait = std::min(wait, kExitPollInterval);
+    }
+
+    struct pollfd poll_fds[3];
+    Capture* polled[3] = {nullptr, nullptr, nullptr};
+    nfds_t count = 0;
+    for (Capture& capture : captures) {
+      if (!capture.fd.valid()) continue;
+      poll_fds[count] = {capture.fd.get(), POLLIN, 0};
+      polled[count++] = &capture;
+    }
+    if (!exited && pid_fd.valid()) {
+      poll_fds[count++] = {pid_fd.get(), POLLIN, 0};
+    }
+    int ready = poll(poll_fds, count, ToPollTimeoutMs(wait));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      int poll_error = errno;
+      KillGroup(pid);
+      int status;
+      struct rusage usage;
+      RETURN_IF_ERROR(Reap(pid, status, usage));
+      return absl::InternalError(absl::StrCat(
+          "cannot wait for output of '", program,
+          "': ", absl::ErrnoToStatus(poll_error, "poll").message()));
+    }
+    for (nfds_t i = 0; i < count; ++i) {
+      if (poll_fds[i].revents == 0) continue;
+      if (polled[i] == nullptr) {
+        on_exit();
+      } else {
+        ReadAvailable(*polled[i], spec.output_limit_bytes, buffer.data(),
+                      result.output_truncated);
+      }
+    }
+  }
+
+  int status = 0;
+  struct rusage usage;
+  memset(&usage, 0, sizeof(usage));
+  RETURN_IF_ERROR(Reap(pid, status, usage));
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
+  result.wall_time = exit_time;
+  result.user_cpu_time = absl::DurationFromTimeval(usage.ru_utime);
+  result.system_cpu_time = absl::DurationFromTimeval(usage.ru_stime);
+  result.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  return result;
+}
+
+std::string DescribeTermination(const ProcessResult& result) {
+  if (result.timed_out) {
+    // The kill lands a few milliseconds after the deadline; round that away.
+    absl::Duration unit = result.wall_time >= absl::Seconds(1)
+                              ? absl::Milliseconds(100)
+                              : absl::Milliseconds(1);
+    return absl::StrCat("timed out after ", absl::FormatDuration(absl::Floor(
+                                                result.wall_time, unit)));
+  }
+  if (result.term_signal != 0) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+    // Unlike strsignal, thread-safe.
+    const char* description = sigdescr_np(result.term_signal);
+#else
+    const char* description = strsignal(result.term_signal);
+#endif
+    return absl::StrCat("killed by signal ", result.term_signal, " (",
+                        description != nullptr ? description : "unknown signal",
+                        ")");
+  }
+  if (result.exit_code >= 0) {
+    return absl::StrCat("exit code ", result.exit_code);
+  }
+  return "did not run to completion";
+}
+
+}  // namespace distcc_cuda

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs one program to completion on Linux: captured stdout/stderr, a timeout
+// that kills the program's whole process group, and the CPU time and peak
+// memory of its process tree. Used by the worker to run nvcc in a sandbox
+// directory and by the client to run the local nvcc (dependency scan, link).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace distcc_cuda {
+
+// What to run and how.
+struct ProcessSpec {
+  // argv[0] is the program: a path containing '/' is used as is (a relative
+  // one relative to `working_directory`); a bare name is looked up in the PATH
+  // of the child's environment (execvp semantics; "/bin:/usr/bin" when the
+  // child has no PATH). The child sees argv unchanged.
+  std::vector<std::string> argv;
+  // Directory the child starts in; empty = the caller's.
+  std::string working_directory;
+  // The child's environment. With `inherit_environment` these entries are
+  // overlaid on the caller's environ; without it they are all the child gets.
+  std::map<std::string, std::string> environment;
+  bool inherit_environment = true;
+  // When exceeded, the child's whole process group is killed with SIGKILL and
+  // the result says `timed_out`. Must be positive.
+  absl::Duration timeout = absl::InfiniteDuration();
+  // At most this many bytes of each of stdout and stderr are kept; the rest is
+  // read and dropped (the child never blocks on a full pipe) and the result
+  // says `output_truncated`.
+  size_t output_limit_bytes = 16 << 20;
+  // Optional. Called on the calling thread with the child's pid once the child
+  // exists, in its own process group, and before it executes the program: the
+  // program does not start until this returns (so a cgroup set here accounts
+  // for all of its memory). Not called when the child cannot be created; may be
+  // called for a child whose exec then fails (RunProcess then returns an
+  // error).
+  std::function<void(pid_t)> on_started;
+};
+
+// How a run ended and what it printed.
+struct ProcessResult {
+  int exit_code = -1;      // exit status if the program exited, else -1
+  int term_signal = 0;     // signal that killed it, 0 if none
+  bool timed_out = false;  // killed because `ProcessSpec::timeout` passed
+  std::string stdout_text;
+  std::string stderr_text;
+  bool output_truncated = false;  // either stream exceeded the output limit
+  // From the start of the program to its exit.
+  absl::Duration wall_time;
+  // CPU time of the program and of the descendants it waited for (wait4).
+  absl::Duration user_cpu_time;
+  absl::Duration system_cpu_time;
+  // Largest resident set of the program or of any descendant it waited for.
+  int64_t peak_rss_bytes = 0;
+};
+
+// Runs `spec` to completion and returns how it ended. The child gets stdin
+// from /dev/null, stdout and stderr as pipes, default signal dispositions, an
+// empty signal mask and no other file descriptors; it leads its own process
+// group, and any of the group still alive when the program exits is killed.
+// A non-zero exit, a signal or a timeout is a result, not an error. Errors
+// only when the program could not be started: INVALID_ARGUMENT (empty argv, a
+// NUL inside an argument, a bad environment name, a non-positive timeout),
+// NOT_FOUND (program or working directory missing; names it),
+// PERMISSION_DENIED (not executable or not accessible), FAILED_PRECONDITION
+// (not an executable format), RESOURCE_EXHAUSTED (no processes or memory left)
+// or INTERNAL. Safe to call from several threads at once; installs no signal
+// handlers and waits only for its own child. The calling process must not set
+// SIGCHLD to SIG_IGN (the kernel would then reap the child behind its back).
+absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec);
+
+// A short description of how `result` ended, for messages: "exit code 2",
+// "killed by signal 9 (Killed)", "timed out after 5s".
+std::string DescribeTermination(const ProcessResult& result);
+
+}  // namespace distcc_cuda

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/toolchain.h"
+
+#include <filesystem>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/digest.h"
+#include "common/files.h"
+#include "common/status.h"
+#include "common/subprocess.h"
+
+namespace distcc_cuda {
+namespace fs = std::filesystem;
+namespace {
+
+std::string HashOrMissing(const std::string& path) {
+  absl::StatusOr<Digest> digest = DigestOfFile(path);
+  return digest.ok() ? digest->hash : "missing";
+}
+
+std::string FirstLine(const std::string& text) {
+  return std::string(text.substr(0, text.find('\n')));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
+                                        const std::string& cuda_home) {
+  std::vector<std::string> tried;
+  if (!flag_value.empty()) {
+    tried.push_back(flag_value);
+  } else {
+    if (!cuda_home.empty()) tried.push_back(cuda_home + "/bin/nvcc");
+    tried.push_back("/usr/local/cuda/bin/nvcc");
+  }
+  for (const std::string& candidate : tried) {
+    if (IsExecutableFile(candidate)) return AbsolutePath(candidate);
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no nvcc at ", absl::StrJoin(tried, " or "),
+      "; pass --nvcc /path/to/cuda/bin/nvcc or set CUDA_HOME"));
+}
+
+absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
+    const std::string& nvcc_path, const std::string& host_compiler) {
+  if (!IsExecutableFile(nvcc_path)) {
+    return absl::NotFoundError(
+        absl::StrCat("nvcc not found or not executable at ", nvcc_path));
+  }
+  ProcessSpec spec;
+  spec.argv = {nvcc_path, "--version"};
+  spec.timeout = absl::Seconds(30);
+  ASSIGN_OR_RETURN(ProcessResult version, RunProcess(spec));
+  std::smatch match;
+  v1::ToolchainFingerprint fingerprint;
+  static const std::regex kRelease("release ([0-9]+\\.[0-9]+)");
+  static const std::regex kBuild("Build (\\S+)");
+  if (version.exit_code != 0 ||
+      !std::regex_search(version.stdout_text, match, kRelease)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        nvcc_path, " --version does not name a CUDA release: ",
+        FirstLine(version.stdout_text + version.stderr_text)));
+  }
+  fingerprint.set_nvcc_release(match[1]);
+  if (std::regex_search(version.stdout_text, match, kBuild)) {
+    fingerprint.set_nvcc_build(match[1]);
+  }
+  // The toolkit root is the folder above bin/, following a symlinked nvcc.
+  std::error_code error;
+  fs::path real = fs::weakly_canonical(nvcc_path, error);
+  fs::path root = real.parent_path().parent_path();
+  fingerprint.set_nvcc_sha256(HashOrMissing(real.string()));
+  fingerprint.set_cicc_sha256(HashOrMissing((root / "nvvm/bin/cicc").string()));
+  fingerprint.set_ptxas_sha256(HashOrMissing((root / "bin/ptxas").string()));
+  absl::StatusOr<std::string> cuda_h = ReadFile((root / "include/cuda.h").string());
+  if (cuda_h.ok()) {
+    static const std::regex kCudaVersion("#define CUDA_VERSION ([0-9]+)");
+    if (std::regex_search(*cuda_h, match, kCudaVersion)) {
+      fingerprint.set_cuda_version_header(match[1]);
+    }
+  }
+  ProcessSpec host;
+  host.argv = {host_compiler, "--version"};
+  host.timeout = absl::Seconds(30);
+  absl::StatusOr<ProcessResult> host_version = RunProcess(host);
+  fingerprint.set_host_compiler(host_version.ok() && host_version->exit_code == 0
+                                    ? FirstLine(host_version->stdout_text)
+                                    : absl::StrCat(host_compiler, " missing"));
+  fingerprint.set_digest(
+      DigestOf(absl::StrCat(fingerprint.nvcc_release(), "\n",
+                            fingerprint.nvcc_build(), "\n",
+                            fingerprint.nvcc_sha256(), "\n",
+                            fingerprint.cicc_sha256(), "\n",
+                            fingerprint.ptxas_sha256(), "\n",
+                            fingerprint.cuda_version_header(), "\n",
+                            fingerprint.host_compiler()))
+          .hash);
+  return fingerprint;
+}
+
+std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain) {
+  return absl::StrCat("nvcc ", toolchain.nvcc_release(), " (",
+                      toolchain.nvcc_build(), "), ", toolchain.host_compiler(),
+                      " [", toolchain.digest().substr(0, 12), "]");
+}
+
+}  // namespace distcc_cuda

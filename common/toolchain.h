@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// The toolchain fingerprint: which nvcc (release, build, content of its
+// compiler stages) and which host compiler a unit is compiled with. Workers
+// take only builds whose fingerprint equals their own.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "distcc_cuda/v1/build.pb.h"
+
+namespace distcc_cuda {
+
+// Computes the fingerprint of the nvcc at `nvcc_path` (its toolkit is the
+// folder above its bin/) and of its host compiler `host_compiler` (looked up
+// in PATH). NOT_FOUND naming the path if nvcc is missing; FAILED_PRECONDITION
+// if `nvcc --version` does not say which release it is.
+absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
+    const std::string& nvcc_path, const std::string& host_compiler = "g++");
+
+// One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest 1a2b3c4d]".
+std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain);
+
+// Finds the nvcc to use: `flag_value` if set, else $CUDA_HOME/bin/nvcc from
+// `cuda_home`, else /usr/local/cuda/bin/nvcc. NOT_FOUND saying where it looked.
+absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
+                                        const std::string& cuda_home);
+
+}  // namespace distcc_cuda

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// Turns a submitted build into compile units: expands instantiation sets into
+// generated sources in the CAS, checks every unit, and keys each by its
+// action digest.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cas_store.h"
+#include "coordinator/scheduler.h"
+#include "distcc_cuda/v1/build.pb.h"
+
+namespace distcc_cuda::coordinator {
+
+// Returns the build's units in order: the ordinary units, then every
+// instantiation set's grid. INVALID_ARGUMENT for a malformed set or unit
+// (arguments that fail the sandbox checks, duplicate unit names);
+// FAILED_PRECONDITION naming the file when an input is not in the CAS.
+absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
+    const v1::SubmitBuildRequest& request, CasStore& cas);
+
+}  // namespace distcc_cuda::coordinator

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// The BuildService: accepts builds, streams their progress, reports status.
+#pragma once
+
+#include "common/cas_store.h"
+#include "coordinator/result_cache.h"
+#include "coordinator/scheduler.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+
+namespace distcc_cuda::coordinator {
+
+class BuildService final : public v1::BuildService::CallbackService {
+ public:
+  BuildService(CasStore* cas, ResultCache* results, BuildScheduler* scheduler)
+      : cas_(cas), results_(results), scheduler_(scheduler) {}
+
+  grpc::ServerUnaryReactor* GetClusterStatus(
+      grpc::CallbackServerContext* context,
+      const v1::GetClusterStatusRequest* request,
+      v1::ClusterStatus* response) override;
+  grpc::ServerWriteReactor<v1::BuildEvent>* SubmitBuild(
+      grpc::CallbackServerContext* context,
+      const v1::SubmitBuildRequest* request) override;
+
+ private:
+  CasStore* cas_;
+  ResultCache* results_;
+  BuildScheduler* scheduler_;
+};
+
+}  // namespace distcc_cuda::coordinator

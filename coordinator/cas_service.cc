@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/cas_service.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/cas_client.h"
+#include "common/status.h"
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+// Receives one blob in chunks and commits it once verified.
+class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobRequest> {
+ public:
+  WriteBlobReactor(CasStore* store, v1::WriteBlobResponse* response)
+      : store_(store), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client closed its side; the blob must be whole by now.
+      if (writer_ == nullptr) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "WriteBlob stream carried no chunk"));
+        return;
+      }
+      Finish(ToGrpcStatus(Commit()));
+      return;
+    }
+    absl::Status status = Accept();
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Accept() {
+    if (writer_ == nullptr) {
+      Digest digest = FromProto(request_.digest());
+      if (digest.size_bytes > (int64_t{64} << 30)) {
+        return absl::InvalidArgumentError("blob larger than 64 GiB");
+      }
+      ASSIGN_OR_RETURN(writer_, store_->StartWrite(digest));
+      digest_ = digest;
+    }
+    if (static_cast<int64_t>(request_.data().size()) > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk of ", request_.data().size(), " bytes exceeds the 1 MiB limit"));
+    }
+    return writer_->Append(request_.offset(), request_.data());
+  }
+
+  absl::Status Commit() {
+    if (writer_->bytes_written() != digest_.size_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "blob ", digest_.ToString(), " ended after ", writer_->bytes_written(),
+          " bytes"));
+    }
+    RETURN_IF_ERROR(writer_->Commit());
+    response_->set_committed_size(digest_.size_bytes);
+    return absl::OkStatus();
+  }
+
+  CasStore* store_;
+  v1::WriteBlobResponse* response_;
+  v1::WriteBlobRequest request_;
+  std::unique_ptr<BlobWriter> writer_;
+  Digest digest_;
+};
+
+// Sends one blob in chunks of at most 1 MiB, one write in flight.
+class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobResponse> {
+ public:
+  ReadBlobReactor(CasStore* store, const v1::ReadBlobRequest* request)
+      : digest_(FromProto(request->digest())) {
+    absl::Status valid = ValidateDigest(digest_);
+    if (!valid.ok()) {
+      Finish(ToGrpcStatus(valid));
+      return;
+    }
+    if (!store->Contains(digest_)) {
+      Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("blob ", digest_.ToString(),
+                                       " is not in the content store")));
+      return;
+    }
+    if (digest_.size_bytes > 0) in_.open(store->PathOf(digest_), std::ios::binary);
+    buffer_.resize(kMaxChunkBytes);
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "reader went away"));
+      return;
+    }
+    Next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (offset_ >= digest_.size_bytes) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    in_.read(buffer_.data(), buffer_.size());
+    std::streamsize n = in_.gcount();
+    if (n <= 0) {
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrCat("blob ", digest_.ToString(),
+                                       " is shorter on disk than its size")));
+      return;
+    }
+    response_.set_offset(offset_);
+    response_.set_data(buffer_.data(), n);
+    offset_ += n;
+    StartWrite(&response_);
+  }
+
+  Digest digest_;
+  std::ifstream in_;
+  std::string buffer_;
+  int64_t offset_ = 0;
+  v1::ReadBlobResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CasService::FindMissingBlobs(
+    grpc::CallbackServerContext* context,
+    const v1::FindMissingBlobsRequest* request,
+    v1::FindMissingBlobsResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  for (const auto& proto : request->digests()) {
+    Digest digest = FromProto(proto);
+    absl::Status valid = ValidateDigest(digest);
+    if (!valid.ok()) {
+      reactor->Finish(ToGrpcStatus(valid));
+      return reactor;
+    }
+    if (!store_->Contains(digest)) *response->add_missing() = proto;
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(
+    grpc::CallbackServerContext* context,
+    const v1::BatchUpdateBlobsRequest* request,
+    v1::BatchUpdateBlobsResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  for (const auto& blob : request->blobs()) {
+    auto* result = response->add_results();
+    *result->mutable_digest() = blob.digest();
+    absl::Status stored = store_->Put(FromProto(blob.digest()), blob.data());
+    result->set_code(static_cast<int>(stored.code()));
+    result->set_message(std::string(stored.message()));
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerReadReactor<v1::WriteBlobRequest>* CasService::WriteBlob(
+    grpc::CallbackServerContext* context, v1::WriteBlobResponse* response) {
+  return new WriteBlobReactor(store_, response);
+}
+
+grpc::ServerWriteReactor<v1::ReadBlobResponse>* CasService::ReadBlob(
+    grpc::CallbackServerContext* context, const v1::ReadBlobRequest* request) {
+  return new ReadBlobReactor(store_, request);
+}
+
+}  // namespace distcc_cuda::coordinator

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/coordinator.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/cas_store.h"
+#include "common/files.h"
+#include "common/status.h"
+#include "coordinator/build_service.h"
+#include "coordinator/cas_service.h"
+#include "coordinator/result_cache.h"
+#include "coordinator/worker_service.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::coordinator {
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
+    const CoordinatorOptions& options) {
+  if (options.state_dir.empty()) {
+    return absl::InvalidArgumentError("the coordinator needs --state-dir DIR");
+  }
+  std::unique_ptr<Coordinator> coordinator(new Coordinator());
+  coordinator->options_ = options;
+  std::string state = AbsolutePath(options.state_dir);
+  ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas"));
+  RETURN_IF_ERROR(MakeDirectories(state + "/results"));
+  coordinator->results_ = std::make_unique<ResultCache>(
+      state + "/results", coordinator->cas_.get());
+  ResultCache* results = coordinator->results_.get();
+  coordinator->scheduler_ = std::make_unique<BuildScheduler>(
+      options.scheduler,
+      [results](const std::string& action, const v1::TaskResult& result) {
+        results->Record(action, result);
+      });
+  coordinator->cas_service_ = std::make_unique<CasService>(coordinator->cas_.get());
+  coordinator->build_service_ = std::make_unique<BuildService>(
+      coordinator->cas_.get(), results, coordinator->scheduler_.get());
+  coordinator->worker_service_ = std::make_unique<WorkerService>(
+      coordinator->scheduler_.get(), options.scheduler.heartbeat_interval);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &coordinator->port_);
+  builder.RegisterService(coordinator->cas_service_.get());
+  builder.RegisterService(coordinator->build_service_.get());
+  builder.RegisterService(coordinator->worker_service_.get());
+  builder.SetMaxReceiveMessageSize(8 << 20);
+  coordinator->server_ = builder.BuildAndStart();
+  if (coordinator->server_ == nullptr || coordinator->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen_address,
+        " (address in use or not local?); choose another --listen address"));
+  }
+  Coordinator* self = coordinator.get();
+  coordinator->ticker_ = std::thread([self] {
+    while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+      self->scheduler_->Tick(absl::Now());
+    }
+  });
+  spdlog::info("coordinator listening on {} (state in {})", coordinator->address(),
+               state);
+  return coordinator;
+}
+
+std::string Coordinator::address() const {
+  std::string host = options_.listen_address.substr(
+      0, options_.listen_address.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return absl::StrCat(host, ":", port_);
+}
+
+Coordinator::~Coordinator() {
+  stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+}  // namespace distcc_cuda::coordinator

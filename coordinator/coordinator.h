@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// The coordinator process as a library: its CAS, result cache, scheduler and
+// gRPC services behind one server. `main` and the in-process embedded default
+// and tests all start it through Coordinator::Start.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/cas_store.h"
+#include "coordinator/scheduler.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace distcc_cuda::coordinator {
+
+struct CoordinatorOptions {
+  // HOST:PORT to listen on; port 0 picks a free one (see Coordinator::port).
+  std::string listen_address = "127.0.0.1:0";
+  // Holds the CAS (cas/) and the result cache (results/); created if missing.
+  std::string state_dir;
+  SchedulerOptions scheduler;
+};
+
+class BuildService;
+class CasService;
+class WorkerService;
+class ResultCache;
+
+class Coordinator {
+ public:
+  // Opens the state dir and starts serving. UNAVAILABLE if the address
+  // cannot be bound; PERMISSION_DENIED if the state dir cannot be written.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(
+      const CoordinatorOptions& options);
+  // Stops serving: in-flight calls are cancelled.
+  ~Coordinator();
+
+  int port() const { return port_; }
+  // "127.0.0.1:PORT", where clients and workers reach it.
+  std::string address() const;
+
+ private:
+  Coordinator() = default;
+
+  CoordinatorOptions options_;
+  std::unique_ptr<CasStore> cas_;
+  std::unique_ptr<ResultCache> results_;
+  std::unique_ptr<BuildScheduler> scheduler_;
+  std::unique_ptr<CasService> cas_service_;
+  std::unique_ptr<BuildService> build_service_;
+  std::unique_ptr<WorkerService> worker_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification stop_;
+  std::thread ticker_;
+};
+
+}  // namespace distcc_cuda::coordinator

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// distcc-cuda-coordinator: accepts builds and leases their units to workers.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/command_line.h"
+#include "common/signals.h"
+#include "coordinator/coordinator.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:3633",
+          "HOST:PORT to listen on for clients and workers");
+ABSL_FLAG(std::string, state_dir, "",
+          "folder for the content store and result cache (required)");
+ABSL_FLAG(int, heartbeat_timeout_s, 6,
+          "drop a worker and re-queue its units after this many seconds "
+          "without a heartbeat");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Accepts distcc-cuda builds and schedules their compile units on the "
+      "workers that connect to it.\n"
+      "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR");
+  std::vector<std::string> storage;
+  std::vector<char*> args = distcc_cuda::NormalizeFlagNames(argc, argv, storage);
+  absl::ParseCommandLine(args.size(), args.data());
+  distcc_cuda::BlockTerminationSignals();
+  distcc_cuda::coordinator::CoordinatorOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.scheduler.heartbeat_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  auto coordinator = distcc_cuda::coordinator::Coordinator::Start(options);
+  if (!coordinator.ok()) {
+    std::cerr << "distcc-cuda-coordinator: " << coordinator.status().message()
+              << "\n";
+    return 1;
+  }
+  // Lets scripts started with port 0 learn the port.
+  std::cout << "listening on " << (*coordinator)->address() << std::endl;
+  int signal = distcc_cuda::WaitForTerminationSignal();
+  spdlog::info("coordinator shutting down (signal {})", signal);
+  return 0;
+}

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/result_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::coordinator {
+
+ResultCache::ResultCache(std::string directory, const CasStore* cas)
+    : directory_(std::move(directory)), cas_(cas) {}
+
+std::string ResultCache::PathOf(const std::string& action_digest) const {
+  return absl::StrCat(directory_, "/", action_digest.substr(0, 2), "/",
+                      action_digest);
+}
+
+std::optional<v1::TaskResult> ResultCache::Lookup(
+    const std::string& action_digest) const {
+  absl::StatusOr<std::string> bytes = ReadFile(PathOf(action_digest));
+  if (!bytes.ok()) return std::nullopt;
+  v1::TaskResult result;
+  if (!result.ParseFromString(*bytes)) {
+    spdlog::warn("ignoring unreadable cache entry {}", PathOf(action_digest));
+    return std::nullopt;
+  }
+  for (const auto& output : result.outputs()) {
+    if (!cas_->Contains(FromProto(output.digest()))) return std::nullopt;
+  }
+  return result;
+}
+
+void ResultCache::Record(const std::string& action_digest,
+                         const v1::TaskResult& result) {
+  absl::Status written =
+      WriteFileAtomically(PathOf(action_digest), result.SerializeAsString());
+  if (!written.ok()) {
+    spdlog::warn("cannot record result {}: {}", action_digest,
+                 written.ToString());
+  }
+}
+
+std::string ActionDigest(const std::string& toolchain_digest,
+                         const v1::CompileUnit& unit) {
+  std::vector<std::string> inputs;
+  for (const auto& input : unit.inputs()) {
+    inputs.push_back(absl::StrCat(input.path(), "\t", input.digest().hash(), "\t",
+                                  input.digest().size_bytes(), "\t",
+                                  input.is_executable() ? "x" : "-"));
+  }
+  std::sort(inputs.begin(), inputs.end());
+  Sha256 sha;
+  auto field = [&](absl::string_view text) {
+    sha.Update(absl::StrCat(text.size(), ":"));
+    sha.Update(text);
+  };
+  field("distcc-cuda action v1");
+  field(toolchain_digest);
+  field(unit.working_directory());
+  for (const auto& argument : unit.arguments()) field(argument);
+  field("outputs");
+  for (const auto& output : unit.output_paths()) field(output);
+  field("inputs");
+  for (const auto& input : inputs) field(input);
+  return sha.FinishHex();
+}
+
+}  // namespace distcc_cuda::coordinator

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// Successful unit results kept by action digest (toolchain + arguments +
+// input closure), so an unchanged unit is never compiled twice.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/cas_store.h"
+#include "distcc_cuda/v1/build.pb.h"
+
+namespace distcc_cuda::coordinator {
+
+class ResultCache {
+ public:
+  // Results live in `directory`, one file per action; outputs are in `cas`.
+  ResultCache(std::string directory, const CasStore* cas);
+
+  // Returns the cached result if it exists and all its outputs are still in
+  // the CAS.
+  std::optional<v1::TaskResult> Lookup(const std::string& action_digest) const;
+  // Stores a successful result. Logs and ignores write errors: a lost cache
+  // entry only costs a recompile.
+  void Record(const std::string& action_digest, const v1::TaskResult& result);
+
+ private:
+  std::string PathOf(const std::string& action_digest) const;
+  std::string directory_;
+  const CasStore* cas_;
+};
+
+// The action digest of a unit compiled with `toolchain_digest`: a SHA-256
+// over the toolchain, working directory, arguments, outputs and sorted inputs.
+std::string ActionDigest(const std::string& toolchain_digest,
+                         const v1::CompileUnit& unit);
+
+}  // namespace distcc_cuda::coordinator

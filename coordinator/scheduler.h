@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// The coordinator's book of builds, units, workers and leases. It decides
+// which worker runs which unit and re-queues the units of workers that go
+// silent. Thread-safe; time is passed in, so tests need no sleeps.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "distcc_cuda/v1/build.pb.h"
+#include "distcc_cuda/v1/worker.pb.h"
+
+namespace distcc_cuda::coordinator {
+
+// Receives a build's progress events, in order. Called outside the
+// scheduler's lock.
+using BuildEventSink = std::function<void(const v1::BuildEvent&)>;
+
+// Called with the leased task, or nullopt when the wait ran out.
+using LeaseCallback = std::function<void(std::optional<v1::Task>)>;
+
+// Stores a successful unit's result under its action digest.
+using ResultRecorder =
+    std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
+
+struct SchedulerOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A worker with no heartbeat for this long is dropped and its units re-queued.
+  absl::Duration heartbeat_timeout = absl::Seconds(6);
+  absl::Duration task_timeout = absl::Minutes(30);
+  // Attempts per unit for infrastructure failures (lost worker, failed start).
+  int max_attempts = 3;
+};
+
+// A unit ready to schedule, with the key of its cached result.
+struct PlannedUnit {
+  v1::CompileUnit unit;
+  std::string action_digest;
+};
+
+class BuildScheduler {
+ public:
+  BuildScheduler(SchedulerOptions options, ResultRecorder record_result);
+
+  // Adds a worker; returns its id. INVALID_ARGUMENT for zero slots or cap.
+  absl::StatusOr<std::string> RegisterWorker(const v1::RegisterWorkerRequest& request,
+                                             absl::Time now);
+  // Refreshes a worker. NOT_FOUND if it was dropped (it must register again).
+  // Leased tasks the worker no longer runs are taken back.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request, absl::Time now);
+  // Hands the worker a task now, or parks the request until a unit is ready
+  // or `deadline` passes. NOT_FOUND for an unknown worker.
+  absl::Status RequestLease(const std::string& worker_id, absl::Time deadline,
+                            LeaseCallback callback, absl::Time now);
+  // Forgets a parked lease request (its call was cancelled).
+  void CancelLeaseRequest(const std::string& worker_id);
+  // Records a task's result. NOT_FOUND if the lease is no longer held.
+  absl::Status ReportResult(const v1::ReportResultRequest& request, absl::Time now);
+
+  // Starts a build of `units` (results already cached are passed in
+  // `cached`, keyed by unit index) and returns its id. FAILED_PRECONDITION
+  // naming both toolchains when no connected worker matches `toolchain`.
+  absl::StatusOr<std::string> SubmitBuild(
+      const std::string& build_name, const v1::ToolchainFingerprint& toolchain,
+      std::vector<PlannedUnit> units,
+      std::map<int, v1::TaskResult> cached, BuildEventSink sink, absl::Time now);
+  // Drops a build whose client went away; its running tasks' results are ignored.
+  void CancelBuild(const std::string& build_id);
+
+  // Drops silent workers (re-queueing their units), times out tasks and
+  // answers parked lease requests whose wait ran out. Call periodically.
+  void Tick(absl::Time now);
+
+  v1::ClusterStatus Status(absl::Time now) const;
+
+ private:
+  enum class UnitPhase { kQueued, kRunning, kDone };
+  struct UnitState {
+    PlannedUnit planned;
+    UnitPhase phase = UnitPhase::kQueued;
+    int attempts = 0;
+    bool failed = false;
+  };
+  struct BuildState {
+    std::string id;
+    std::string toolchain_digest;
+    std::vector<UnitState> units;
+    int remaining = 0;
+    int failed = 0;
+    int cached = 0;
+    std::set<std::string> workers_used;
+    BuildEventSink sink;
+  };
+  struct TaskState {
+    std::string build_id;
+    int unit_index;
+    std::string worker_id;
+    absl::Time leased_at;
+    bool seen_running = false;
+  };
+  struct WorkerState {
+    v1::RegisterWorkerRequest info;
+    absl::Time last_heartbeat;
+    std::set<std::string> tasks;
+    int64_t completed = 0;
+  };
+  struct ParkedLease {
+    std::string worker_id;
+    absl::Time deadline;
+    LeaseCallback callback;
+  };
+  // Work to do once the lock is released.
+  struct Deferred {
+    std::vector<std::pair<BuildEventSink, v1::BuildEvent>> events;
+    std::vector<std::pair<LeaseCallback, std::optional<v1::Task>>> leases;
+    void Run();
+  };
+
+  // Pops the first queued unit whose build the worker may take.
+  std::optional<v1::Task> TakeTaskFor(const std::string& worker_id,
+                                      absl::Time now, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pairs parked lease requests with queued units.
+  void Dispatch(absl::Time now, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a running task's unit back in the queue, or fails it after too many
+  // attempts.
+  void Requeue(const std::string& task_id, const std::string& reason,
+               Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result,
+                  bool cached, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropWorker(const std::string& worker_id, const std::string& reason,
+                  Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  const ResultRecorder record_result_;
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);
+  // (build id, unit index) in the order they became ready.
+  std::deque<std::pair<std::string, int>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<ParkedLease> parked_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distcc_cuda::coordinator

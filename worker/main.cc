@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// distcc-cuda-worker: runs compile units for a coordinator with a pinned nvcc.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/command_line.h"
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "common/host_resources.h"
+#include "common/signals.h"
+#include "common/toolchain.h"
+#include "spdlog/spdlog.h"
+#include "worker/worker.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:3633",
+          "HOST:PORT of the coordinator to work for");
+ABSL_FLAG(int, slots, 0, "units run at once (default: the usable cores)");
+ABSL_FLAG(std::string, memory_cap, "",
+          "memory this worker may use, e.g. 16GiB (default: available memory "
+          "less 10%)");
+ABSL_FLAG(std::string, nvcc, "",
+          "the pinned nvcc (default: $CUDA_HOME/bin/nvcc, else "
+          "/usr/local/cuda/bin/nvcc)");
+ABSL_FLAG(std::string, name, "", "name shown in status (default: HOST-PID)");
+ABSL_FLAG(std::string, work_dir, "",
+          "folder for sandboxes and the input cache (default: "
+          "/tmp/distcc-cuda-worker-NAME)");
+ABSL_FLAG(bool, keep_sandboxes, false, "leave each task's folder behind");
+ABSL_FLAG(bool, print_toolchain, false,
+          "print this worker's toolchain fingerprint and exit");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
+      "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
+      "[--memory-cap SIZE] [--nvcc PATH]");
+  std::vector<std::string> storage;
+  std::vector<char*> args = distcc_cuda::NormalizeFlagNames(argc, argv, storage);
+  absl::ParseCommandLine(args.size(), args.data());
+  distcc_cuda::BlockTerminationSignals();
+  const char* cuda_home = std::getenv("CUDA_HOME");
+  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc),
+                                       cuda_home ? cuda_home : "");
+  if (!nvcc.ok()) {
+    std::cerr << "distcc-cuda-worker: " << nvcc.status().message() << "\n";
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_print_toolchain)) {
+    auto toolchain = distcc_cuda::ComputeToolchainFingerprint(*nvcc);
+    if (!toolchain.ok()) {
+      std::cerr << "distcc-cuda-worker: " << toolchain.status().message() << "\n";
+      return 1;
+    }
+    std::cout << toolchain->DebugString();
+    return 0;
+  }
+  distcc_cuda::worker::WorkerOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.nvcc_path = *nvcc;
+  options.name = absl::GetFlag(FLAGS_name);
+  if (options.name.empty()) {
+    options.name = absl::StrCat(distcc_cuda::HostName(), "-", getpid());
+  }
+  options.slots = absl::GetFlag(FLAGS_slots);
+  if (options.slots <= 0) options.slots = distcc_cuda::UsableCores();
+  std::string cap = absl::GetFlag(FLAGS_memory_cap);
+  if (cap.empty()) {
+    options.memory_cap_bytes = distcc_cuda::DefaultMemoryCapBytes();
+  } else {
+    auto parsed = distcc_cuda::ParseByteSize(cap);
+    if (!parsed.ok()) {
+      std::cerr << "distcc-cuda-worker: --memory-cap: " << parsed.status().message()
+                << "\n";
+      return 1;
+    }
+    options.memory_cap_bytes = *parsed;
+  }
+  options.work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (options.work_dir.empty()) {
+    options.work_dir = absl::StrCat("/tmp/distcc-cuda-worker-", options.name);
+  }
+  options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
+  auto worker = distcc_cuda::worker::Worker::Start(options);
+  if (!worker.ok()) {
+    std::cerr << "distcc-cuda-worker: " << worker.status().message() << "\n";
+    return 1;
+  }
+  int signal = distcc_cuda::WaitForTerminationSignal();
+  spdlog::info("worker {} stopping (signal {})", options.name, signal);
+  return 0;
+}

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "worker/worker.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "common/files.h"
+#include "common/nvcc_args.h"
+#include "common/status.h"
+#include "common/subprocess.h"
+#include "common/toolchain.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::worker {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr absl::Duration kLeaseWait = absl::Seconds(5);
+
+std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+v1::TaskResult FailedToStart(const std::string& message) {
+  v1::TaskResult result;
+  result.set_outcome(v1::TASK_FAILED_TO_START);
+  result.set_exit_code(-1);
+  result.set_error_message(message);
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& options) {
+  if (options.slots <= 0) {
+    return absl::InvalidArgumentError("--slots must be at least 1");
+  }
+  if (options.work_dir.empty()) {
+    return absl::InvalidArgumentError("the worker needs a work dir");
+  }
+  std::unique_ptr<Worker> worker(new Worker());
+  worker->options_ = options;
+  ASSIGN_OR_RETURN(worker->toolchain_, ComputeToolchainFingerprint(options.nvcc_path));
+  ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
+  RETURN_IF_ERROR(MakeDirectories(options.work_dir + "/tasks"));
+  worker->channel_ = grpc::CreateChannel(options.coordinator_address,
+                                         grpc::InsecureChannelCredentials());
+  if (!worker->channel_->WaitForConnected(DeadlineIn(options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", options.coordinator_address,
+        " within ", absl::FormatDuration(options.connect_timeout),
+        "; is distcc-cuda-coordinator running there?"));
+  }
+  worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
+  worker->cas_client_ = std::make_unique<CasClient>(
+      v1::ContentStore::NewStub(worker->channel_));
+  RETURN_IF_ERROR(worker->Register());
+  spdlog::info("worker {} registered with {}: {} slots, cap {}, {}", options.name,
+               options.coordinator_address, options.slots,
+               FormatByteSize(options.memory_cap_bytes),
+               DescribeToolchain(worker->toolchain_));
+  Worker* self = worker.get();
+  worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
+  for (int slot = 0; slot < options.slots; ++slot) {
+    worker->threads_.emplace_back([self, slot] { self->SlotLoop(slot); });
+  }
+  return worker;
+}
+
+Worker::~Worker() {
+  stop_.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    for (grpc::ClientContext* context : waiting_) context->TryCancel();
+  }
+  for (std::thread& thread : threads_) thread.join();
+}
+
+absl::Status Worker::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_name(options_.name);
+  *request.mutable_toolchain() = toolchain_;
+  request.set_memory_cap_bytes(options_.memory_cap_bytes);
+  request.set_slots(options_.slots);
+  v1::RegisterWorkerResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(absl::Seconds(10)));
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(stub_->RegisterWorker(&context, request, &response)),
+                           absl::StrCat("registering with ", options_.coordinator_address)));
+  absl::MutexLock lock(&mu_);
+  worker_id_ = response.worker_id();
+  return absl::OkStatus();
+}
+
+std::string Worker::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+void Worker::HeartbeatLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    v1::HeartbeatRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      request.set_worker_id(worker_id_);
+      for (const std::string& id : running_) request.add_running_task_ids(id);
+    }
+    v1::HeartbeatResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(absl::Seconds(5)));
+    grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // The coordinator dropped us (restart, or we were silent too long).
+      spdlog::warn("coordinator forgot this worker; registering again");
+      absl::Status registered = Register();
+      if (!registered.ok()) spdlog::warn("{}", registered.ToString());
+    } else if (!status.ok()) {
+      spdlog::warn("heartbeat to {} failed: {}", options_.coordinator_address,
+                   status.error_message());
+    }
+  }
+}
+
+void Worker::SlotLoop(int slot) {
+  while (!stop_.HasBeenNotified()) {
+    v1::LeaseTaskRequest request;
+    request.set_worker_id(worker_id());
+    request.set_wait_ms(absl::ToInt64Milliseconds(kLeaseWait));
+    v1::LeaseTaskResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(kLeaseWait + absl::Seconds(10)));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_.HasBeenNotified()) return;
+      waiting_.insert(&context);
+    }
+    grpc::Status status = stub_->LeaseTask(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_.erase(&context);
+      if (status.ok() && response.has_task()) running_.insert(response.task().task_id());
+    }
+    if (!status.ok()) {
+      if (stop_.HasBeenNotified()) return;
+      // Back off; the heartbeat loop re-registers if we were forgotten.
+      stop_.WaitForNotificationWithTimeout(absl::Seconds(1));
+      continue;
+    }
+    if (!response.has_task()) continue;
+    const v1::Task& task = response.task();
+    spdlog::info("slot {} runs unit {} ({})", slot, task.unit().name(), task.task_id());
+    v1::TaskResult result = RunTask(task);
+    absl::Status reported = Report(task, result);
+    if (!reported.ok()) spdlog::warn("{}", reported.ToString());
+    absl::MutexLock lock(&mu_);
+    running_.erase(task.task_id());
+  }
+}
+
+v1::TaskResult Worker::RunTask(const v1::Task& task) {
+  const v1::CompileUnit& unit = task.unit();
+  std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
+  absl::Status valid = ValidateSandboxedArguments(arguments);
+  if (!valid.ok()) {
+    v1::TaskResult result = FailedToStart(std::string(valid.message()));
+    result.set_outcome(v1::TASK_REJECTED);
+    return result;
+  }
+  absl::StatusOr<std::string> sandbox =
+      MakeTempDirectory(options_.work_dir + "/tasks", task.task_id() + "-");
+  if (!sandbox.ok()) return FailedToStart(std::string(sandbox.status().message()));
+  auto cleanup = [&] {
+    if (!options_.keep_sandboxes) RemoveAll(*sandbox).IgnoreError();
+  };
+  for (const auto& input : unit.inputs()) {
+    Digest digest = FromProto(input.digest());
+    absl::Status fetched = cas_client_->DownloadToStore(digest, *cache_);
+    if (fetched.ok()) {
+      fetched = cache_->Materialize(digest, *sandbox + "/" + input.path(),
+                                    input.is_executable());
+    }
+    if (!fetched.ok()) {
+      cleanup();
+      return FailedToStart(absl::StrCat("cannot fetch input ", input.path(), ": ",
+                                        fetched.message()));
+    }
+  }
+  std::string cwd = unit.working_directory().empty()
+                        ? *sandbox
+                        : *sandbox + "/" + unit.working_directory();
+  MakeDirectories(cwd).IgnoreError();
+  for (const std::string& output : unit.output_paths()) {
+    MakeDirectories(fs::path(cwd + "/" + output).parent_path().string()).IgnoreError();
+  }
+  ProcessSpec spec;
+  spec.argv.push_back(options_.nvcc_path);
+  spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
+  spec.working_directory = cwd;
+  spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms())
+                                       : absl::Hours(1);
+  absl::StatusOr<ProcessResult> run = RunProcess(spec);
+  if (!run.ok()) {
+    cleanup();
+    return FailedToStart(absl::StrCat("cannot run ", options_.nvcc_path, ": ",
+                                      run.status().message()));
+  }
+  v1::TaskResult result;
+  result.set_outcome(run->timed_out ? v1::TASK_TIMED_OUT : v1::TASK_COMPLETED);
+  result.set_exit_code(run->exit_code);
+  result.set_stdout_text(run->stdout_text);
+  result.set_stderr_text(run->stderr_text);
+  result.set_wall_time_ms(absl::ToInt64Milliseconds(run->wall_time));
+  result.set_cpu_time_ms(
+      absl::ToInt64Milliseconds(run->user_cpu_time + run->system_cpu_time));
+  result.set_peak_memory_bytes(run->peak_rss_bytes);
+  result.set_worker_name(options_.name);
+  if (run->exit_code != 0) {
+    result.set_error_message(DescribeTermination(*run));
+  } else {
+    std::vector<BlobSource> uploads;
+    for (const std::string& output : unit.output_paths()) {
+      std::string path = cwd + "/" + output;
+      absl::StatusOr<Digest> digest = DigestOfFile(path);
+      if (!digest.ok()) {
+        result.set_exit_code(-1);
+        result.set_outcome(v1::TASK_COMPLETED);
+        result.set_error_message(absl::StrCat(
+            "nvcc exited 0 but did not write ", output));
+        cleanup();
+        return result;
+      }
+      auto* out = result.add_outputs();
+      out->set_path(output);
+      *out->mutable_digest() = ToProto(*digest);
+      uploads.push_back(BlobSource{*digest, path, ""});
+    }
+    absl::StatusOr<int> uploaded = cas_client_->UploadMissing(uploads);
+    if (!uploaded.ok()) {
+      cleanup();
+      return FailedToStart(absl::StrCat("cannot upload outputs: ",
+                                        uploaded.status().message()));
+    }
+  }
+  cleanup();
+  return result;
+}
+
+absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) {
+  // A finished result is worth retrying for: it may have cost minutes.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    v1::ReportResultRequest request;
+    request.set_worker_id(worker_id());
+    request.set_task_id(task.task_id());
+    *request.mutable_result() = result;
+    v1::ReportResultResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(absl::Seconds(10)));
+    grpc::Status status = stub_->ReportResult(&context, request, &response);
+    if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return Annotate(FromGrpcStatus(status),
+                      absl::StrCat("reporting unit ", task.unit().name()));
+    }
+    if (stop_.WaitForNotificationWithTimeout(absl::Seconds(1 << attempt))) break;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "could not report unit ", task.unit().name(), " to ",
+      options_.coordinator_address));
+}
+
+}  // namespace distcc_cuda::worker

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// The worker process as a library: registers with a coordinator, keeps a
+// heartbeat, leases units into its slots and runs the pinned nvcc on each in
+// a sandbox folder. `main`, the embedded default and tests start it through
+// Worker::Start.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/cas_client.h"
+#include "common/cas_store.h"
+#include "distcc_cuda/v1/worker.grpc.pb.h"
+
+namespace distcc_cuda::worker {
+
+struct WorkerOptions {
+  std::string coordinator_address;  // HOST:PORT
+  std::string name;                 // shown in status and summaries
+  int slots = 1;                    // units run at once
+  int64_t memory_cap_bytes = 0;     // advertised cap
+  std::string nvcc_path;            // the pinned nvcc every unit runs with
+  std::string work_dir;             // sandboxes (tasks/) and the input cache (cas/)
+  bool keep_sandboxes = false;      // leave task folders behind for debugging
+  // How long to keep trying to reach the coordinator at start.
+  absl::Duration connect_timeout = absl::Seconds(30);
+};
+
+class Worker {
+ public:
+  // Computes the toolchain fingerprint, registers and starts the slots.
+  // NOT_FOUND if nvcc is missing; UNAVAILABLE naming the address if the
+  // coordinator cannot be reached within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Worker>> Start(const WorkerOptions& options);
+  // Stops leasing, cancels waits and joins the slots (a running nvcc is
+  // waited for).
+  ~Worker();
+
+  const v1::ToolchainFingerprint& toolchain() const { return toolchain_; }
+
+ private:
+  Worker() = default;
+  absl::Status Register();
+  std::string worker_id() const;
+  void HeartbeatLoop();
+  void SlotLoop(int slot);
+  // Runs one task and returns its result; never throws away a finished result.
+  v1::TaskResult RunTask(const v1::Task& task);
+  absl::Status Report(const v1::Task& task, const v1::TaskResult& result);
+
+  WorkerOptions options_;
+  v1::ToolchainFingerprint toolchain_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::unique_ptr<CasClient> cas_client_;
+  std::unique_ptr<CasStore> cache_;
+  absl::Notification stop_;
+  mutable absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
+  std::set<grpc::ClientContext*> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace distcc_cuda::worker
