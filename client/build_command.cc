@@ -33,11 +33,11 @@ namespace {
 // A unit before its paths are made relative to the workspace root.
 struct LocalUnit {
   std::string name;
-  std::string directory;            // absolute; nvcc runs here
-  std::vector<std::string> flags;   // without -c, -o, sources, dependency flags
-  std::string source;               // as given (relative to directory, or absolute)
-  std::string local_object;         // where the object lands on this machine
-  std::vector<std::string> closure; // absolute input paths
+  std::string directory;             // absolute; nvcc runs here
+  std::vector<std::string> flags;    // without -c, -o, sources, dependency flags
+  std::string source;                // as given (relative to directory, or absolute)
+  std::string local_object;          // where the object lands on this machine
+  std::vector<std::string> closure;  // absolute input paths
 };
 
 // An instantiation set before its paths are made relative.
@@ -70,8 +70,8 @@ absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
   absl::StatusOr<NvccCommand> checked = ParseNvccCommand(flags);
   if (!checked.ok()) return Annotate(checked.status(), manifest.path + ": [build] flags");
   if (!checked->sources.empty() || !checked->output.empty() || checked->compile_only) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        manifest.path, ": [build] flags must not name sources, -c or -o"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(manifest.path, ": [build] flags must not name sources, -c or -o"));
   }
   for (const std::string& source : manifest.sources) {
     LocalUnit unit;
@@ -89,16 +89,14 @@ absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
 }
 
 absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
-  ASSIGN_OR_RETURN(std::vector<CompileCommand> commands,
-                   LoadCompileCommands(options.plan_path));
+  ASSIGN_OR_RETURN(std::vector<CompileCommand> commands, LoadCompileCommands(options.plan_path));
   LocalPlan plan;
   plan.object_dir = options.output_dir + "/obj";
   plan.library_path = options.output_dir + "/" + options.library_name;
   std::set<std::string> names;
   for (const CompileCommand& command : commands) {
     ASSIGN_OR_RETURN(NvccCommand parsed,
-                     ParseNvccCommand({command.arguments.begin() + 1,
-                                       command.arguments.end()}));
+                     ParseNvccCommand({command.arguments.begin() + 1, command.arguments.end()}));
     LocalUnit unit;
     unit.name = fs::path(command.file).filename().string();
     for (int n = 2; !names.insert(unit.name).second; ++n) {
@@ -119,8 +117,8 @@ absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
   std::vector<std::function<absl::Status()>> jobs;
   for (LocalUnit& unit : plan.units) {
     jobs.push_back([&unit, &nvcc, &excluded]() -> absl::Status {
-      ASSIGN_OR_RETURN(unit.closure, ScanInputClosure(nvcc, unit.directory, unit.flags,
-                                                      unit.source, excluded));
+      ASSIGN_OR_RETURN(unit.closure,
+                       ScanInputClosure(nvcc, unit.directory, unit.flags, unit.source, excluded));
       return absl::OkStatus();
     });
   }
@@ -182,13 +180,13 @@ std::string Relative(const std::string& path, const std::string& base) {
 }
 
 // Rewrites absolute input paths under `root` in `flags` relative to `directory`.
-absl::StatusOr<std::vector<std::string>> RelativeFlags(
-    const std::vector<std::string>& flags, const std::string& directory,
-    const std::string& root) {
+absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
+                                                       const std::string& directory,
+                                                       const std::string& root) {
   ASSIGN_OR_RETURN(NvccCommand parsed, ParseNvccCommand(flags));
   for (NvccArgument& flag : parsed.flags) {
-    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() &&
-        flag.value[0] == '/' && RelativeTo(flag.value, root).ok()) {
+    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() && flag.value[0] == '/' &&
+        RelativeTo(flag.value, root).ok()) {
       flag.value = Relative(flag.value, directory);
     } else if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() &&
                flag.value[0] != '/' &&
@@ -244,8 +242,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     return absl::InvalidArgumentError(
         "a compile_commands.json plan needs --library NAME.so for the link output");
   }
-  ASSIGN_OR_RETURN(LocalPlan plan, is_compdb ? PlanFromCompileCommands(options)
-                                             : PlanFromManifest(options));
+  ASSIGN_OR_RETURN(LocalPlan plan,
+                   is_compdb ? PlanFromCompileCommands(options) : PlanFromManifest(options));
 
   // Connect first: an unreachable coordinator should fail in seconds, before
   // any scanning.
@@ -255,18 +253,17 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     ASSIGN_OR_RETURN(embedded, EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
                                                       options.embedded_slots));
     address = embedded->address();
-    out << "distcc-cuda: no --coordinator given; building on this machine ("
-        << embedded->slots() << " slots, memory cap "
-        << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
+    out << "distcc-cuda: no --coordinator given; building on this machine (" << embedded->slots()
+        << " slots, memory cap " << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
   }
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", address, " within ",
-        absl::FormatDuration(options.connect_timeout),
-        "; check the address and that distcc-cuda-coordinator is running, or "
-        "leave out --coordinator to build on this machine"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the coordinator at ", address, " within ",
+                     absl::FormatDuration(options.connect_timeout),
+                     "; check the address and that distcc-cuda-coordinator is running, or "
+                     "leave out --coordinator to build on this machine"));
   }
 
   absl::Time scan_start = absl::Now();
@@ -297,8 +294,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     for (const std::string& flag : flags) unit->add_arguments(flag);
     std::string object = fs::path(local.source).filename().string() + ".o";
     for (const std::string& argument :
-         {std::string("-c"), Relative(AbsolutePath(local.source, local.directory),
-                                      local.directory),
+         {std::string("-c"), Relative(AbsolutePath(local.source, local.directory), local.directory),
           std::string("-o"), object}) {
       unit->add_arguments(argument);
     }
@@ -330,8 +326,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   CasClient cas(v1::ContentStore::NewStub(channel));
   ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
   absl::Duration upload_time = absl::Now() - upload_start;
-  out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " ("
-      << uploaded << " uploaded), scanned in " << Seconds(scan_time) << "\n";
+  out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " (" << uploaded
+      << " uploaded), scanned in " << Seconds(scan_time) << "\n";
 
   absl::Time compile_start = absl::Now();
   auto stub = v1::BuildService::NewStub(channel);
@@ -348,8 +344,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   while (reader->Read(&event)) {
     if (event.has_accepted()) {
       total = event.accepted().unit_names_size();
-      out << "distcc-cuda: build " << event.accepted().build_id() << ": " << total
-          << " units on " << address << " (" << event.accepted().eligible_workers()
+      out << "distcc-cuda: build " << event.accepted().build_id() << ": " << total << " units on "
+          << address << " (" << event.accepted().eligible_workers()
           << " workers with this toolchain)\n";
     } else if (event.has_unit_requeued()) {
       out << "  re-queued " << event.unit_requeued().unit_name() << ": "
@@ -357,22 +353,23 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     } else if (event.has_unit_finished()) {
       const auto& done = event.unit_finished();
       const v1::TaskResult& result = done.result();
-      UnitReport report{done.unit_name(), result.worker_name(), done.cached(),
+      UnitReport report{done.unit_name(),
+                        result.worker_name(),
+                        done.cached(),
                         result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0,
-                        result.wall_time_ms(), result.cpu_time_ms(),
+                        result.wall_time_ms(),
+                        result.cpu_time_ms(),
                         result.peak_memory_bytes()};
       reports.push_back(report);
-      out << absl::StrFormat("  [%d/%d] %-44s %s\n", reports.size(), total,
-                             done.unit_name(),
+      out << absl::StrFormat("  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
                              report.cached ? "cached"
-                                           : absl::StrFormat("%s %.1f s %s",
-                                                             result.worker_name(),
+                                           : absl::StrFormat("%s %.1f s %s", result.worker_name(),
                                                              result.wall_time_ms() / 1000.0,
                                                              FormatByteSize(report.peak_bytes)));
       if (!report.ok) {
         failed.push_back(done.unit_name());
-        out << "\nerror: unit " << done.unit_name() << " failed on worker "
-            << result.worker_name() << " ("
+        out << "\nerror: unit " << done.unit_name() << " failed on worker " << result.worker_name()
+            << " ("
             << (result.outcome() == v1::TASK_COMPLETED
                     ? absl::StrCat("nvcc exit code ", result.exit_code())
                     : result.error_message())
@@ -404,8 +401,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   grpc::Status status = reader->Finish();
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "build"));
   if (!finished) {
-    return absl::UnavailableError(absl::StrCat("the coordinator at ", address,
-                                               " ended the build without a result"));
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator at ", address, " ended the build without a result"));
   }
   RETURN_IF_ERROR(download_error);
   absl::Duration compile_time = absl::Now() - compile_start;
@@ -452,9 +449,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(ProcessResult linked, RunProcess(link));
   if (linked.exit_code != 0) {
     out << linked.stdout_text << linked.stderr_text;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "linking ", plan.library_path, " failed (", DescribeTermination(linked),
-        "); the objects are in ", plan.object_dir));
+    return absl::FailedPreconditionError(absl::StrCat("linking ", plan.library_path, " failed (",
+                                                      DescribeTermination(linked),
+                                                      "); the objects are in ", plan.object_dir));
   }
   absl::Duration link_time = absl::Now() - link_start;
 
@@ -468,13 +465,12 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   out << "  workers   " << per_worker.size()
       << (worker_counts.empty() ? "" : absl::StrCat(" (", absl::StrJoin(worker_counts, ", "), ")"))
       << "\n";
-  out << "  time      " << Seconds(absl::Now() - start) << " (scan "
-      << Seconds(scan_time) << ", upload " << Seconds(upload_time) << ", compile "
-      << Seconds(compile_time) << ", link " << Seconds(link_time) << ")\n";
+  out << "  time      " << Seconds(absl::Now() - start) << " (scan " << Seconds(scan_time)
+      << ", upload " << Seconds(upload_time) << ", compile " << Seconds(compile_time) << ", link "
+      << Seconds(link_time) << ")\n";
   if (largest != nullptr) {
-    out << absl::StrFormat("  compile   %.1f s of CPU; largest peak %s (%s)\n",
-                           cpu_ms / 1000.0, FormatByteSize(largest->peak_bytes),
-                           largest->name);
+    out << absl::StrFormat("  compile   %.1f s of CPU; largest peak %s (%s)\n", cpu_ms / 1000.0,
+                           FormatByteSize(largest->peak_bytes), largest->name);
   }
   out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
   return absl::OkStatus();

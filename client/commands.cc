@@ -13,8 +13,8 @@
 
 namespace distcc_cuda::client {
 
-absl::Status RunStatus(const std::string& coordinator_address,
-                       absl::Duration connect_timeout, std::ostream& out) {
+absl::Status RunStatus(const std::string& coordinator_address, absl::Duration connect_timeout,
+                       std::ostream& out) {
   auto channel = grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials());
   auto stub = v1::BuildService::NewStub(channel);
   grpc::ClientContext context;
@@ -23,18 +23,17 @@ absl::Status RunStatus(const std::string& coordinator_address,
   v1::ClusterStatus status;
   grpc::Status rpc = stub->GetClusterStatus(&context, {}, &status);
   if (!rpc.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", coordinator_address, ": ",
-        rpc.error_message()));
+    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
+                                               coordinator_address, ": ", rpc.error_message()));
   }
-  out << "coordinator " << coordinator_address << ": " << status.workers_size()
-      << " workers, " << status.active_builds() << " builds, " << status.queued_units()
-      << " units queued, " << status.running_units() << " running\n";
+  out << "coordinator " << coordinator_address << ": " << status.workers_size() << " workers, "
+      << status.active_builds() << " builds, " << status.queued_units() << " units queued, "
+      << status.running_units() << " running\n";
   for (const auto& worker : status.workers()) {
-    out << absl::StrFormat("  %-24s slots %d/%d busy  cap %-9s done %d  %s\n",
-                           worker.name(), worker.running_tasks(), worker.slots(),
-                           FormatByteSize(worker.memory_cap_bytes()),
-                           worker.tasks_completed(), DescribeToolchain(worker.toolchain()));
+    out << absl::StrFormat("  %-24s slots %d/%d busy  cap %-9s done %d  %s\n", worker.name(),
+                           worker.running_tasks(), worker.slots(),
+                           FormatByteSize(worker.memory_cap_bytes()), worker.tasks_completed(),
+                           DescribeToolchain(worker.toolchain()));
   }
   return absl::OkStatus();
 }

@@ -12,8 +12,8 @@ namespace distcc_cuda::client {
 
 // Prints the coordinator's workers (toolchain, cap, slots, load) and the work
 // in flight. UNAVAILABLE naming the address if it cannot be reached.
-absl::Status RunStatus(const std::string& coordinator_address,
-                       absl::Duration connect_timeout, std::ostream& out);
+absl::Status RunStatus(const std::string& coordinator_address, absl::Duration connect_timeout,
+                       std::ostream& out);
 
 // Prints one line per device image in the fatbinary of an object, library or
 // executable: "sm_100 cubin", "compute_100 ptx".

@@ -20,7 +20,10 @@ absl::StatusOr<std::vector<std::string>> SplitCommandLine(const std::string& com
   for (size_t i = 0; i < command.size(); ++i) {
     char c = command[i];
     if (quote == '\'') {
-      if (c == '\'') quote = 0; else word += c;
+      if (c == '\'')
+        quote = 0;
+      else
+        word += c;
     } else if (quote == '"') {
       if (c == '"') {
         quote = 0;
@@ -67,9 +70,8 @@ absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(const std::strin
   for (size_t i = 0; i < json.size(); ++i) {
     const nlohmann::json& entry = json[i];
     auto where = absl::StrCat(path, ": entry ", i);
-    if (!entry.is_object() || !entry.contains("directory") ||
-        !entry["directory"].is_string() || !entry.contains("file") ||
-        !entry["file"].is_string()) {
+    if (!entry.is_object() || !entry.contains("directory") || !entry["directory"].is_string() ||
+        !entry.contains("file") || !entry["file"].is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, " needs string fields \"directory\" and \"file\""));
     }
@@ -85,8 +87,10 @@ absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(const std::strin
         command.arguments.push_back(argument.get<std::string>());
       }
     } else if (entry.contains("command") && entry["command"].is_string()) {
-      ASSIGN_OR_RETURN(command.arguments,
-                       SplitCommandLine(entry["command"].get<std::string>()));
+      absl::StatusOr<std::vector<std::string>> words =
+          SplitCommandLine(entry["command"].get<std::string>());
+      if (!words.ok()) return Annotate(words.status(), where);
+      command.arguments = std::move(*words);
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat(where, " has neither \"arguments\" nor \"command\""));
@@ -94,27 +98,34 @@ absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(const std::strin
     if (command.arguments.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has an empty command"));
     }
-    std::string compiler = std::filesystem::path(command.arguments[0]).filename();
-    if (compiler != "nvcc") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, " (", command.file, ") is compiled with '", command.arguments[0],
-          "', not nvcc; distcc-cuda distributes nvcc units only: build a "
-          "compile_commands.json of the CUDA target alone"));
+    // A launcher in front of nvcc (ccache, sccache) is dropped: the worker
+    // runs its own pinned nvcc.
+    auto basename = [](const std::string& path) {
+      return std::filesystem::path(path).filename().string();
+    };
+    if (command.arguments.size() > 1 && (basename(command.arguments[0]) == "ccache" ||
+                                         basename(command.arguments[0]) == "sccache")) {
+      command.arguments.erase(command.arguments.begin());
     }
-    absl::StatusOr<NvccCommand> parsed = ParseNvccCommand(
-        {command.arguments.begin() + 1, command.arguments.end()});
+    if (!absl::StrContains(basename(command.arguments[0]), "nvcc")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (", command.file, ") is compiled with '", command.arguments[0],
+                       "', not nvcc; distcc-cuda distributes nvcc units only: build a "
+                       "compile_commands.json of the CUDA target alone"));
+    }
+    absl::StatusOr<NvccCommand> parsed =
+        ParseNvccCommand({command.arguments.begin() + 1, command.arguments.end()});
     if (!parsed.ok()) return Annotate(parsed.status(), where);
     if (!parsed->compile_only || parsed->sources.size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, " is not a compile of one source (-c FILE -o OBJECT)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is not a compile of one source (-c FILE -o OBJECT)"));
     }
-    command.output = parsed->output.empty()
-                         ? AbsolutePath(std::filesystem::path(command.file)
-                                            .filename()
-                                            .replace_extension(".o")
-                                            .string(),
-                                        command.directory)
-                         : AbsolutePath(parsed->output, command.directory);
+    command.output =
+        parsed->output.empty()
+            ? AbsolutePath(
+                  std::filesystem::path(command.file).filename().replace_extension(".o").string(),
+                  command.directory)
+            : AbsolutePath(parsed->output, command.directory);
     commands.push_back(std::move(command));
   }
   if (commands.empty()) {

@@ -21,8 +21,7 @@ struct CompileCommand {
 // Reads the database at `path`. INVALID_ARGUMENT naming the entry index for
 // malformed JSON or entries; entries whose compiler is not nvcc are refused
 // with a message naming them.
-absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(
-    const std::string& path);
+absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(const std::string& path);
 
 // Splits a shell command line the way a POSIX shell does for words: single
 // and double quotes, backslash escapes. INVALID_ARGUMENT for an open quote.

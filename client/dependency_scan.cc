@@ -13,8 +13,8 @@ namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 
 std::vector<std::string> ExcludedPrefixes(const std::string& nvcc) {
-  std::vector<std::string> prefixes = {"/usr/include/", "/usr/lib/",
-                                       "/usr/local/include/", "/usr/lib64/"};
+  std::vector<std::string> prefixes = {"/usr/include/", "/usr/lib/", "/usr/local/include/",
+                                       "/usr/lib64/"};
   fs::path root = fs::path(nvcc).parent_path().parent_path();
   prefixes.push_back(AbsolutePath(root.string()) + "/");
   std::error_code error;
@@ -46,8 +46,8 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text) {
       } else {
         flush();
       }
-    } else if (c == ':' && !after_colon && (i + 1 == text.size() || text[i + 1] == ' ' ||
-                                            text[i + 1] == '\n')) {
+    } else if (c == ':' && !after_colon &&
+               (i + 1 == text.size() || text[i + 1] == ' ' || text[i + 1] == '\n')) {
       word.clear();
       after_colon = true;
     } else {
@@ -59,15 +59,13 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text) {
 }
 
 absl::StatusOr<std::vector<std::string>> ScanInputClosure(
-    const std::string& nvcc, const std::string& directory,
-    const std::vector<std::string>& flags, const std::string& source,
-    const std::vector<std::string>& excluded) {
+    const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
+    const std::string& source, const std::vector<std::string>& excluded) {
   ProcessSpec spec;
   spec.argv = {nvcc};
   spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
   std::string extension = fs::path(source).extension().string();
-  if (extension != ".cu" && extension != ".cpp" && extension != ".cc" &&
-      extension != ".c") {
+  if (extension != ".cu" && extension != ".cpp" && extension != ".cc" && extension != ".c") {
     spec.argv.push_back("-x");
     spec.argv.push_back("cu");
   }
@@ -77,9 +75,9 @@ absl::StatusOr<std::vector<std::string>> ScanInputClosure(
   spec.timeout = absl::Minutes(5);
   ASSIGN_OR_RETURN(ProcessResult result, RunProcess(spec));
   if (result.exit_code != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nvcc could not scan the includes of ", source, " (",
-        DescribeTermination(result), "):\n", result.stderr_text));
+    return absl::InvalidArgumentError(absl::StrCat("nvcc could not scan the includes of ", source,
+                                                   " (", DescribeTermination(result), "):\n",
+                                                   result.stderr_text));
   }
   std::vector<std::string> files;
   for (const std::string& file : ParseMakeDependencies(result.stdout_text)) {

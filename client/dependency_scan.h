@@ -23,9 +23,10 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text);
 // a header) and returns the absolute paths it reads outside `excluded`.
 // INVALID_ARGUMENT carrying nvcc's own message when the scan fails (a
 // missing header, a syntax error in an #if).
-absl::StatusOr<std::vector<std::string>> ScanInputClosure(
-    const std::string& nvcc, const std::string& directory,
-    const std::vector<std::string>& flags, const std::string& source,
-    const std::vector<std::string>& excluded);
+absl::StatusOr<std::vector<std::string>> ScanInputClosure(const std::string& nvcc,
+                                                          const std::string& directory,
+                                                          const std::vector<std::string>& flags,
+                                                          const std::string& source,
+                                                          const std::vector<std::string>& excluded);
 
 }  // namespace distcc_cuda::client

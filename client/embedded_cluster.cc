@@ -12,8 +12,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.listen_address = "127.0.0.1:0";
   coordinator_options.state_dir = state_dir + "/coordinator";
-  ASSIGN_OR_RETURN(cluster->coordinator_,
-                   coordinator::Coordinator::Start(coordinator_options));
+  ASSIGN_OR_RETURN(cluster->coordinator_, coordinator::Coordinator::Start(coordinator_options));
   worker::WorkerOptions worker_options;
   worker_options.coordinator_address = cluster->coordinator_->address();
   worker_options.name = "local";

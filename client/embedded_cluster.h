@@ -16,8 +16,8 @@ class EmbeddedCluster {
  public:
   // Starts both on 127.0.0.1 with state under `state_dir`; the worker gets
   // `slots` (0: the usable cores) and the machine's default memory cap.
-  static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
-      const std::string& state_dir, const std::string& nvcc, int slots);
+  static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(const std::string& state_dir,
+                                                                const std::string& nvcc, int slots);
 
   std::string address() const { return coordinator_->address(); }
   int slots() const { return slots_; }

@@ -27,12 +27,10 @@ class Context {
     return absl::StrCat(file_, ":", region.begin.line, ":", region.begin.column);
   }
   absl::Status Error(const toml::node& node, std::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(node.source()), ": ", std::string(what)));
+    return absl::InvalidArgumentError(absl::StrCat(Where(node.source()), ": ", std::string(what)));
   }
   absl::Status Error(const toml::table& table, std::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(table.source()), ": ", std::string(what)));
+    return absl::InvalidArgumentError(absl::StrCat(Where(table.source()), ": ", std::string(what)));
   }
 
   // Rejects keys of `table` outside `allowed` (catches typos like "flag").
@@ -41,9 +39,9 @@ class Context {
     for (const auto& [key, node] : table) {
       if (std::none_of(allowed.begin(), allowed.end(),
                        [&](const char* known) { return key.str() == known; })) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Where(key.source()), ": unknown key '", std::string(key.str()), "' in ",
-            std::string(name), " (known: ", absl::StrJoin(allowed, ", "), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(key.source()), ": unknown key '", std::string(key.str()), "' in ",
+                         std::string(name), " (known: ", absl::StrJoin(allowed, ", "), ")"));
       }
     }
     return absl::OkStatus();
@@ -98,8 +96,8 @@ absl::StatusOr<std::string> AxisValue(const Context& context, const toml::node& 
 
 absl::StatusOr<v1::InstantiationSet> LoadInstantiationSet(const Context& context,
                                                           const toml::table& table) {
-  RETURN_IF_ERROR(context.CheckKeys(table, "[[instantiations]]",
-                                    {"name", "unit", "headers", "text", "axes"}));
+  RETURN_IF_ERROR(
+      context.CheckKeys(table, "[[instantiations]]", {"name", "unit", "headers", "text", "axes"}));
   v1::InstantiationSet set;
   set.set_manifest_location(context.Where(table.source()));
   ASSIGN_OR_RETURN(*set.mutable_name(), context.String(table, "name", true));
@@ -122,8 +120,8 @@ absl::StatusOr<v1::InstantiationSet> LoadInstantiationSet(const Context& context
   for (const auto& [key, node] : axes) {
     const toml::array* values = node->as_array();
     if (values == nullptr || values->empty()) {
-      return context.Error(*node, absl::StrCat("axis '", std::string(key->str()),
-                                               "' must be a non-empty array"));
+      return context.Error(
+          *node, absl::StrCat("axis '", std::string(key->str()), "' must be a non-empty array"));
     }
     auto* axis = set.add_axes();
     axis->set_name(std::string(key->str()));
@@ -143,9 +141,8 @@ absl::StatusOr<v1::InstantiationSet> LoadInstantiationSet(const Context& context
             if (std::none_of(set.axes().begin(), set.axes().end(),
                              [&](const auto& a) { return a.name() == name; })) {
               return context.Error(
-                  *node, absl::StrCat("placeholder {", name, "} in '", key,
-                                      "' has no axis; add ", name,
-                                      " = [...] under [instantiations.axes]"));
+                  *node, absl::StrCat("placeholder {", name, "} in '", key, "' has no axis; add ",
+                                      name, " = [...] under [instantiations.axes]"));
             }
           }
         }
@@ -170,17 +167,17 @@ absl::StatusOr<KernelManifest> LoadKernelManifest(const std::string& path) {
   try {
     root = toml::parse_file(manifest.path);
   } catch (const toml::parse_error& error) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        context.Where(error.source()), ": ", std::string(error.description())));
+    return absl::InvalidArgumentError(
+        absl::StrCat(context.Where(error.source()), ": ", std::string(error.description())));
   }
   RETURN_IF_ERROR(context.CheckKeys(root, "the manifest", {"build", "instantiations"}));
   const toml::table* build = root["build"].as_table();
   if (build == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": missing [build] table (with output = \"libNAME.so\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": missing [build] table (with output = \"libNAME.so\")"));
   }
-  RETURN_IF_ERROR(context.CheckKeys(
-      *build, "[build]", {"output", "archs", "flags", "link_flags", "sources"}));
+  RETURN_IF_ERROR(
+      context.CheckKeys(*build, "[build]", {"output", "archs", "flags", "link_flags", "sources"}));
   ASSIGN_OR_RETURN(manifest.output, context.String(*build, "output", true));
   if (manifest.output.find('/') != std::string::npos) {
     return context.Error(*build->get("output"),
@@ -217,17 +214,17 @@ absl::StatusOr<KernelManifest> LoadKernelManifest(const std::string& path) {
   // as a compiler error later.
   for (const std::string& source : manifest.sources) {
     if (!IsRegularFile(AbsolutePath(source, manifest.directory))) {
-      return absl::NotFoundError(absl::StrCat(
-          context.Where(build->get("sources")->source()), ": source '", source,
-          "' not found in ", manifest.directory));
+      return absl::NotFoundError(absl::StrCat(context.Where(build->get("sources")->source()),
+                                              ": source '", source, "' not found in ",
+                                              manifest.directory));
     }
   }
   for (size_t i = 0; i < manifest.instantiation_sets.size(); ++i) {
     for (const std::string& header : manifest.instantiation_sets[i].headers()) {
       if (!IsRegularFile(AbsolutePath(header, manifest.directory))) {
-        return absl::NotFoundError(absl::StrCat(
-            manifest.instantiation_sets[i].manifest_location(), ": header '", header,
-            "' not found in ", manifest.directory));
+        return absl::NotFoundError(absl::StrCat(manifest.instantiation_sets[i].manifest_location(),
+                                                ": header '", header, "' not found in ",
+                                                manifest.directory));
       }
     }
   }

@@ -13,9 +13,9 @@
 namespace distcc_cuda::client {
 
 struct KernelManifest {
-  std::string path;       // the manifest file, absolute
-  std::string directory;  // its folder; relative paths start here
-  std::string output;     // library file name, e.g. libattention_sm100.so
+  std::string path;                     // the manifest file, absolute
+  std::string directory;                // its folder; relative paths start here
+  std::string output;                   // library file name, e.g. libattention_sm100.so
   std::vector<std::string> archs;       // default {"sm_100"}
   std::vector<std::string> flags;       // nvcc flags for every unit
   std::vector<std::string> link_flags;  // extra flags for nvcc -shared

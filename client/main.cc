@@ -7,18 +7,18 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/command_line.h"
 #include "client/build_command.h"
 #include "client/commands.h"
+#include "common/command_line.h"
 #include "common/toolchain.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT of a coordinator (default for build: an embedded one on "
           "this machine; $DISTCC_CUDA_COORDINATOR if set)");
 ABSL_FLAG(std::string, o, "distcc-cuda-out",
           "output folder: objects in obj/, the library beside them");
-ABSL_FLAG(std::string, library, "",
-          "library file name to link (compile_commands.json plans only)");
+ABSL_FLAG(std::string, library, "", "library file name to link (compile_commands.json plans only)");
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc for scanning and linking (default: "
           "$CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc)");
@@ -27,6 +27,7 @@ ABSL_FLAG(std::string, state_dir, "",
           "~/.cache/distcc-cuda)");
 ABSL_FLAG(int, slots, 0, "embedded default's slots (default: the usable cores)");
 ABSL_FLAG(int, connect_timeout_s, 5, "seconds to wait for the coordinator");
+ABSL_FLAG(bool, verbose, false, "log what the embedded coordinator and worker do");
 
 namespace {
 
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string command = positional[1];
+  spdlog::set_level(absl::GetFlag(FLAGS_verbose) ? spdlog::level::info : spdlog::level::warn);
   std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) coordinator = Env("DISTCC_CUDA_COORDINATOR");
   absl::Duration connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));

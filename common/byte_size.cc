@@ -15,16 +15,14 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
   absl::string_view trimmed = absl::StripAsciiWhitespace(text);
   size_t split = 0;
   while (split < trimmed.size() &&
-         (std::isdigit(static_cast<unsigned char>(trimmed[split])) ||
-          trimmed[split] == '.')) {
+         (std::isdigit(static_cast<unsigned char>(trimmed[split])) || trimmed[split] == '.')) {
     ++split;
   }
   double number = 0;
-  std::string unit = absl::AsciiStrToLower(
-      absl::StripAsciiWhitespace(trimmed.substr(split)));
+  std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(trimmed.substr(split)));
   auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' is not a memory size; write e.g. 6GiB, 512MiB or 8G"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a memory size; write e.g. 6GiB, 512MiB or 8G"));
   };
   if (split == 0 || !absl::SimpleAtod(trimmed.substr(0, split), &number)) {
     return bad();
@@ -43,7 +41,11 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
   } else {
     return bad();
   }
-  return static_cast<int64_t>(std::llround(number * multiplier));
+  double bytes = number * multiplier;
+  if (!(bytes < 9.0e18)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is too large for a memory size"));
+  }
+  return static_cast<int64_t>(std::llround(bytes));
 }
 
 std::string FormatByteSize(int64_t bytes) {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace distcc_cuda {
 

@@ -11,17 +11,14 @@
 
 namespace distcc_cuda {
 
-CasClient::CasClient(std::shared_ptr<v1::ContentStore::StubInterface> stub,
-                     absl::Duration timeout)
+CasClient::CasClient(std::shared_ptr<v1::ContentStore::StubInterface> stub, absl::Duration timeout)
     : stub_(std::move(stub)), timeout_(timeout) {}
 
 void CasClient::SetDeadline(grpc::ClientContext& context) const {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoSeconds(timeout_));
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(timeout_));
 }
 
-absl::StatusOr<std::vector<Digest>> CasClient::FindMissing(
-    const std::vector<Digest>& digests) {
+absl::StatusOr<std::vector<Digest>> CasClient::FindMissing(const std::vector<Digest>& digests) {
   std::vector<Digest> missing;
   // Keep each request far below the 4 MiB message limit.
   constexpr size_t kPerCall = 10000;
@@ -33,9 +30,8 @@ absl::StatusOr<std::vector<Digest>> CasClient::FindMissing(
     v1::FindMissingBlobsResponse response;
     grpc::ClientContext context;
     SetDeadline(context);
-    RETURN_IF_ERROR(Annotate(
-        FromGrpcStatus(stub_->FindMissingBlobs(&context, request, &response)),
-        "FindMissingBlobs"));
+    RETURN_IF_ERROR(Annotate(FromGrpcStatus(stub_->FindMissingBlobs(&context, request, &response)),
+                             "FindMissingBlobs"));
     for (const auto& digest : response.missing()) {
       missing.push_back(FromProto(digest));
     }
@@ -43,8 +39,7 @@ absl::StatusOr<std::vector<Digest>> CasClient::FindMissing(
   return missing;
 }
 
-absl::StatusOr<int> CasClient::UploadMissing(
-    const std::vector<BlobSource>& blobs) {
+absl::StatusOr<int> CasClient::UploadMissing(const std::vector<BlobSource>& blobs) {
   std::vector<Digest> digests;
   std::map<Digest, const BlobSource*> by_digest;
   for (const BlobSource& blob : blobs) {
@@ -73,8 +68,7 @@ absl::StatusOr<int> CasClient::UploadMissing(
   return static_cast<int>(missing.size());
 }
 
-absl::Status CasClient::UploadBatch(
-    const std::vector<const BlobSource*>& batch) {
+absl::Status CasClient::UploadBatch(const std::vector<const BlobSource*>& batch) {
   v1::BatchUpdateBlobsRequest request;
   for (const BlobSource* blob : batch) {
     auto* entry = request.add_blobs();
@@ -89,13 +83,11 @@ absl::Status CasClient::UploadBatch(
   v1::BatchUpdateBlobsResponse response;
   grpc::ClientContext context;
   SetDeadline(context);
-  RETURN_IF_ERROR(Annotate(
-      FromGrpcStatus(stub_->BatchUpdateBlobs(&context, request, &response)),
-      "BatchUpdateBlobs"));
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(stub_->BatchUpdateBlobs(&context, request, &response)),
+                           "BatchUpdateBlobs"));
   for (const auto& result : response.results()) {
     if (result.code() != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(result.code()),
-                          result.message());
+      return absl::Status(static_cast<absl::StatusCode>(result.code()), result.message());
     }
   }
   return absl::OkStatus();
@@ -125,9 +117,9 @@ absl::Status CasClient::UploadStreamed(const BlobSource& blob) {
     if (chunk.empty() && !first) {
       writer->WritesDone();
       writer->Finish();
-      return absl::DataLossError(absl::StrCat(
-          blob.path, " is shorter than its digest ", blob.digest.ToString(),
-          " (changed during the build?)"));
+      return absl::DataLossError(absl::StrCat(blob.path, " is shorter than its digest ",
+                                              blob.digest.ToString(),
+                                              " (changed during the build?)"));
     }
     v1::WriteBlobRequest request;
     if (first) *request.mutable_digest() = ToProto(blob.digest);
@@ -143,9 +135,8 @@ absl::Status CasClient::UploadStreamed(const BlobSource& blob) {
                   absl::StrCat("WriteBlob ", blob.digest.ToString()));
 }
 
-absl::Status CasClient::Read(
-    const Digest& digest,
-    const std::function<absl::Status(absl::string_view)>& sink) {
+absl::Status CasClient::Read(const Digest& digest,
+                             const std::function<absl::Status(absl::string_view)>& sink) {
   grpc::ClientContext context;
   SetDeadline(context);
   v1::ReadBlobRequest request;
@@ -162,16 +153,13 @@ absl::Status CasClient::Read(
   }
   grpc::Status finished = reader->Finish();
   RETURN_IF_ERROR(sink_status);
-  return Annotate(FromGrpcStatus(finished),
-                  absl::StrCat("ReadBlob ", digest.ToString()));
+  return Annotate(FromGrpcStatus(finished), absl::StrCat("ReadBlob ", digest.ToString()));
 }
 
-absl::Status CasClient::DownloadToFile(const Digest& digest,
-                                       const std::string& destination) {
+absl::Status CasClient::DownloadToFile(const Digest& digest, const std::string& destination) {
   std::string temp = absl::StrCat(destination, ".part");
   {
-    RETURN_IF_ERROR(MakeDirectories(
-        std::filesystem::path(destination).parent_path().string()));
+    RETURN_IF_ERROR(MakeDirectories(std::filesystem::path(destination).parent_path().string()));
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp));
     Sha256 sha;
@@ -181,22 +169,20 @@ absl::Status CasClient::DownloadToFile(const Digest& digest,
       sha.Update(data);
       size += data.size();
       return out ? absl::OkStatus()
-                 : absl::ResourceExhaustedError(
-                       absl::StrCat("cannot write ", temp));
+                 : absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp));
     }));
     Digest actual{sha.FinishHex(), size};
     if (actual != digest) {
       std::filesystem::remove(temp);
-      return absl::DataLossError(
-          absl::StrCat("downloaded blob ", actual.ToString(),
-                       " does not match the requested ", digest.ToString()));
+      return absl::DataLossError(absl::StrCat("downloaded blob ", actual.ToString(),
+                                              " does not match the requested ", digest.ToString()));
     }
   }
   std::error_code error;
   std::filesystem::rename(temp, destination, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot move ", temp, " to ",
-                                            destination, ": ", error.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot move ", temp, " to ", destination, ": ", error.message()));
   }
   return absl::OkStatus();
 }
@@ -217,8 +203,7 @@ absl::StatusOr<std::string> CasClient::DownloadBytes(const Digest& digest) {
     return absl::OkStatus();
   }));
   if (DigestOf(content) != digest) {
-    return absl::DataLossError(
-        absl::StrCat("downloaded blob does not match ", digest.ToString()));
+    return absl::DataLossError(absl::StrCat("downloaded blob does not match ", digest.ToString()));
   }
   return content;
 }

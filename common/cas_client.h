@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/cas_store.h"
 #include "common/digest.h"
@@ -35,8 +35,7 @@ class CasClient {
                      absl::Duration timeout = absl::Minutes(10));
 
   // Returns the digests the store lacks.
-  absl::StatusOr<std::vector<Digest>> FindMissing(
-      const std::vector<Digest>& digests);
+  absl::StatusOr<std::vector<Digest>> FindMissing(const std::vector<Digest>& digests);
 
   // Uploads the blobs the store lacks: small ones in batches, large ones
   // streamed in chunks. Returns how many blobs were sent.
@@ -44,8 +43,7 @@ class CasClient {
 
   // Streams the blob into `destination` (through a temporary file, verified
   // against its digest before it is renamed into place).
-  absl::Status DownloadToFile(const Digest& digest,
-                              const std::string& destination);
+  absl::Status DownloadToFile(const Digest& digest, const std::string& destination);
 
   // Streams the blob into `store` unless it is already there.
   absl::Status DownloadToStore(const Digest& digest, CasStore& store);

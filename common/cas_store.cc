@@ -35,18 +35,14 @@ absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
 
 absl::Status MismatchError(const Digest& expected, const Digest& actual) {
   return absl::InvalidArgumentError(
-      absl::StrCat("blob content does not match its digest: expected ",
-                   expected.ToString(), ", content is ", actual.ToString()));
+      absl::StrCat("blob content does not match its digest: expected ", expected.ToString(),
+                   ", content is ", actual.ToString()));
 }
 
 }  // namespace
 
-BlobWriter::BlobWriter(const CasStore* store, Digest expected,
-                       std::string temp_path, int fd)
-    : store_(store),
-      expected_(std::move(expected)),
-      temp_path_(std::move(temp_path)),
-      fd_(fd) {}
+BlobWriter::BlobWriter(const CasStore* store, Digest expected, std::string temp_path, int fd)
+    : store_(store), expected_(std::move(expected)), temp_path_(std::move(temp_path)), fd_(fd) {}
 
 BlobWriter::~BlobWriter() {
   if (fd_ >= 0) close(fd_);
@@ -56,15 +52,14 @@ BlobWriter::~BlobWriter() {
 absl::Status BlobWriter::Append(int64_t offset, absl::string_view data) {
   if (committed_) return absl::FailedPreconditionError("blob already committed");
   if (offset != written_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk at offset ", offset, " for blob ",
-                     expected_.ToString(), " but ", written_,
-                     " bytes were written so far"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " for blob ",
+                                                   expected_.ToString(), " but ", written_,
+                                                   " bytes were written so far"));
   }
   if (written_ + static_cast<int64_t>(data.size()) > expected_.size_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("blob ", expected_.ToString(), " receives more than its ",
-                     expected_.size_bytes, " declared bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("blob ", expected_.ToString(),
+                                                   " receives more than its ", expected_.size_bytes,
+                                                   " declared bytes"));
   }
   RETURN_IF_ERROR(WriteAll(fd_, data, temp_path_));
   sha_.Update(data);
@@ -76,35 +71,36 @@ absl::Status BlobWriter::Commit() {
   if (committed_) return absl::OkStatus();
   Digest actual{sha_.FinishHex(), written_};
   if (actual != expected_) return MismatchError(expected_, actual);
-  if (fsync(fd_) != 0 || close(fd_) != 0) {
+  // Blobs are read-only: a sandbox input hard-linked to one cannot change it.
+  if (fchmod(fd_, 0444) != 0 || close(fd_) != 0) {
     fd_ = -1;
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot flush ", temp_path_, ": ", strerror(errno)));
+        absl::StrCat("cannot close ", temp_path_, ": ", strerror(errno)));
   }
   fd_ = -1;
   std::string final_path = store_->PathOf(expected_);
   RETURN_IF_ERROR(MakeDirectories(fs::path(final_path).parent_path().string()));
   if (rename(temp_path_.c_str(), final_path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot move blob into ",
-                                            final_path, ": ", strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot move blob into ", final_path, ": ", strerror(errno)));
   }
   committed_ = true;
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(
-    const std::string& root) {
+absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root) {
   std::string absolute = AbsolutePath(root);
   RETURN_IF_ERROR(MakeDirectories(absolute + "/tmp"));
   return std::unique_ptr<CasStore>(new CasStore(absolute));
 }
 
 std::string CasStore::PathOf(const Digest& digest) const {
-  return absl::StrCat(root_, "/", digest.hash.substr(0, 2), "/", digest.hash,
-                      "_", digest.size_bytes);
+  return absl::StrCat(root_, "/", digest.hash.substr(0, 2), "/", digest.hash, "_",
+                      digest.size_bytes);
 }
 
 bool CasStore::Contains(const Digest& digest) const {
+  if (!ValidateDigest(digest).ok()) return false;
   // The empty blob is always present: there is nothing to transfer.
   if (digest.size_bytes == 0 && digest == DigestOf("")) return true;
   return IsRegularFile(PathOf(digest));
@@ -115,14 +111,12 @@ std::string CasStore::TempPath() const {
   return absl::StrCat(root_, "/tmp/", getpid(), "-", counter.fetch_add(1));
 }
 
-absl::StatusOr<std::unique_ptr<BlobWriter>> CasStore::StartWrite(
-    const Digest& digest) {
+absl::StatusOr<std::unique_ptr<BlobWriter>> CasStore::StartWrite(const Digest& digest) {
   RETURN_IF_ERROR(ValidateDigest(digest));
   std::string temp = TempPath();
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", temp, ": ", strerror(errno)));
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", strerror(errno)));
   }
   return std::unique_ptr<BlobWriter>(new BlobWriter(this, digest, temp, fd));
 }
@@ -163,29 +157,30 @@ absl::StatusOr<Digest> CasStore::PutFile(const std::string& path) {
 }
 
 absl::StatusOr<std::string> CasStore::Get(const Digest& digest) const {
+  // A malformed hash could name a path outside the store.
+  RETURN_IF_ERROR(ValidateDigest(digest));
   if (digest.size_bytes == 0 && digest == DigestOf("")) return std::string();
   absl::StatusOr<std::string> content = ReadFile(PathOf(digest));
   if (!content.ok()) {
-    return absl::NotFoundError(
-        absl::StrCat("blob ", digest.ToString(), " is not in the store"));
+    return absl::NotFoundError(absl::StrCat("blob ", digest.ToString(), " is not in the store"));
   }
   return content;
 }
 
-absl::Status CasStore::Materialize(const Digest& digest,
-                                   const std::string& destination,
+absl::Status CasStore::Materialize(const Digest& digest, const std::string& destination,
                                    bool executable) const {
+  RETURN_IF_ERROR(ValidateDigest(digest));
   fs::path target(destination);
   RETURN_IF_ERROR(MakeDirectories(target.parent_path().string()));
   std::error_code error;
   fs::remove(target, error);
-  if (digest.size_bytes == 0 && digest == DigestOf("")) {
-    return WriteFileAtomically(destination, "");
-  }
   std::string source = PathOf(digest);
+  if (digest.size_bytes == 0 && digest == DigestOf("") && !IsRegularFile(source)) {
+    // The empty blob needs no upload, so it may not be on disk yet.
+    RETURN_IF_ERROR(WriteFileAtomically(source, ""));
+  }
   if (!IsRegularFile(source)) {
-    return absl::NotFoundError(
-        absl::StrCat("blob ", digest.ToString(), " is not in the store"));
+    return absl::NotFoundError(absl::StrCat("blob ", digest.ToString(), " is not in the store"));
   }
   // Hard links share permission bits with the store, so executables are
   // copied to keep store files read-only and uniform.
@@ -194,13 +189,11 @@ absl::Status CasStore::Materialize(const Digest& digest,
   }
   fs::copy_file(source, target, fs::copy_options::overwrite_existing, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot copy blob to ",
-                                            destination, ": ", error.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot copy blob to ", destination, ": ", error.message()));
   }
   if (executable) {
-    fs::permissions(target,
-                    fs::perms::owner_exec | fs::perms::group_exec |
-                        fs::perms::others_exec,
+    fs::permissions(target, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                     fs::perm_options::add, error);
   }
   return absl::OkStatus();

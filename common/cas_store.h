@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/digest.h"
 
 namespace distcc_cuda {
@@ -33,8 +33,7 @@ class BlobWriter {
 
  private:
   friend class CasStore;
-  BlobWriter(const CasStore* store, Digest expected, std::string temp_path,
-             int fd);
+  BlobWriter(const CasStore* store, Digest expected, std::string temp_path, int fd);
 
   const CasStore* store_;
   Digest expected_;

@@ -5,8 +5,7 @@
 
 namespace distcc_cuda {
 
-std::vector<char*> NormalizeFlagNames(int argc, char** argv,
-                                      std::vector<std::string>& storage) {
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
   storage.assign(argv, argv + argc);
   bool rest_positional = false;
   for (size_t i = 1; i < storage.size(); ++i) {

@@ -11,7 +11,6 @@ namespace distcc_cuda {
 // Returns argv with each "--flag-name[=value]" rewritten to
 // "--flag_name[=value]"; values, positional arguments and everything after a
 // bare "--" are left alone. The strings live in `storage`.
-std::vector<char*> NormalizeFlagNames(int argc, char** argv,
-                                      std::vector<std::string>& storage);
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage);
 
 }  // namespace distcc_cuda

@@ -5,14 +5,12 @@
 
 #include <fstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 
 namespace distcc_cuda {
 
-std::string Digest::ToString() const {
-  return absl::StrCat(hash, "/", size_bytes);
-}
+std::string Digest::ToString() const { return absl::StrCat(hash, "/", size_bytes); }
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
@@ -28,8 +26,7 @@ std::string Sha256::FinishHex() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(md), len));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(md), len));
 }
 
 Digest DigestOf(absl::string_view data) {
@@ -57,13 +54,13 @@ absl::StatusOr<Digest> DigestOfFile(const std::string& path) {
 
 absl::Status ValidateDigest(const Digest& digest) {
   if (digest.hash.size() != 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "digest hash '", digest.hash, "' is not 64 hex digits of SHA-256"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("digest hash '", digest.hash, "' is not 64 hex digits of SHA-256"));
   }
   for (char c : digest.hash) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "digest hash '", digest.hash, "' is not lowercase hex"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("digest hash '", digest.hash, "' is not lowercase hex"));
     }
   }
   if (digest.size_bytes < 0) {
@@ -80,8 +77,6 @@ v1::Digest ToProto(const Digest& digest) {
   return proto;
 }
 
-Digest FromProto(const v1::Digest& digest) {
-  return Digest{digest.hash(), digest.size_bytes()};
-}
+Digest FromProto(const v1::Digest& digest) { return Digest{digest.hash(), digest.size_bytes()}; }
 
 }  // namespace distcc_cuda

@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "distcc_cuda/v1/cas.pb.h"
 
 namespace distcc_cuda {
@@ -24,8 +24,7 @@ struct Digest {
   }
   bool operator!=(const Digest& other) const { return !(*this == other); }
   bool operator<(const Digest& other) const {
-    return hash != other.hash ? hash < other.hash
-                              : size_bytes < other.size_bytes;
+    return hash != other.hash ? hash < other.hash : size_bytes < other.size_bytes;
   }
 };
 

@@ -77,12 +77,8 @@ uint16_t Load16(const char* p) {
   const auto* b = reinterpret_cast<const unsigned char*>(p);
   return static_cast<uint16_t>(b[0] | (b[1] << 8));
 }
-uint32_t Load32(const char* p) {
-  return Load16(p) | (static_cast<uint32_t>(Load16(p + 2)) << 16);
-}
-uint64_t Load64(const char* p) {
-  return Load32(p) | (static_cast<uint64_t>(Load32(p + 4)) << 32);
-}
+uint32_t Load32(const char* p) { return Load16(p) | (static_cast<uint32_t>(Load16(p + 2)) << 16); }
+uint64_t Load64(const char* p) { return Load32(p) | (static_cast<uint64_t>(Load32(p + 4)) << 32); }
 
 // A byte range of the file: the bytes and their offset in the file, so every
 // error can name the offset a reader of hexdump would look at.
@@ -91,8 +87,7 @@ struct Span {
   uint64_t file_offset;
 };
 
-absl::Status Malformed(const std::string& name, uint64_t offset,
-                       const std::string& what) {
+absl::Status Malformed(const std::string& name, uint64_t offset, const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrFormat("%s: %s (file offset 0x%x)", name, what, offset));
 }
@@ -103,8 +98,8 @@ struct Section {
 };
 
 // Returns the file's `.nv_fatbin` and `__nv_relfatbin` sections.
-absl::StatusOr<std::vector<Section>> FindFatbinSections(
-    std::string_view elf, const std::string& name) {
+absl::StatusOr<std::vector<Section>> FindFatbinSections(std::string_view elf,
+                                                        const std::string& name) {
   if (elf.size() < EI_NIDENT || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) {
     return Malformed(name, 0, "not an ELF file (no \\x7fELF magic)");
   }
@@ -122,13 +117,12 @@ absl::StatusOr<std::vector<Section>> FindFatbinSections(
   uint64_t shnum = Load16(base + offsetof(Elf64_Ehdr, e_shnum));
   uint32_t shstrndx = Load16(base + offsetof(Elf64_Ehdr, e_shstrndx));
   if (shoff == 0) {
-    return absl::NotFoundError(absl::StrCat(
-        name, ": has no section headers, so no fatbinary section"));
+    return absl::NotFoundError(
+        absl::StrCat(name, ": has no section headers, so no fatbinary section"));
   }
   if (shentsize < sizeof(Elf64_Shdr)) {
     return Malformed(name, offsetof(Elf64_Ehdr, e_shentsize),
-                     absl::StrCat("section header size ", shentsize,
-                                  " smaller than Elf64_Shdr"));
+                     absl::StrCat("section header size ", shentsize, " smaller than Elf64_Shdr"));
   }
   if (shoff > elf.size() || elf.size() - shoff < shentsize) {
     return Malformed(name, shoff, "section header table outside the file");
@@ -141,36 +135,31 @@ absl::StatusOr<std::vector<Section>> FindFatbinSections(
     shstrndx = Load32(section0 + offsetof(Elf64_Shdr, sh_link));
   }
   if (shnum > (elf.size() - shoff) / shentsize) {
-    return Malformed(name, shoff,
-                     absl::StrCat("section header table of ", shnum,
-                                  " entries runs past the end of the file"));
+    return Malformed(
+        name, shoff,
+        absl::StrCat("section header table of ", shnum, " entries runs past the end of the file"));
   }
-  auto header = [&](uint64_t index) {
-    return base + shoff + index * shentsize;
-  };
+  auto header = [&](uint64_t index) { return base + shoff + index * shentsize; };
   auto range = [&](uint64_t index) -> absl::StatusOr<Span> {
     const char* h = header(index);
     const uint64_t offset = Load64(h + offsetof(Elf64_Shdr, sh_offset));
     uint64_t size = Load64(h + offsetof(Elf64_Shdr, sh_size));
     if (Load32(h + offsetof(Elf64_Shdr, sh_type)) == SHT_NOBITS) size = 0;
     if (offset > elf.size() || elf.size() - offset < size) {
-      return Malformed(
-          name, h - base,
-          absl::StrCat("section ", index, " lies outside the file (offset ",
-                       offset, ", size ", size, ")"));
+      return Malformed(name, h - base,
+                       absl::StrCat("section ", index, " lies outside the file (offset ", offset,
+                                    ", size ", size, ")"));
     }
     return Span{elf.substr(offset, size), offset};
   };
   if (shstrndx == SHN_UNDEF || shstrndx >= shnum) {
-    return Malformed(name, offsetof(Elf64_Ehdr, e_shstrndx),
-                     "no section name table");
+    return Malformed(name, offsetof(Elf64_Ehdr, e_shstrndx), "no section name table");
   }
   ASSIGN_OR_RETURN(const Span names, range(shstrndx));
 
   std::vector<Section> sections;
   for (uint64_t i = 1; i < shnum; ++i) {
-    const uint32_t name_offset =
-        Load32(header(i) + offsetof(Elf64_Shdr, sh_name));
+    const uint32_t name_offset = Load32(header(i) + offsetof(Elf64_Shdr, sh_name));
     if (name_offset >= names.bytes.size()) continue;
     std::string_view section_name = names.bytes.substr(name_offset);
     section_name = section_name.substr(0, section_name.find('\0'));
@@ -189,18 +178,15 @@ absl::StatusOr<std::vector<Section>> FindFatbinSections(
 
 // Decompresses `stored` (the compressed bytes of an entry) into exactly
 // `size` bytes.
-absl::StatusOr<std::string> Decompress(std::string_view stored, uint64_t flags,
-                                       uint64_t size, const std::string& name,
-                                       uint64_t offset) {
+absl::StatusOr<std::string> Decompress(std::string_view stored, uint64_t flags, uint64_t size,
+                                       const std::string& name, uint64_t offset) {
   if (size == 0 || size > kMaxImageBytes) {
-    return Malformed(
-        name, offset,
-        absl::StrCat("compressed image claims ", size, " bytes uncompressed"));
+    return Malformed(name, offset,
+                     absl::StrCat("compressed image claims ", size, " bytes uncompressed"));
   }
   std::string out(size, '\0');
   if (flags & kFlagZstd) {
-    const size_t n =
-        ZSTD_decompress(out.data(), out.size(), stored.data(), stored.size());
+    const size_t n = ZSTD_decompress(out.data(), out.size(), stored.data(), stored.size());
     if (ZSTD_isError(n)) {
       return Malformed(name, offset,
                        absl::StrCat("zstd-compressed image does not "
@@ -208,17 +194,16 @@ absl::StatusOr<std::string> Decompress(std::string_view stored, uint64_t flags,
                                     ZSTD_getErrorName(n)));
     }
     if (n != size) {
-      return Malformed(name, offset,
-                       absl::StrCat("zstd-compressed image decompresses to ", n,
-                                    " bytes, header says ", size));
+      return Malformed(
+          name, offset,
+          absl::StrCat("zstd-compressed image decompresses to ", n, " bytes, header says ", size));
     }
     return out;
   }
   if (stored.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return Malformed(name, offset, "LZ4-compressed image too large");
   }
-  const int n = LZ4_decompress_safe(stored.data(), out.data(),
-                                    static_cast<int>(stored.size()),
+  const int n = LZ4_decompress_safe(stored.data(), out.data(), static_cast<int>(stored.size()),
                                     static_cast<int>(size));
   if (n < 0 || static_cast<uint64_t>(n) != size) {
     return Malformed(name, offset,
@@ -231,8 +216,7 @@ absl::StatusOr<std::string> Decompress(std::string_view stored, uint64_t flags,
 
 // Reads the PTX or cubin entry `entry`: its header (`header_size` bytes)
 // followed by its stored payload.
-absl::StatusOr<DeviceImage> ReadEntry(Span entry, uint16_t kind,
-                                      uint32_t header_size,
+absl::StatusOr<DeviceImage> ReadEntry(Span entry, uint16_t kind, uint32_t header_size,
                                       const std::string& name) {
   const char* h = entry.bytes.data();
   const uint64_t offset = entry.file_offset;
@@ -242,8 +226,7 @@ absl::StatusOr<DeviceImage> ReadEntry(Span entry, uint16_t kind,
   std::string_view stored = entry.bytes.substr(header_size);
 
   DeviceImage image;
-  image.kind =
-      kind == kEntryKindPtx ? DeviceImageKind::kPtx : DeviceImageKind::kCubin;
+  image.kind = kind == kEntryKindPtx ? DeviceImageKind::kPtx : DeviceImageKind::kCubin;
   image.arch = static_cast<int>(Load32(h + 0x1c));
   if (flags & kFlagArchSpecific) {
     image.arch_suffix = "a";
@@ -257,14 +240,12 @@ absl::StatusOr<DeviceImage> ReadEntry(Span entry, uint16_t kind,
   }
   if (image.compressed) {
     if (compressed_size == 0 || compressed_size > stored.size()) {
-      return Malformed(
-          name, offset,
-          absl::StrCat("compressed size ", compressed_size,
-                       " does not fit the stored ", stored.size(), " bytes"));
+      return Malformed(name, offset,
+                       absl::StrCat("compressed size ", compressed_size,
+                                    " does not fit the stored ", stored.size(), " bytes"));
     }
-    ASSIGN_OR_RETURN(image.payload,
-                     Decompress(stored.substr(0, compressed_size), flags,
-                                uncompressed_size, name, offset + header_size));
+    ASSIGN_OR_RETURN(image.payload, Decompress(stored.substr(0, compressed_size), flags,
+                                               uncompressed_size, name, offset + header_size));
   } else {
     image.payload = std::string(stored);
   }
@@ -292,9 +273,9 @@ absl::StatusOr<uint64_t> ReadContainer(Span container, const std::string& name,
   }
   const uint16_t version = Load16(c + 4);
   if (version != kFatbinVersion) {
-    return Malformed(name, offset,
-                     absl::StrCat("fatbinary version ", version,
-                                  " unknown (this reader knows version 1)"));
+    return Malformed(
+        name, offset,
+        absl::StrCat("fatbinary version ", version, " unknown (this reader knows version 1)"));
   }
   const uint16_t header_size = Load16(c + 6);
   const uint64_t entries_size = Load64(c + 8);
@@ -302,9 +283,8 @@ absl::StatusOr<uint64_t> ReadContainer(Span container, const std::string& name,
   if (header_size < kContainerHeaderSize || header_size > left ||
       entries_size > left - header_size) {
     return Malformed(name, offset,
-                     absl::StrCat("fatbinary container truncated: it claims ",
-                                  header_size, " + ", entries_size,
-                                  " bytes, the section has ", left, " left"));
+                     absl::StrCat("fatbinary container truncated: it claims ", header_size, " + ",
+                                  entries_size, " bytes, the section has ", left, " left"));
   }
   uint64_t pos = header_size;
   const uint64_t end = header_size + entries_size;
@@ -313,8 +293,8 @@ absl::StatusOr<uint64_t> ReadContainer(Span container, const std::string& name,
     const uint64_t entry_offset = offset + pos;
     if (end - pos < kEntryBaseSize) {
       return Malformed(name, entry_offset,
-                       absl::StrCat("fatbinary entry header truncated: ",
-                                    end - pos, " bytes left of its container"));
+                       absl::StrCat("fatbinary entry header truncated: ", end - pos,
+                                    " bytes left of its container"));
     }
     const uint16_t kind = Load16(e);
     const uint32_t entry_header_size = Load32(e + 4);
@@ -323,16 +303,14 @@ absl::StatusOr<uint64_t> ReadContainer(Span container, const std::string& name,
         stored_size > end - pos - entry_header_size) {
       return Malformed(
           name, entry_offset,
-          absl::StrCat("fatbinary entry truncated: it claims ",
-                       entry_header_size, " + ", stored_size,
-                       " bytes, its container has ", end - pos, " left"));
+          absl::StrCat("fatbinary entry truncated: it claims ", entry_header_size, " + ",
+                       stored_size, " bytes, its container has ", end - pos, " left"));
     }
     const uint64_t entry_size = entry_header_size + stored_size;
     if (kind == kEntryKindPtx || kind == kEntryKindCubin) {
-      ASSIGN_OR_RETURN(
-          DeviceImage image,
-          ReadEntry({container.bytes.substr(pos, entry_size), entry_offset},
-                    kind, entry_header_size, name));
+      ASSIGN_OR_RETURN(DeviceImage image,
+                       ReadEntry({container.bytes.substr(pos, entry_size), entry_offset}, kind,
+                                 entry_header_size, name));
       images->push_back(std::move(image));
     }
     pos += entry_size;
@@ -357,8 +335,7 @@ class MappedFile {
     }
     if (!S_ISREG(st.st_mode)) {
       ::close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a regular file"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
     }
     MappedFile file;
     file.size_ = static_cast<size_t>(st.st_size);
@@ -376,16 +353,13 @@ class MappedFile {
   }
 
   MappedFile(MappedFile&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
   MappedFile& operator=(MappedFile&&) = delete;
   ~MappedFile() {
     if (data_ != nullptr) ::munmap(data_, size_);
   }
 
-  std::string_view bytes() const {
-    return {static_cast<const char*>(data_), size_};
-  }
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
 
  private:
   MappedFile() = default;
@@ -396,21 +370,18 @@ class MappedFile {
 }  // namespace
 
 bool operator==(const DeviceImage& a, const DeviceImage& b) {
-  return a.kind == b.kind && a.arch == b.arch &&
-         a.arch_suffix == b.arch_suffix && a.payload == b.payload;
+  return a.kind == b.kind && a.arch == b.arch && a.arch_suffix == b.arch_suffix &&
+         a.payload == b.payload;
 }
 
-bool operator!=(const DeviceImage& a, const DeviceImage& b) {
-  return !(a == b);
-}
+bool operator!=(const DeviceImage& a, const DeviceImage& b) { return !(a == b); }
 
-absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(
-    std::string_view elf_bytes, std::string_view name_view) {
+absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(std::string_view elf_bytes,
+                                                                   std::string_view name_view) {
   // Debian's abseil has its own string_view, which StrCat does not take
   // from std::string_view; messages use this copy.
   const std::string name(name_view);
-  ASSIGN_OR_RETURN(const std::vector<Section> sections,
-                   FindFatbinSections(elf_bytes, name));
+  ASSIGN_OR_RETURN(const std::vector<Section> sections, FindFatbinSections(elf_bytes, name));
   std::vector<DeviceImage> images;
   for (const Section& section : sections) {
     const std::string_view bytes = section.span.bytes;
@@ -429,17 +400,15 @@ absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(
                                       "at the end of section ",
                                       section.name));
       }
-      ASSIGN_OR_RETURN(
-          const uint64_t size,
-          ReadContainer({bytes.substr(pos), offset}, name, &images));
+      ASSIGN_OR_RETURN(const uint64_t size,
+                       ReadContainer({bytes.substr(pos), offset}, name, &images));
       pos += size;
     }
   }
   return images;
 }
 
-absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImages(
-    const std::string& path) {
+absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImages(const std::string& path) {
   ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(path));
   return ReadDeviceImagesFromBytes(file.bytes(), path);
 }

@@ -45,13 +45,12 @@ bool operator!=(const DeviceImage& a, const DeviceImage& b);
 // the file and the offset) if it is not a 64-bit little-endian ELF file or a
 // fatbinary in it is malformed or truncated, and the error of open/read
 // otherwise.
-absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImages(
-    const std::string& path);
+absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImages(const std::string& path);
 
 // Same as ReadDeviceImages, from the bytes of an ELF file already in memory;
 // `name` is used only in error messages.
-absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(
-    std::string_view elf_bytes, std::string_view name);
+absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(std::string_view elf_bytes,
+                                                                   std::string_view name);
 
 // Names an image as one line of `distcc-cuda inspect` prints it:
 // "sm_100 cubin", "compute_100 ptx", "sm_100a cubin".

@@ -22,14 +22,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
     }
     return absl::PermissionDeniedError(absl::StrCat(path, ": cannot be read"));
   }
-  std::string content((std::istreambuf_iterator<char>(in)),
-                      std::istreambuf_iterator<char>());
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
   return content;
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view content) {
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view content) {
   fs::path target(path);
   if (target.has_parent_path()) {
     absl::Status made = MakeDirectories(target.parent_path().string());
@@ -40,24 +38,21 @@ absl::Status WriteFileAtomically(const std::string& path,
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     if (!out) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create ", temp));
+      return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp));
     }
     out.write(content.data(), content.size());
     out.flush();
     if (!out) {
       std::error_code ignored;
       fs::remove(temp, ignored);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot write ", temp, " (disk full?)"));
+      return absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp, " (disk full?)"));
     }
   }
   std::error_code error;
   fs::rename(temp, path, error);
   if (error) {
     fs::remove(temp, error);
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temp, " to ", path));
+    return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path));
   }
   return absl::OkStatus();
 }
@@ -66,8 +61,8 @@ absl::Status MakeDirectories(const std::string& path) {
   std::error_code error;
   fs::create_directories(path, error);
   if (error) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "cannot create directory ", path, ": ", error.message()));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create directory ", path, ": ", error.message()));
   }
   return absl::OkStatus();
 }
@@ -88,8 +83,7 @@ absl::Status RemoveAll(const std::string& path) {
   std::error_code error;
   fs::remove_all(path, error);
   if (error) {
-    return absl::InternalError(
-        absl::StrCat("cannot remove ", path, ": ", error.message()));
+    return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", error.message()));
   }
   return absl::OkStatus();
 }
@@ -101,8 +95,7 @@ bool IsRegularFile(const std::string& path) {
 
 bool IsExecutableFile(const std::string& path) {
   struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         (st.st_mode & S_IXUSR);
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & S_IXUSR);
 }
 
 std::string AbsolutePath(const std::string& path, const std::string& base) {
@@ -117,8 +110,7 @@ std::string AbsolutePath(const std::string& path, const std::string& base) {
   return normal;
 }
 
-absl::StatusOr<std::string> RelativeTo(const std::string& path,
-                                       const std::string& root) {
+absl::StatusOr<std::string> RelativeTo(const std::string& path, const std::string& root) {
   if (path == root) return std::string(".");
   std::string prefix = root == "/" ? root : root + "/";
   if (path.compare(0, prefix.size(), prefix) != 0) {

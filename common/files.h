@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace distcc_cuda {
 
@@ -16,15 +16,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Writes `content` to a temporary file beside `path` and renames it into
 // place, so readers never see a partial file. Creates missing parent folders.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view content);
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view content);
 
 // Creates `path` and its parents if missing.
 absl::Status MakeDirectories(const std::string& path);
 
 // Creates a new, empty folder under `parent` named `prefix` plus a random suffix.
-absl::StatusOr<std::string> MakeTempDirectory(const std::string& parent,
-                                              const std::string& prefix);
+absl::StatusOr<std::string> MakeTempDirectory(const std::string& parent, const std::string& prefix);
 
 // Removes `path` and everything under it; OK if it does not exist.
 absl::Status RemoveAll(const std::string& path);
@@ -41,8 +39,7 @@ std::string AbsolutePath(const std::string& path, const std::string& base = "");
 
 // Returns `path` relative to `root` if it lies under it, else NOT_FOUND.
 // Both must be absolute and normal.
-absl::StatusOr<std::string> RelativeTo(const std::string& path,
-                                       const std::string& root);
+absl::StatusOr<std::string> RelativeTo(const std::string& path, const std::string& root);
 
 // True if the relative `path` stays inside its root: not absolute, no ".."
 // component that climbs out.

@@ -12,8 +12,7 @@ namespace {
 
 // Walks `text`, calling `literal` for plain text and `placeholder` for names.
 template <typename Literal, typename Placeholder>
-absl::Status Scan(absl::string_view text, Literal literal,
-                  Placeholder placeholder) {
+absl::Status Scan(absl::string_view text, Literal literal, Placeholder placeholder) {
   size_t i = 0;
   while (i < text.size()) {
     char c = text[i];
@@ -26,21 +25,18 @@ absl::Status Scan(absl::string_view text, Literal literal,
     } else if (c == '{') {
       size_t close = text.find('}', i);
       if (close == absl::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unclosed '{' at offset ", i, " in \"", text,
-            "\" (write {{ for a literal brace)"));
+        return absl::InvalidArgumentError(absl::StrCat("unclosed '{' at offset ", i, " in \"", text,
+                                                       "\" (write {{ for a literal brace)"));
       }
       absl::string_view name = text.substr(i + 1, close - i - 1);
       if (name.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("empty placeholder {} in \"", text, "\""));
+        return absl::InvalidArgumentError(absl::StrCat("empty placeholder {} in \"", text, "\""));
       }
       RETURN_IF_ERROR(placeholder(name));
       i = close + 1;
     } else if (c == '}') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unmatched '}' at offset ", i, " in \"", text,
-          "\" (write }} for a literal brace)"));
+      return absl::InvalidArgumentError(absl::StrCat("unmatched '}' at offset ", i, " in \"", text,
+                                                     "\" (write }} for a literal brace)"));
     } else {
       size_t next = text.find_first_of("{}", i);
       if (next == absl::string_view::npos) next = text.size();
@@ -57,6 +53,12 @@ std::string AxisNames(const v1::InstantiationSet& set) {
   return names.empty() ? "none" : absl::StrJoin(names, ", ");
 }
 
+// "FILE:LINE: instantiation set 'NAME'", or without the location if unknown.
+std::string SetLocation(const v1::InstantiationSet& set) {
+  std::string name = absl::StrCat("instantiation set '", set.name(), "'");
+  return set.manifest_location().empty() ? name : absl::StrCat(set.manifest_location(), ": ", name);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> Placeholders(absl::string_view text) {
@@ -70,8 +72,8 @@ absl::StatusOr<std::vector<std::string>> Placeholders(absl::string_view text) {
   return names;
 }
 
-absl::StatusOr<std::string> RenderTemplate(
-    absl::string_view text, const std::map<std::string, std::string>& values) {
+absl::StatusOr<std::string> RenderTemplate(absl::string_view text,
+                                           const std::map<std::string, std::string>& values) {
   std::string out;
   RETURN_IF_ERROR(Scan(
       text, [&](absl::string_view piece) { out.append(piece.data(), piece.size()); },
@@ -81,8 +83,8 @@ absl::StatusOr<std::string> RenderTemplate(
           std::vector<std::string> known;
           for (const auto& [key, value] : values) known.push_back(key);
           return absl::InvalidArgumentError(absl::StrCat(
-              "placeholder {", name, "} has no axis (axes: ",
-              known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+              "placeholder {", name,
+              "} has no axis (axes: ", known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
         }
         out.append(it->second);
         return absl::OkStatus();
@@ -91,18 +93,13 @@ absl::StatusOr<std::string> RenderTemplate(
 }
 
 absl::Status ValidateInstantiationSet(const v1::InstantiationSet& set) {
-  std::string where = set.manifest_location().empty()
-                          ? absl::StrCat("instantiation set '", set.name(), "'")
-                          : absl::StrCat(set.manifest_location(),
-                                         ": instantiation set '", set.name(),
-                                         "'");
+  std::string where = SetLocation(set);
   if (set.name().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " has no name; add name = \"...\""));
+    return absl::InvalidArgumentError(absl::StrCat(where, " has no name; add name = \"...\""));
   }
   if (set.axes().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " has no axes; add an [instantiations.axes] table"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has no axes; add an [instantiations.axes] table"));
   }
   std::set<std::string> axes;
   for (const auto& axis : set.axes()) {
@@ -120,9 +117,9 @@ absl::Status ValidateInstantiationSet(const v1::InstantiationSet& set) {
     if (!names.ok()) return Annotate(names.status(), where);
     for (const std::string& name : *names) {
       if (!axes.count(name)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": placeholder {", name, "} has no axis (axes: ",
-            AxisNames(set), "); add ", name, " = [...] under its axes"));
+        return absl::InvalidArgumentError(absl::StrCat(where, ": placeholder {", name,
+                                                       "} has no axis (axes: ", AxisNames(set),
+                                                       "); add ", name, " = [...] under its axes"));
       }
     }
   }
@@ -133,8 +130,7 @@ absl::Status ValidateInstantiationSet(const v1::InstantiationSet& set) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(
-    const v1::InstantiationSet& set) {
+absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(const v1::InstantiationSet& set) {
   RETURN_IF_ERROR(ValidateInstantiationSet(set));
   std::string includes;
   for (const std::string& header : set.headers()) {
@@ -156,16 +152,14 @@ absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(
       unit.axis_values[set.axes(a).name()] = set.axes(a).values(index[a]);
     }
     ASSIGN_OR_RETURN(unit.name, RenderTemplate(name_template, unit.axis_values));
-    ASSIGN_OR_RETURN(std::string text,
-                     RenderTemplate(set.text_template(), unit.axis_values));
-    unit.source_text = absl::StrCat(
-        "// Generated by distcc-cuda from instantiation set '", set.name(),
-        "'.\n", includes, text, text.empty() || text.back() == '\n' ? "" : "\n");
+    ASSIGN_OR_RETURN(std::string text, RenderTemplate(set.text_template(), unit.axis_values));
+    unit.source_text =
+        absl::StrCat("// Generated by distcc-cuda from instantiation set '", set.name(), "'.\n",
+                     includes, text, text.empty() || text.back() == '\n' ? "" : "\n");
     if (!names.insert(unit.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          set.manifest_location(), ": two grid points of '", set.name(),
-          "' are both named '", unit.name,
-          "'; put every axis in the unit name template"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(SetLocation(set), ": two grid points are both named '", unit.name,
+                       "'; put every axis in the unit name template"));
     }
     units.push_back(std::move(unit));
     int a = set.axes_size() - 1;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda {
@@ -27,8 +27,8 @@ absl::StatusOr<std::vector<std::string>> Placeholders(absl::string_view text);
 
 // Replaces each {name} in `text` with values.at(name). INVALID_ARGUMENT
 // naming the placeholder and the known axes if a name has no value.
-absl::StatusOr<std::string> RenderTemplate(
-    absl::string_view text, const std::map<std::string, std::string>& values);
+absl::StatusOr<std::string> RenderTemplate(absl::string_view text,
+                                           const std::map<std::string, std::string>& values);
 
 // Checks a set without expanding it: a name, at least one axis, each axis
 // named once with at least one value, every placeholder of the text and of
@@ -39,7 +39,6 @@ absl::Status ValidateInstantiationSet(const v1::InstantiationSet& set);
 // Expands the grid (the first axis varies slowest) into generated units.
 // INVALID_ARGUMENT as ValidateInstantiationSet, or when two points render to
 // the same unit name.
-absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(
-    const v1::InstantiationSet& set);
+absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(const v1::InstantiationSet& set);
 
 }  // namespace distcc_cuda

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/nvcc_args.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -14,7 +15,7 @@ namespace {
 
 struct OptionSpec {
   NvccValueKind kind;
-  bool allows_joined;  // -Ifoo, -DNAME, -O3: single-dash short options
+  bool allows_joined;    // -Ifoo, -DNAME, -O3: single-dash short options
   const char* why = "";  // for kForbidden
 };
 
@@ -37,6 +38,7 @@ const std::map<std::string, OptionSpec>& OptionTable() {
       {"-O", {NvccValueKind::kText, true}},
       {"--optimize", {NvccValueKind::kText, false}},
       {"-std", {NvccValueKind::kText, false}},
+      {"--std", {NvccValueKind::kText, false}},
       {"-x", {NvccValueKind::kText, false}},
       {"--x", {NvccValueKind::kText, false}},
       {"-gencode", {NvccValueKind::kText, false}},
@@ -81,21 +83,24 @@ const std::map<std::string, OptionSpec>& OptionTable() {
       {"--generate-dependencies", {NvccValueKind::kDependency, false}},
       {"--generate-nonsystem-dependencies", {NvccValueKind::kDependency, false}},
       {"--generate-dependencies-with-compile", {NvccValueKind::kDependency, false}},
-      {"--generate-nonsystem-dependencies-with-compile",
-       {NvccValueKind::kDependency, false}},
+      {"--generate-nonsystem-dependencies-with-compile", {NvccValueKind::kDependency, false}},
       {"--dependency-output", {NvccValueKind::kDependency, false}},
       {"--dependency-target-name", {NvccValueKind::kDependency, false}},
-      {"-ccbin", {NvccValueKind::kForbidden, false,
-                  "substitutes the host compiler; workers use their pinned one"}},
-      {"--compiler-bindir", {NvccValueKind::kForbidden, false,
-                             "substitutes the host compiler; workers use their pinned one"}},
-      {"-optf", {NvccValueKind::kForbidden, false,
-                 "reads options from an unchecked file; expand it into the command"}},
-      {"--options-file", {NvccValueKind::kForbidden, false,
-                          "reads options from an unchecked file; expand it into the command"}},
+      {"-ccbin",
+       {NvccValueKind::kForbidden, false,
+        "substitutes the host compiler; workers use their pinned one"}},
+      {"--compiler-bindir",
+       {NvccValueKind::kForbidden, false,
+        "substitutes the host compiler; workers use their pinned one"}},
+      {"-optf",
+       {NvccValueKind::kForbidden, false,
+        "reads options from an unchecked file; expand it into the command"}},
+      {"--options-file",
+       {NvccValueKind::kForbidden, false,
+        "reads options from an unchecked file; expand it into the command"}},
       {"-odir", {NvccValueKind::kForbidden, false, "writes outside the declared output"}},
-      {"--output-directory", {NvccValueKind::kForbidden, false,
-                              "writes outside the declared output"}},
+      {"--output-directory",
+       {NvccValueKind::kForbidden, false, "writes outside the declared output"}},
       {"--keep-dir", {NvccValueKind::kForbidden, false, "writes intermediate files elsewhere"}},
       {"-keep-dir", {NvccValueKind::kForbidden, false, "writes intermediate files elsewhere"}},
       {"-run", {NvccValueKind::kForbidden, false, "runs the compiled program"}},
@@ -124,13 +129,13 @@ bool ValueSeparate(const OptionSpec& spec, const std::string& option) {
 // Host compiler flags that would load code or write elsewhere.
 absl::Status CheckHostCompilerFlags(const std::string& value) {
   for (absl::string_view flag : absl::StrSplit(value, ',')) {
-    for (const char* bad : {"-fplugin", "-B", "-wrapper", "-specs", "--specs",
-                            "-o", "-save-temps", "@"}) {
+    for (const char* bad :
+         {"-fplugin", "-B", "-wrapper", "-specs", "--specs", "-o", "-save-temps", "@"}) {
       if (absl::StartsWith(flag, bad)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "host compiler flag '", flag,
-            "' is not allowed on a worker: it loads code or writes files "
-            "outside the sandbox"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("host compiler flag '", flag,
+                         "' is not allowed on a worker: it loads code or writes files "
+                         "outside the sandbox"));
       }
     }
   }
@@ -163,16 +168,15 @@ std::vector<std::string> NvccCommand::FlagArguments() const {
   return out;
 }
 
-absl::StatusOr<NvccCommand> ParseNvccCommand(
-    const std::vector<std::string>& arguments) {
+absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments) {
   const auto& table = OptionTable();
   NvccCommand command;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& arg = arguments[i];
     if (arg.empty() || arg[0] != '-') {
       if (absl::StartsWith(arg, "@")) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "response file '", arg, "' is not supported; expand it into the command"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("response file '", arg, "' is not supported; expand it into the command"));
       }
       command.sources.push_back(arg);
       continue;
@@ -188,8 +192,7 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(
     size_t equals = arg.find('=');
     if (auto it = table.find(arg); it != table.end()) {
       spec = &it->second;
-    } else if (equals != std::string::npos &&
-               table.count(arg.substr(0, equals))) {
+    } else if (equals != std::string::npos && table.count(arg.substr(0, equals))) {
       parsed.option = arg.substr(0, equals);
       parsed.value = arg.substr(equals + 1);
       parsed.form = NvccArgument::Form::kEquals;
@@ -197,8 +200,7 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(
     } else {
       // A short option with its value joined on: -Ifoo, -DX=1, -O3.
       for (const auto& [name, candidate] : table) {
-        if (candidate.allows_joined && absl::StartsWith(arg, name) &&
-            arg.size() > name.size()) {
+        if (candidate.allows_joined && absl::StartsWith(arg, name) && arg.size() > name.size()) {
           parsed.option = name;
           parsed.value = arg.substr(name.size());
           parsed.form = NvccArgument::Form::kJoined;
@@ -215,8 +217,7 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(
       continue;
     }
     parsed.kind = spec->kind;
-    if (parsed.form == NvccArgument::Form::kSeparate &&
-        ValueSeparate(*spec, parsed.option)) {
+    if (parsed.form == NvccArgument::Form::kSeparate && ValueSeparate(*spec, parsed.option)) {
       if (i + 1 >= arguments.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("nvcc option ", arg, " is missing its value"));
@@ -225,16 +226,15 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(
     }
     switch (spec->kind) {
       case NvccValueKind::kForbidden:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "nvcc option ", parsed.option, " is not allowed: ", spec->why));
+        return absl::InvalidArgumentError(
+            absl::StrCat("nvcc option ", parsed.option, " is not allowed: ", spec->why));
       case NvccValueKind::kDependency:
         command.dependency_flags_dropped = true;
         break;
       case NvccValueKind::kOutputPath:
         if (!command.output.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "more than one output file: ", command.output, " and ",
-              parsed.value));
+          return absl::InvalidArgumentError(
+              absl::StrCat("more than one output file: ", command.output, " and ", parsed.value));
         }
         command.output = parsed.value;
         break;
@@ -245,19 +245,21 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(
   return command;
 }
 
-absl::Status ValidateSandboxedArguments(
-    const std::vector<std::string>& arguments) {
+absl::Status ValidateSandboxedArguments(const std::vector<std::string>& arguments,
+                                        const std::string& working_directory) {
   absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
   if (!command.ok()) return command.status();
   if (command->dependency_flags_dropped) {
-    return absl::InvalidArgumentError(
-        "dependency output options are not run on workers");
+    return absl::InvalidArgumentError("dependency output options are not run on workers");
   }
-  auto inside = [](const std::string& path, const char* what) {
-    if (!StaysInside(path)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " '", path, "' leaves the sandbox; use a path relative to "
-          "the unit's working directory"));
+  auto inside = [&](const std::string& path, const char* what) {
+    std::string from_root = working_directory.empty() || path.empty() || path[0] == '/'
+                                ? path
+                                : working_directory + "/" + path;
+    if (!StaysInside(from_root)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " '", path,
+                                                     "' leaves the sandbox; use a path relative to "
+                                                     "the unit's working directory"));
     }
     return absl::OkStatus();
   };
@@ -269,8 +271,7 @@ absl::Status ValidateSandboxedArguments(
     if (absl::Status s = inside(source, "source"); !s.ok()) return s;
   }
   for (const NvccArgument& flag : command->flags) {
-    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() &&
-        flag.value[0] != '/') {
+    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() && flag.value[0] != '/') {
       if (absl::Status s = inside(flag.value, flag.option.c_str()); !s.ok()) {
         return s;
       }
@@ -282,8 +283,38 @@ absl::Status ValidateSandboxedArguments(
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> GencodeFlags(
-    const std::vector<std::string>& archs) {
+absl::Status ValidateCompileUnit(const v1::CompileUnit& unit) {
+  std::string where = absl::StrCat("unit ", unit.name());
+  if (unit.name().empty()) return absl::InvalidArgumentError("a compile unit has no name");
+  const std::string& cwd = unit.working_directory();
+  if (!cwd.empty() && !StaysInside(cwd)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": working directory '", cwd, "' leaves the workspace"));
+  }
+  absl::Status arguments =
+      ValidateSandboxedArguments({unit.arguments().begin(), unit.arguments().end()}, cwd);
+  if (!arguments.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", arguments.message()));
+  }
+  if (unit.output_paths().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " declares no output"));
+  }
+  for (const std::string& output : unit.output_paths()) {
+    if (output.empty() || !StaysInside(cwd.empty() ? output : cwd + "/" + output)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": output '", output, "' leaves the sandbox"));
+    }
+  }
+  for (const auto& input : unit.inputs()) {
+    if (input.path().empty() || !StaysInside(input.path())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": input '", input.path(), "' leaves the workspace"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> GencodeFlags(const std::vector<std::string>& archs) {
   std::vector<std::string> flags;
   for (const std::string& arch : archs) {
     std::string number;
@@ -299,10 +330,10 @@ absl::StatusOr<std::vector<std::string>> GencodeFlags(
     while (!digits.empty() && std::isalpha(static_cast<unsigned char>(digits.back()))) {
       digits.pop_back();
     }
-    int value = 0;
-    if (digits.empty() || !absl::SimpleAtoi(digits, &value)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "architecture '", arch, "' is not of the form sm_100 or compute_100"));
+    if (digits.empty() ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("architecture '", arch, "' is not of the form sm_100 or compute_100"));
     }
     flags.push_back("-gencode");
     flags.push_back(ptx ? absl::StrCat("arch=compute_", number, ",code=compute_", number)

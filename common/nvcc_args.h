@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda {
 
@@ -35,10 +36,10 @@ struct NvccArgument {
 
 // A compile command split into what distcc-cuda needs to know.
 struct NvccCommand {
-  std::vector<NvccArgument> flags;    // every option but -c, -o and deps
-  std::vector<std::string> sources;   // positional inputs (.cu, .cpp, ...)
-  std::string output;                 // the -o value, "" if none
-  bool compile_only = false;          // -c / --compile seen
+  std::vector<NvccArgument> flags;   // every option but -c, -o and deps
+  std::vector<std::string> sources;  // positional inputs (.cu, .cpp, ...)
+  std::string output;                // the -o value, "" if none
+  bool compile_only = false;         // -c / --compile seen
   bool dependency_flags_dropped = false;
 
   // Flags rendered back as arguments (without sources, -c and -o).
@@ -47,20 +48,25 @@ struct NvccCommand {
 
 // Parses nvcc arguments (without the program name). INVALID_ARGUMENT for an
 // option that lacks its value or is forbidden, naming the option and why.
-absl::StatusOr<NvccCommand> ParseNvccCommand(
-    const std::vector<std::string>& arguments);
+absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments);
 
-// Checks arguments a worker is asked to run: parses them, and requires every
-// source and output to be a relative path that stays inside the sandbox and
-// every read path to stay inside or be an absolute include folder of the
-// worker's own system. INVALID_ARGUMENT naming the offending argument.
-absl::Status ValidateSandboxedArguments(
-    const std::vector<std::string>& arguments);
+// Checks arguments a worker is asked to run in `working_directory` (relative
+// to the sandbox root): parses them, and requires every source and output to
+// be a relative path that stays inside the sandbox and every read path to
+// stay inside or be an absolute include folder of the worker's own system.
+// INVALID_ARGUMENT naming the offending argument.
+absl::Status ValidateSandboxedArguments(const std::vector<std::string>& arguments,
+                                        const std::string& working_directory = "");
+
+// Checks everything a worker would touch for `unit`: its working directory,
+// its arguments (ValidateSandboxedArguments), its declared outputs and its
+// input paths must all stay inside the sandbox. INVALID_ARGUMENT naming the
+// unit and the offending path.
+absl::Status ValidateCompileUnit(const v1::CompileUnit& unit);
 
 // Turns each `-arch sm_XX` style architecture name into the -gencode flags
 // for SASS of that architecture: "sm_100" -> "-gencode",
 // "arch=compute_100,code=sm_100". INVALID_ARGUMENT for an unknown form.
-absl::StatusOr<std::vector<std::string>> GencodeFlags(
-    const std::vector<std::string>& archs);
+absl::StatusOr<std::vector<std::string>> GencodeFlags(const std::vector<std::string>& archs);
 
 }  // namespace distcc_cuda

@@ -5,18 +5,18 @@
 
 #include <grpcpp/support/status.h>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #define DISTCC_CONCAT_INNER_(a, b) a##b
 #define DISTCC_CONCAT_(a, b) DISTCC_CONCAT_INNER_(a, b)
 
 // Returns from the calling function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                         \
-  do {                                                \
-    ::absl::Status distcc_status_ = (expr);           \
-    if (!distcc_status_.ok()) return distcc_status_;  \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status distcc_status_ = (expr);          \
+    if (!distcc_status_.ok()) return distcc_status_; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, Foo())` assigns the value of an absl::StatusOr or

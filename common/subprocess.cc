@@ -112,8 +112,7 @@ absl::StatusCode StartErrorCode(int error) {
 // "what: strerror(error)" with the code that `error` means when starting a
 // program.
 absl::Status StartError(int error, absl::string_view what) {
-  return absl::Status(StartErrorCode(error),
-                      absl::ErrnoToStatus(error, what).message());
+  return absl::Status(StartErrorCode(error), absl::ErrnoToStatus(error, what).message());
 }
 
 // Every descriptor is created close-on-exec, atomically: another thread may
@@ -131,8 +130,7 @@ absl::StatusOr<FdPair> MakePipe(bool parent_reads) {
 }
 
 // The child's environment, by name.
-absl::StatusOr<std::map<std::string, std::string>> BuildEnvironment(
-    const ProcessSpec& spec) {
+absl::StatusOr<std::map<std::string, std::string>> BuildEnvironment(const ProcessSpec& spec) {
   std::map<std::string, std::string> merged;
   if (spec.inherit_environment && environ != nullptr) {
     for (char** entry = environ; *entry != nullptr; ++entry) {
@@ -146,13 +144,13 @@ absl::StatusOr<std::map<std::string, std::string>> BuildEnvironment(
   for (const auto& [name, value] : spec.environment) {
     if (name.empty() || name.find('=') != std::string::npos ||
         name.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment variable name '", name,
-          "' is empty or contains '=' or NUL; pass names without them"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable name '", name,
+                       "' is empty or contains '=' or NUL; pass names without them"));
     }
     if (value.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "value of environment variable ", name, " contains a NUL byte"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("value of environment variable ", name, " contains a NUL byte"));
     }
     merged[name] = value;
   }
@@ -161,19 +159,16 @@ absl::StatusOr<std::map<std::string, std::string>> BuildEnvironment(
 
 // The path to hand to execve for `program`, looked up as execvp would but in
 // the child's PATH and relative to the child's working directory.
-absl::StatusOr<std::string> ResolveProgram(
-    const std::string& program,
-    const std::map<std::string, std::string>& environment,
-    const std::string& working_directory) {
+absl::StatusOr<std::string> ResolveProgram(const std::string& program,
+                                           const std::map<std::string, std::string>& environment,
+                                           const std::string& working_directory) {
   if (program.find('/') != std::string::npos) return program;
   auto path_entry = environment.find("PATH");
-  std::string search_path =
-      path_entry == environment.end() ? "/bin:/usr/bin" : path_entry->second;
+  std::string search_path = path_entry == environment.end() ? "/bin:/usr/bin" : path_entry->second;
   bool found_not_executable = false;
   for (absl::string_view dir : absl::StrSplit(search_path, ':')) {
     // An empty PATH entry means the current directory.
-    std::string candidate =
-        absl::StrCat(dir.empty() ? absl::string_view(".") : dir, "/", program);
+    std::string candidate = absl::StrCat(dir.empty() ? absl::string_view(".") : dir, "/", program);
     std::string on_disk = candidate;
     if (candidate[0] != '/' && !working_directory.empty()) {
       on_disk = absl::StrCat(working_directory, "/", candidate);
@@ -187,13 +182,12 @@ absl::StatusOr<std::string> ResolveProgram(
     return candidate;
   }
   if (found_not_executable) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("program '", program, "' is in PATH '", search_path,
-                     "' but not executable; check its permissions"));
+    return absl::PermissionDeniedError(absl::StrCat("program '", program, "' is in PATH '",
+                                                    search_path,
+                                                    "' but not executable; check its permissions"));
   }
-  return absl::NotFoundError(absl::StrCat("program '", program,
-                                          "' not found in PATH '", search_path,
-                                          "'; install it or give its path"));
+  return absl::NotFoundError(absl::StrCat("program '", program, "' not found in PATH '",
+                                          search_path, "'; install it or give its path"));
 }
 
 // What the child does between fork and exec; prepared before fork because
@@ -306,8 +300,7 @@ void KillGroup(pid_t pid) { kill(-pid, SIGKILL); }
 bool HasExited(pid_t pid) {
   siginfo_t info;
   memset(&info, 0, sizeof(info));
-  while (waitid(P_PID, static_cast<id_t>(pid), &info,
-                WEXITED | WNOHANG | WNOWAIT) != 0) {
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
     if (errno != EINTR) return true;  // ECHILD: nothing left to wait for
   }
   return info.si_pid == pid;
@@ -316,8 +309,7 @@ bool HasExited(pid_t pid) {
 int ToPollTimeoutMs(absl::Duration wait) {
   if (wait == absl::InfiniteDuration()) return -1;
   if (wait <= absl::ZeroDuration()) return 0;
-  int64_t ms =
-      absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)));
+  int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)));
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
 }
 
@@ -329,8 +321,7 @@ struct Capture {
 
 // Reads what `capture` has available, keeping at most `limit` bytes in total,
 // and returns how many bytes it read. Closes the stream at EOF or on an error.
-size_t ReadAvailable(Capture& capture, size_t limit, char* buffer,
-                     bool& truncated) {
+size_t ReadAvailable(Capture& capture, size_t limit, char* buffer, bool& truncated) {
   ssize_t got = read(capture.fd.get(), buffer, kReadChunkBytes);
   if (got < 0) {
     if (errno != EINTR && errno != EAGAIN) capture.fd.Reset();
@@ -352,8 +343,7 @@ absl::Status Reap(pid_t pid, int& status, struct rusage& usage) {
   while (wait4(pid, &status, 0, &usage) < 0) {
     if (errno == EINTR) continue;
     return absl::InternalError(absl::StrCat(
-        absl::ErrnoToStatus(errno, absl::StrCat("cannot wait for child ", pid))
-            .message(),
+        absl::ErrnoToStatus(errno, absl::StrCat("cannot wait for child ", pid)).message(),
         "; is SIGCHLD ignored in this process?"));
   }
   return absl::OkStatus();
@@ -368,23 +358,22 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   }
   for (const std::string& arg : spec.argv) {
     if (arg.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "an argument of '", spec.argv[0].c_str(), "' contains a NUL byte"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("an argument of '", spec.argv[0].c_str(), "' contains a NUL byte"));
     }
   }
   if (spec.working_directory.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError("working directory contains a NUL byte");
   }
   if (spec.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("timeout for '", spec.argv[0], "' must be positive, not ",
-                     absl::FormatDuration(spec.timeout)));
+    return absl::InvalidArgumentError(absl::StrCat("timeout for '", spec.argv[0],
+                                                   "' must be positive, not ",
+                                                   absl::FormatDuration(spec.timeout)));
   }
   const std::string& program = spec.argv[0];
   ASSIGN_OR_RETURN(auto environment, BuildEnvironment(spec));
-  ASSIGN_OR_RETURN(
-      std::string exec_path,
-      ResolveProgram(program, environment, spec.working_directory));
+  ASSIGN_OR_RETURN(std::string exec_path,
+                   ResolveProgram(program, environment, spec.working_directory));
 
   std::vector<std::string> env_entries;
   env_entries.reserve(environment.size());
@@ -422,8 +411,7 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   }
   int max_fd = kMaxFdWithoutCloseRange;
   struct rlimit fd_limit;
-  if (getrlimit(RLIMIT_NOFILE, &fd_limit) == 0 &&
-      fd_limit.rlim_cur < static_cast<rlim_t>(max_fd)) {
+  if (getrlimit(RLIMIT_NOFILE, &fd_limit) == 0 && fd_limit.rlim_cur < static_cast<rlim_t>(max_fd)) {
     max_fd = static_cast<int>(fd_limit.rlim_cur);
   }
 
@@ -451,8 +439,7 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
   if (pid < 0) {
-    return StartError(fork_error,
-                      absl::StrCat("cannot fork to run '", program, "'"));
+    return StartError(fork_error, absl::StrCat("cannot fork to run '", program, "'"));
   }
 
   dev_null.Reset();
@@ -467,14 +454,11 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   if (spec.on_started) spec.on_started(pid);
 
   const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&start] {
-    return absl::FromChrono(std::chrono::steady_clock::now() - start);
-  };
+  auto elapsed = [&start] { return absl::FromChrono(std::chrono::steady_clock::now() - start); };
   // One byte opens the gate; closing our end would not, since children that
   // other threads are forking may hold copies of it until they exec.
   const char go = 1;
-  while (send(gate.parent_end.get(), &go, 1, MSG_NOSIGNAL) < 0 &&
-         errno == EINTR) {
+  while (send(gate.parent_end.get(), &go, 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
   }
   gate.parent_end.Reset();
 
@@ -482,9 +466,9 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   ChildFailure child_failure;
   size_t failure_bytes = 0;
   while (failure_bytes < sizeof(child_failure)) {
-    ssize_t got = read(failure.parent_end.get(),
-                       reinterpret_cast<char*>(&child_failure) + failure_bytes,
-                       sizeof(child_failure) - failure_bytes);
+    ssize_t got =
+        read(failure.parent_end.get(), reinterpret_cast<char*>(&child_failure) + failure_bytes,
+             sizeof(child_failure) - failure_bytes);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     failure_bytes += static_cast<size_t>(got);
@@ -496,19 +480,16 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
     RETURN_IF_ERROR(Reap(pid, status, usage));
     switch (static_cast<ChildStage>(child_failure.stage)) {
       case ChildStage::kChdir:
-        return StartError(
-            child_failure.error,
-            absl::StrCat("cannot enter working directory '",
-                         spec.working_directory, "' to run '", program, "'"));
+        return StartError(child_failure.error,
+                          absl::StrCat("cannot enter working directory '", spec.working_directory,
+                                       "' to run '", program, "'"));
       case ChildStage::kRedirect:
         return StartError(child_failure.error,
-                          absl::StrCat("cannot set up stdin/stdout/stderr of '",
-                                       program, "'"));
+                          absl::StrCat("cannot set up stdin/stdout/stderr of '", program, "'"));
       case ChildStage::kExec:
         break;
     }
-    return StartError(child_failure.error,
-                      absl::StrCat("cannot execute '", exec_path, "'"));
+    return StartError(child_failure.error, absl::StrCat("cannot execute '", exec_path, "'"));
   }
 
   ProcessResult result;
@@ -548,9 +529,8 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
         // A descendant outside the group still holds a pipe: take what is
         // buffered and stop.
         for (Capture& capture : captures) {
-          while (capture.fd.valid() &&
-                 ReadAvailable(capture, spec.output_limit_bytes, buffer.data(),
-                               result.output_truncated) > 0) {
+          while (capture.fd.valid() && ReadAvailable(capture, spec.output_limit_bytes,
+                                                     buffer.data(), result.output_truncated) > 0) {
           }
           capture.fd.Reset();
         }
@@ -580,17 +560,15 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
       int status;
       struct rusage usage;
       RETURN_IF_ERROR(Reap(pid, status, usage));
-      return absl::InternalError(absl::StrCat(
-          "cannot wait for output of '", program,
-          "': ", absl::ErrnoToStatus(poll_error, "poll").message()));
+      return absl::InternalError(absl::StrCat("cannot wait for output of '", program, "': ",
+                                              absl::ErrnoToStatus(poll_error, "poll").message()));
     }
     for (nfds_t i = 0; i < count; ++i) {
       if (poll_fds[i].revents == 0) continue;
       if (polled[i] == nullptr) {
         on_exit();
       } else {
-        ReadAvailable(*polled[i], spec.output_limit_bytes, buffer.data(),
-                      result.output_truncated);
+        ReadAvailable(*polled[i], spec.output_limit_bytes, buffer.data(), result.output_truncated);
       }
     }
   }
@@ -611,11 +589,10 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
 std::string DescribeTermination(const ProcessResult& result) {
   if (result.timed_out) {
     // The kill lands a few milliseconds after the deadline; round that away.
-    absl::Duration unit = result.wall_time >= absl::Seconds(1)
-                              ? absl::Milliseconds(100)
-                              : absl::Milliseconds(1);
-    return absl::StrCat("timed out after ", absl::FormatDuration(absl::Floor(
-                                                result.wall_time, unit)));
+    absl::Duration unit =
+        result.wall_time >= absl::Seconds(1) ? absl::Milliseconds(100) : absl::Milliseconds(1);
+    return absl::StrCat("timed out after ",
+                        absl::FormatDuration(absl::Floor(result.wall_time, unit)));
   }
   if (result.term_signal != 0) {
 #if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
@@ -625,8 +602,7 @@ std::string DescribeTermination(const ProcessResult& result) {
     const char* description = strsignal(result.term_signal);
 #endif
     return absl::StrCat("killed by signal ", result.term_signal, " (",
-                        description != nullptr ? description : "unknown signal",
-                        ")");
+                        description != nullptr ? description : "unknown signal", ")");
   }
   if (result.exit_code >= 0) {
     return absl::StrCat("exit code ", result.exit_code);

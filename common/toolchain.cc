@@ -38,16 +38,14 @@ absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
   for (const std::string& candidate : tried) {
     if (IsExecutableFile(candidate)) return AbsolutePath(candidate);
   }
-  return absl::NotFoundError(absl::StrCat(
-      "no nvcc at ", absl::StrJoin(tried, " or "),
-      "; pass --nvcc /path/to/cuda/bin/nvcc or set CUDA_HOME"));
+  return absl::NotFoundError(absl::StrCat("no nvcc at ", absl::StrJoin(tried, " or "),
+                                          "; pass --nvcc /path/to/cuda/bin/nvcc or set CUDA_HOME"));
 }
 
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler) {
   if (!IsExecutableFile(nvcc_path)) {
-    return absl::NotFoundError(
-        absl::StrCat("nvcc not found or not executable at ", nvcc_path));
+    return absl::NotFoundError(absl::StrCat("nvcc not found or not executable at ", nvcc_path));
   }
   ProcessSpec spec;
   spec.argv = {nvcc_path, "--version"};
@@ -57,11 +55,10 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   v1::ToolchainFingerprint fingerprint;
   static const std::regex kRelease("release ([0-9]+\\.[0-9]+)");
   static const std::regex kBuild("Build (\\S+)");
-  if (version.exit_code != 0 ||
-      !std::regex_search(version.stdout_text, match, kRelease)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        nvcc_path, " --version does not name a CUDA release: ",
-        FirstLine(version.stdout_text + version.stderr_text)));
+  if (version.exit_code != 0 || !std::regex_search(version.stdout_text, match, kRelease)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(nvcc_path, " --version does not name a CUDA release: ",
+                     FirstLine(version.stdout_text + version.stderr_text)));
   }
   fingerprint.set_nvcc_release(match[1]);
   if (std::regex_search(version.stdout_text, match, kBuild)) {
@@ -89,21 +86,17 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
                                     ? FirstLine(host_version->stdout_text)
                                     : absl::StrCat(host_compiler, " missing"));
   fingerprint.set_digest(
-      DigestOf(absl::StrCat(fingerprint.nvcc_release(), "\n",
-                            fingerprint.nvcc_build(), "\n",
-                            fingerprint.nvcc_sha256(), "\n",
-                            fingerprint.cicc_sha256(), "\n",
-                            fingerprint.ptxas_sha256(), "\n",
-                            fingerprint.cuda_version_header(), "\n",
-                            fingerprint.host_compiler()))
+      DigestOf(absl::StrCat(fingerprint.nvcc_release(), "\n", fingerprint.nvcc_build(), "\n",
+                            fingerprint.nvcc_sha256(), "\n", fingerprint.cicc_sha256(), "\n",
+                            fingerprint.ptxas_sha256(), "\n", fingerprint.cuda_version_header(),
+                            "\n", fingerprint.host_compiler()))
           .hash);
   return fingerprint;
 }
 
 std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain) {
-  return absl::StrCat("nvcc ", toolchain.nvcc_release(), " (",
-                      toolchain.nvcc_build(), "), ", toolchain.host_compiler(),
-                      " [", toolchain.digest().substr(0, 12), "]");
+  return absl::StrCat("nvcc ", toolchain.nvcc_release(), " (", toolchain.nvcc_build(), "), ",
+                      toolchain.host_compiler(), " [", toolchain.digest().substr(0, 12), "]");
 }
 
 }  // namespace distcc_cuda

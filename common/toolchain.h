@@ -18,7 +18,8 @@ namespace distcc_cuda {
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler = "g++");
 
-// One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest 1a2b3c4d]".
+// One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest
+// 1a2b3c4d]".
 std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain);
 
 // Finds the nvcc to use: `flag_value` if set, else $CUDA_HOME/bin/nvcc from

@@ -15,32 +15,14 @@ namespace distcc_cuda::coordinator {
 namespace {
 
 absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
-  if (unit.name().empty()) {
-    return absl::InvalidArgumentError("a compile unit has no name");
-  }
-  if (!unit.working_directory().empty() && !StaysInside(unit.working_directory())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit ", unit.name(), ": working directory '", unit.working_directory(),
-        "' leaves the workspace"));
-  }
-  RETURN_IF_ERROR(Annotate(ValidateSandboxedArguments(
-                               {unit.arguments().begin(), unit.arguments().end()}),
-                           absl::StrCat("unit ", unit.name())));
-  if (unit.output_paths().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unit ", unit.name(), " declares no output"));
-  }
+  RETURN_IF_ERROR(ValidateCompileUnit(unit));
   for (const auto& input : unit.inputs()) {
-    if (!StaysInside(input.path())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unit ", unit.name(), ": input '", input.path(), "' leaves the workspace"));
-    }
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
     if (!cas.Contains(digest)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "unit ", unit.name(), ": input ", input.path(), " (", digest.ToString(),
-          ") is not in the content store; upload it before submitting"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("unit ", unit.name(), ": input ", input.path(), " (", digest.ToString(),
+                       ") is not in the content store; upload it before submitting"));
     }
   }
   return absl::OkStatus();
@@ -48,13 +30,11 @@ absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
-    const v1::SubmitBuildRequest& request, CasStore& cas) {
-  std::vector<v1::CompileUnit> units(request.units().begin(),
-                                     request.units().end());
+absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
+                                                   CasStore& cas) {
+  std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
   for (const v1::InstantiationSet& set : request.instantiation_sets()) {
-    ASSIGN_OR_RETURN(std::vector<GeneratedUnit> generated,
-                     ExpandInstantiationSet(set));
+    ASSIGN_OR_RETURN(std::vector<GeneratedUnit> generated, ExpandInstantiationSet(set));
     for (GeneratedUnit& point : generated) {
       ASSIGN_OR_RETURN(Digest source, cas.PutBytes(point.source_text));
       v1::CompileUnit unit;
@@ -70,15 +50,14 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
       unit.add_output_paths(object_name);
       *unit.mutable_inputs() = set.inputs();
       std::string source_path =
-          set.directory().empty()
-              ? source_name
-              : (std::filesystem::path(set.directory()) / source_name).string();
+          set.directory().empty() ? source_name
+                                  : (std::filesystem::path(set.directory()) / source_name).string();
       for (const auto& input : set.inputs()) {
         if (input.path() == source_path) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              set.manifest_location(), ": generated unit ", source_path,
-              " would replace an input file of the same name; rename the unit "
-              "template"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(set.manifest_location(), ": generated unit ", source_path,
+                           " would replace an input file of the same name; rename the unit "
+                           "template"));
         }
       }
       auto* input = unit.add_inputs();
@@ -92,8 +71,8 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   for (v1::CompileUnit& unit : units) {
     RETURN_IF_ERROR(CheckUnit(unit, cas));
     if (!names.insert(unit.name()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "two units are named '", unit.name(), "'; unit names must be unique"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("two units are named '", unit.name(), "'; unit names must be unique"));
     }
     std::string action = ActionDigest(request.toolchain().digest(), unit);
     planned.push_back(PlannedUnit{std::move(unit), std::move(action)});

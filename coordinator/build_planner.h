@@ -17,7 +17,7 @@ namespace distcc_cuda::coordinator {
 // instantiation set's grid. INVALID_ARGUMENT for a malformed set or unit
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
-absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
-    const v1::SubmitBuildRequest& request, CasStore& cas);
+absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
+                                                   CasStore& cas);
 
 }  // namespace distcc_cuda::coordinator

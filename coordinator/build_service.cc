@@ -32,8 +32,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
 
   std::shared_ptr<Handle> handle() { return handle_; }
 
-  void Start(const v1::SubmitBuildRequest& request, CasStore* cas,
-             ResultCache* results) {
+  void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results) {
     absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request, *cas);
     if (!units.ok()) {
       FinishWith(units.status());
@@ -45,10 +44,8 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     }
     std::shared_ptr<Handle> handle = handle_;
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
-        request.build_name(), request.toolchain(), std::move(*units),
-        std::move(cached),
-        [handle](const v1::BuildEvent& event) { handle->Push(event); },
-        absl::Now());
+        request.build_name(), request.toolchain(), std::move(*units), std::move(cached),
+        [handle](const v1::BuildEvent& event) { handle->Push(event); }, absl::Now());
     if (!id.ok()) {
       FinishWith(id.status());
       return;
@@ -125,9 +122,9 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* BuildService::GetClusterStatus(
-    grpc::CallbackServerContext* context,
-    const v1::GetClusterStatusRequest* request, v1::ClusterStatus* response) {
+grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerContext* context,
+                                                         const v1::GetClusterStatusRequest* request,
+                                                         v1::ClusterStatus* response) {
   auto* reactor = context->DefaultReactor();
   *response = scheduler_->Status(absl::Now());
   reactor->Finish(grpc::Status::OK);

@@ -14,13 +14,11 @@ class BuildService final : public v1::BuildService::CallbackService {
   BuildService(CasStore* cas, ResultCache* results, BuildScheduler* scheduler)
       : cas_(cas), results_(results), scheduler_(scheduler) {}
 
-  grpc::ServerUnaryReactor* GetClusterStatus(
-      grpc::CallbackServerContext* context,
-      const v1::GetClusterStatusRequest* request,
-      v1::ClusterStatus* response) override;
+  grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
+                                             const v1::GetClusterStatusRequest* request,
+                                             v1::ClusterStatus* response) override;
   grpc::ServerWriteReactor<v1::BuildEvent>* SubmitBuild(
-      grpc::CallbackServerContext* context,
-      const v1::SubmitBuildRequest* request) override;
+      grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) override;
 
  private:
   CasStore* cas_;

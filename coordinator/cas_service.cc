@@ -22,8 +22,8 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
     if (!ok) {
       // The client closed its side; the blob must be whole by now.
       if (writer_ == nullptr) {
-        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "WriteBlob stream carried no chunk"));
+        Finish(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "WriteBlob stream carried no chunk"));
         return;
       }
       Finish(ToGrpcStatus(Commit()));
@@ -50,17 +50,16 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
       digest_ = digest;
     }
     if (static_cast<int64_t>(request_.data().size()) > kMaxChunkBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chunk of ", request_.data().size(), " bytes exceeds the 1 MiB limit"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk of ", request_.data().size(), " bytes exceeds the 1 MiB limit"));
     }
     return writer_->Append(request_.offset(), request_.data());
   }
 
   absl::Status Commit() {
     if (writer_->bytes_written() != digest_.size_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "blob ", digest_.ToString(), " ended after ", writer_->bytes_written(),
-          " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("blob ", digest_.ToString(), " ended after ",
+                                                     writer_->bytes_written(), " bytes"));
     }
     RETURN_IF_ERROR(writer_->Commit());
     response_->set_committed_size(digest_.size_bytes);
@@ -85,9 +84,9 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
       return;
     }
     if (!store->Contains(digest_)) {
-      Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("blob ", digest_.ToString(),
-                                       " is not in the content store")));
+      Finish(
+          grpc::Status(grpc::StatusCode::NOT_FOUND,
+                       absl::StrCat("blob ", digest_.ToString(), " is not in the content store")));
       return;
     }
     if (digest_.size_bytes > 0) in_.open(store->PathOf(digest_), std::ios::binary);
@@ -114,9 +113,9 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
     in_.read(buffer_.data(), buffer_.size());
     std::streamsize n = in_.gcount();
     if (n <= 0) {
-      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                          absl::StrCat("blob ", digest_.ToString(),
-                                       " is shorter on disk than its size")));
+      Finish(grpc::Status(
+          grpc::StatusCode::DATA_LOSS,
+          absl::StrCat("blob ", digest_.ToString(), " is shorter on disk than its size")));
       return;
     }
     response_.set_offset(offset_);
@@ -134,10 +133,9 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
 
 }  // namespace
 
-grpc::ServerUnaryReactor* CasService::FindMissingBlobs(
-    grpc::CallbackServerContext* context,
-    const v1::FindMissingBlobsRequest* request,
-    v1::FindMissingBlobsResponse* response) {
+grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerContext* context,
+                                                       const v1::FindMissingBlobsRequest* request,
+                                                       v1::FindMissingBlobsResponse* response) {
   auto* reactor = context->DefaultReactor();
   for (const auto& proto : request->digests()) {
     Digest digest = FromProto(proto);
@@ -152,10 +150,9 @@ grpc::ServerUnaryReactor* CasService::FindMissingBlobs(
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(
-    grpc::CallbackServerContext* context,
-    const v1::BatchUpdateBlobsRequest* request,
-    v1::BatchUpdateBlobsResponse* response) {
+grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerContext* context,
+                                                       const v1::BatchUpdateBlobsRequest* request,
+                                                       v1::BatchUpdateBlobsResponse* response) {
   auto* reactor = context->DefaultReactor();
   for (const auto& blob : request->blobs()) {
     auto* result = response->add_results();

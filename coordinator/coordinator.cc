@@ -15,8 +15,7 @@
 
 namespace distcc_cuda::coordinator {
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
-    const CoordinatorOptions& options) {
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   if (options.state_dir.empty()) {
     return absl::InvalidArgumentError("the coordinator needs --state-dir DIR");
   }
@@ -25,32 +24,31 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   std::string state = AbsolutePath(options.state_dir);
   ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas"));
   RETURN_IF_ERROR(MakeDirectories(state + "/results"));
-  coordinator->results_ = std::make_unique<ResultCache>(
-      state + "/results", coordinator->cas_.get());
+  coordinator->results_ =
+      std::make_unique<ResultCache>(state + "/results", coordinator->cas_.get());
   ResultCache* results = coordinator->results_.get();
   coordinator->scheduler_ = std::make_unique<BuildScheduler>(
-      options.scheduler,
-      [results](const std::string& action, const v1::TaskResult& result) {
+      options.scheduler, [results](const std::string& action, const v1::TaskResult& result) {
         results->Record(action, result);
       });
   coordinator->cas_service_ = std::make_unique<CasService>(coordinator->cas_.get());
-  coordinator->build_service_ = std::make_unique<BuildService>(
-      coordinator->cas_.get(), results, coordinator->scheduler_.get());
+  coordinator->build_service_ = std::make_unique<BuildService>(coordinator->cas_.get(), results,
+                                                               coordinator->scheduler_.get());
   coordinator->worker_service_ = std::make_unique<WorkerService>(
       coordinator->scheduler_.get(), options.scheduler.heartbeat_interval);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &coordinator->port_);
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                           &coordinator->port_);
   builder.RegisterService(coordinator->cas_service_.get());
   builder.RegisterService(coordinator->build_service_.get());
   builder.RegisterService(coordinator->worker_service_.get());
   builder.SetMaxReceiveMessageSize(8 << 20);
   coordinator->server_ = builder.BuildAndStart();
   if (coordinator->server_ == nullptr || coordinator->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen_address,
-        " (address in use or not local?); choose another --listen address"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen_address,
+                     " (address in use or not local?); choose another --listen address"));
   }
   Coordinator* self = coordinator.get();
   coordinator->ticker_ = std::thread([self] {
@@ -58,14 +56,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
       self->scheduler_->Tick(absl::Now());
     }
   });
-  spdlog::info("coordinator listening on {} (state in {})", coordinator->address(),
-               state);
+  spdlog::info("coordinator listening on {} (state in {})", coordinator->address(), state);
   return coordinator;
 }
 
 std::string Coordinator::address() const {
-  std::string host = options_.listen_address.substr(
-      0, options_.listen_address.rfind(':'));
+  std::string host = options_.listen_address.substr(0, options_.listen_address.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   return absl::StrCat(host, ":", port_);
 }

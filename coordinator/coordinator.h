@@ -36,8 +36,7 @@ class Coordinator {
  public:
   // Opens the state dir and starts serving. UNAVAILABLE if the address
   // cannot be bound; PERMISSION_DENIED if the state dir cannot be written.
-  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(
-      const CoordinatorOptions& options);
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   // Stops serving: in-flight calls are cancelled.
   ~Coordinator();
 

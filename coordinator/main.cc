@@ -10,10 +10,8 @@
 #include "coordinator/coordinator.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:3633",
-          "HOST:PORT to listen on for clients and workers");
-ABSL_FLAG(std::string, state_dir, "",
-          "folder for the content store and result cache (required)");
+ABSL_FLAG(std::string, listen, "0.0.0.0:3633", "HOST:PORT to listen on for clients and workers");
+ABSL_FLAG(std::string, state_dir, "", "folder for the content store and result cache (required)");
 ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
@@ -30,12 +28,10 @@ int main(int argc, char** argv) {
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
-  options.scheduler.heartbeat_timeout =
-      absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   auto coordinator = distcc_cuda::coordinator::Coordinator::Start(options);
   if (!coordinator.ok()) {
-    std::cerr << "distcc-cuda-coordinator: " << coordinator.status().message()
-              << "\n";
+    std::cerr << "distcc-cuda-coordinator: " << coordinator.status().message() << "\n";
     return 1;
   }
   // Lets scripts started with port 0 learn the port.

@@ -13,12 +13,10 @@ ResultCache::ResultCache(std::string directory, const CasStore* cas)
     : directory_(std::move(directory)), cas_(cas) {}
 
 std::string ResultCache::PathOf(const std::string& action_digest) const {
-  return absl::StrCat(directory_, "/", action_digest.substr(0, 2), "/",
-                      action_digest);
+  return absl::StrCat(directory_, "/", action_digest.substr(0, 2), "/", action_digest);
 }
 
-std::optional<v1::TaskResult> ResultCache::Lookup(
-    const std::string& action_digest) const {
+std::optional<v1::TaskResult> ResultCache::Lookup(const std::string& action_digest) const {
   absl::StatusOr<std::string> bytes = ReadFile(PathOf(action_digest));
   if (!bytes.ok()) return std::nullopt;
   v1::TaskResult result;
@@ -32,18 +30,14 @@ std::optional<v1::TaskResult> ResultCache::Lookup(
   return result;
 }
 
-void ResultCache::Record(const std::string& action_digest,
-                         const v1::TaskResult& result) {
-  absl::Status written =
-      WriteFileAtomically(PathOf(action_digest), result.SerializeAsString());
+void ResultCache::Record(const std::string& action_digest, const v1::TaskResult& result) {
+  absl::Status written = WriteFileAtomically(PathOf(action_digest), result.SerializeAsString());
   if (!written.ok()) {
-    spdlog::warn("cannot record result {}: {}", action_digest,
-                 written.ToString());
+    spdlog::warn("cannot record result {}: {}", action_digest, written.ToString());
   }
 }
 
-std::string ActionDigest(const std::string& toolchain_digest,
-                         const v1::CompileUnit& unit) {
+std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit) {
   std::vector<std::string> inputs;
   for (const auto& input : unit.inputs()) {
     inputs.push_back(absl::StrCat(input.path(), "\t", input.digest().hash(), "\t",

@@ -31,7 +31,6 @@ class ResultCache {
 
 // The action digest of a unit compiled with `toolchain_digest`: a SHA-256
 // over the toolchain, working directory, arguments, outputs and sorted inputs.
-std::string ActionDigest(const std::string& toolchain_digest,
-                         const v1::CompileUnit& unit);
+std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit);
 
 }  // namespace distcc_cuda::coordinator

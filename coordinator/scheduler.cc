@@ -13,17 +13,15 @@ void BuildScheduler::Deferred::Run() {
   for (auto& [sink, event] : events) sink(event);
 }
 
-BuildScheduler::BuildScheduler(SchedulerOptions options,
-                               ResultRecorder record_result)
+BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result)
     : options_(options), record_result_(std::move(record_result)) {}
 
-absl::StatusOr<std::string> BuildScheduler::RegisterWorker(
-    const v1::RegisterWorkerRequest& request, absl::Time now) {
+absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWorkerRequest& request,
+                                                           absl::Time now) {
   if (request.slots() <= 0 || request.memory_cap_bytes() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "worker '", request.name(), "' offers ", request.slots(),
-        " slots and a memory cap of ", request.memory_cap_bytes(),
-        " bytes; both must be positive"));
+        "worker '", request.name(), "' offers ", request.slots(), " slots and a memory cap of ",
+        request.memory_cap_bytes(), " bytes; both must be positive"));
   }
   if (request.toolchain().digest().empty()) {
     return absl::InvalidArgumentError(
@@ -32,21 +30,19 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(
   absl::MutexLock lock(&mu_);
   std::string id = absl::StrCat("w", next_id_++, "-", request.name());
   workers_[id] = WorkerState{request, now, {}, 0};
-  spdlog::info("worker {} joined: {} slots, cap {} bytes, {}", id,
-               request.slots(), request.memory_cap_bytes(),
-               DescribeToolchain(request.toolchain()));
+  spdlog::info("worker {} joined: {} slots, cap {} bytes, {}", id, request.slots(),
+               request.memory_cap_bytes(), DescribeToolchain(request.toolchain()));
   return id;
 }
 
-absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request,
-                                       absl::Time now) {
+absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
     auto it = workers_.find(request.worker_id());
     if (it == workers_.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "worker ", request.worker_id(), " is not registered; register again"));
+      return absl::NotFoundError(
+          absl::StrCat("worker ", request.worker_id(), " is not registered; register again"));
     }
     it->second.last_heartbeat = now;
     std::set<std::string> running(request.running_task_ids().begin(),
@@ -71,10 +67,8 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status BuildScheduler::RequestLease(const std::string& worker_id,
-                                          absl::Time deadline,
-                                          LeaseCallback callback,
-                                          absl::Time now) {
+absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Time deadline,
+                                          LeaseCallback callback, absl::Time now) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
@@ -109,8 +103,7 @@ void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
   deferred.Run();
 }
 
-std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id,
-                                                    absl::Time now,
+std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
                                                     Deferred& deferred) {
   WorkerState& worker = workers_.at(worker_id);
   if (static_cast<int>(worker.tasks.size()) >= worker.info.slots()) {
@@ -160,8 +153,8 @@ void BuildScheduler::Dispatch(absl::Time now, Deferred& deferred) {
   }
 }
 
-void BuildScheduler::Requeue(const std::string& task_id,
-                             const std::string& reason, Deferred& deferred) {
+void BuildScheduler::Requeue(const std::string& task_id, const std::string& reason,
+                             Deferred& deferred) {
   auto task_it = tasks_.find(task_id);
   if (task_it == tasks_.end()) return;
   TaskState task = task_it->second;
@@ -177,9 +170,8 @@ void BuildScheduler::Requeue(const std::string& task_id,
   if (unit.attempts >= options_.max_attempts) {
     v1::TaskResult result;
     result.set_outcome(v1::TASK_FAILED_TO_START);
-    result.set_error_message(absl::StrCat("unit ", name, " was lost ",
-                                          unit.attempts, " times (last: ",
-                                          reason, "); giving up"));
+    result.set_error_message(absl::StrCat("unit ", name, " was lost ", unit.attempts,
+                                          " times (last: ", reason, "); giving up"));
     FinishUnit(build, task.unit_index, result, false, deferred);
     return;
   }
@@ -192,22 +184,20 @@ void BuildScheduler::Requeue(const std::string& task_id,
   deferred.events.emplace_back(build.sink, std::move(event));
 }
 
-absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request,
-                                          absl::Time now) {
+absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
     auto task_it = tasks_.find(request.task_id());
     if (task_it == tasks_.end() || task_it->second.worker_id != request.worker_id()) {
-      return absl::NotFoundError(absl::StrCat(
-          "task ", request.task_id(), " is not leased to ", request.worker_id(),
-          " (its lease was lost and the unit re-queued)"));
+      return absl::NotFoundError(absl::StrCat("task ", request.task_id(), " is not leased to ",
+                                              request.worker_id(),
+                                              " (its lease was lost and the unit re-queued)"));
     }
     const v1::TaskResult& result = request.result();
     bool infrastructure_failure = result.outcome() == v1::TASK_FAILED_TO_START;
     if (infrastructure_failure) {
-      Requeue(request.task_id(),
-              absl::StrCat("worker could not run it: ", result.error_message()),
+      Requeue(request.task_id(), absl::StrCat("worker could not run it: ", result.error_message()),
               deferred);
     } else {
       TaskState task = task_it->second;
@@ -226,9 +216,8 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
   return absl::OkStatus();
 }
 
-void BuildScheduler::FinishUnit(BuildState& build, int unit_index,
-                                const v1::TaskResult& result, bool cached,
-                                Deferred& deferred) {
+void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result,
+                                bool cached, Deferred& deferred) {
   UnitState& unit = build.units[unit_index];
   unit.phase = UnitPhase::kDone;
   bool ok = result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0;
@@ -254,20 +243,20 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index,
   summary->set_units_failed(build.failed);
   summary->set_units_cached(build.cached);
   for (const std::string& name : build.workers_used) summary->add_workers_used(name);
-  summary->set_message(build.failed == 0
-                           ? "all units compiled"
-                           : absl::StrCat(build.failed, " of ", build.units.size(),
-                                          " units failed"));
+  summary->set_message(
+      build.failed == 0 ? "all units compiled"
+                        : absl::StrCat(build.failed, " of ", build.units.size(), " units failed"));
   deferred.events.emplace_back(build.sink, std::move(done));
-  spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id,
-               build.units.size(), build.failed, build.cached);
+  spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
+               build.failed, build.cached);
   builds_.erase(build.id);
 }
 
-absl::StatusOr<std::string> BuildScheduler::SubmitBuild(
-    const std::string& build_name, const v1::ToolchainFingerprint& toolchain,
-    std::vector<PlannedUnit> units, std::map<int, v1::TaskResult> cached,
-    BuildEventSink sink, absl::Time now) {
+absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build_name,
+                                                        const v1::ToolchainFingerprint& toolchain,
+                                                        std::vector<PlannedUnit> units,
+                                                        std::map<int, v1::TaskResult> cached,
+                                                        BuildEventSink sink, absl::Time now) {
   Deferred deferred;
   std::string id;
   {
@@ -278,8 +267,8 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(
       if (worker.info.toolchain().digest() == toolchain.digest()) {
         ++eligible;
       } else {
-        others.push_back(absl::StrCat(worker.info.name(), ": ",
-                                      DescribeToolchain(worker.info.toolchain())));
+        others.push_back(
+            absl::StrCat(worker.info.name(), ": ", DescribeToolchain(worker.info.toolchain())));
       }
     }
     bool all_cached = cached.size() == units.size();
@@ -290,9 +279,8 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(
             "distcc-cuda-worker --coordinator HOST:PORT");
       }
       return absl::FailedPreconditionError(absl::StrCat(
-          "no connected worker has the build's toolchain ",
-          DescribeToolchain(toolchain), "; connected workers have: ",
-          absl::StrJoin(others, "; ")));
+          "no connected worker has the build's toolchain ", DescribeToolchain(toolchain),
+          "; connected workers have: ", absl::StrJoin(others, "; ")));
     }
     id = absl::StrCat("b", next_id_++);
     BuildState& build = builds_[id];
@@ -308,8 +296,8 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(
       build.units.push_back(UnitState{std::move(planned)});
     }
     deferred.events.emplace_back(build.sink, std::move(accepted));
-    spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers", id,
-                 build_name, build.units.size(), cached.size(), eligible);
+    spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers", id, build_name,
+                 build.units.size(), cached.size(), eligible);
     if (build.units.empty()) {
       v1::BuildEvent done;
       done.mutable_finished()->set_success(true);
@@ -340,15 +328,14 @@ void BuildScheduler::CancelBuild(const std::string& build_id) {
   }
 }
 
-void BuildScheduler::DropWorker(const std::string& worker_id,
-                                const std::string& reason, Deferred& deferred) {
+void BuildScheduler::DropWorker(const std::string& worker_id, const std::string& reason,
+                                Deferred& deferred) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
   spdlog::warn("worker {} dropped: {}", worker_id, reason);
   std::set<std::string> tasks = it->second.tasks;
   for (const std::string& task_id : tasks) {
-    Requeue(task_id, absl::StrCat("worker ", it->second.info.name(), " ", reason),
-            deferred);
+    Requeue(task_id, absl::StrCat("worker ", it->second.info.name(), " ", reason), deferred);
   }
   workers_.erase(worker_id);
 }
@@ -364,10 +351,10 @@ void BuildScheduler::Tick(absl::Time now) {
       }
     }
     for (const std::string& id : silent) {
-      DropWorker(id,
-                 absl::StrCat("sent no heartbeat for ",
-                              absl::FormatDuration(options_.heartbeat_timeout)),
-                 deferred);
+      DropWorker(
+          id,
+          absl::StrCat("sent no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout)),
+          deferred);
     }
     std::vector<std::string> overdue;
     for (const auto& [task_id, task] : tasks_) {
@@ -402,8 +389,7 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     out->set_slots(worker.info.slots());
     out->set_running_tasks(worker.tasks.size());
     out->set_tasks_completed(worker.completed);
-    out->set_seconds_since_heartbeat(
-        absl::ToInt64Seconds(now - worker.last_heartbeat));
+    out->set_seconds_since_heartbeat(absl::ToInt64Seconds(now - worker.last_heartbeat));
   }
   status.set_active_builds(builds_.size());
   status.set_queued_units(queue_.size());

@@ -29,8 +29,7 @@ using BuildEventSink = std::function<void(const v1::BuildEvent&)>;
 using LeaseCallback = std::function<void(std::optional<v1::Task>)>;
 
 // Stores a successful unit's result under its action digest.
-using ResultRecorder =
-    std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
+using ResultRecorder = std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
 
 struct SchedulerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -69,10 +68,11 @@ class BuildScheduler {
   // Starts a build of `units` (results already cached are passed in
   // `cached`, keyed by unit index) and returns its id. FAILED_PRECONDITION
   // naming both toolchains when no connected worker matches `toolchain`.
-  absl::StatusOr<std::string> SubmitBuild(
-      const std::string& build_name, const v1::ToolchainFingerprint& toolchain,
-      std::vector<PlannedUnit> units,
-      std::map<int, v1::TaskResult> cached, BuildEventSink sink, absl::Time now);
+  absl::StatusOr<std::string> SubmitBuild(const std::string& build_name,
+                                          const v1::ToolchainFingerprint& toolchain,
+                                          std::vector<PlannedUnit> units,
+                                          std::map<int, v1::TaskResult> cached, BuildEventSink sink,
+                                          absl::Time now);
   // Drops a build whose client went away; its running tasks' results are ignored.
   void CancelBuild(const std::string& build_id);
 
@@ -126,21 +126,18 @@ class BuildScheduler {
   };
 
   // Pops the first queued unit whose build the worker may take.
-  std::optional<v1::Task> TakeTaskFor(const std::string& worker_id,
-                                      absl::Time now, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<v1::Task> TakeTaskFor(const std::string& worker_id, absl::Time now,
+                                      Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pairs parked lease requests with queued units.
-  void Dispatch(absl::Time now, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Dispatch(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a running task's unit back in the queue, or fails it after too many
   // attempts.
-  void Requeue(const std::string& task_id, const std::string& reason,
-               Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result,
-                  bool cached, Deferred& deferred)
+  void Requeue(const std::string& task_id, const std::string& reason, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropWorker(const std::string& worker_id, const std::string& reason,
+  void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result, bool cached,
                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropWorker(const std::string& worker_id, const std::string& reason, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   const ResultRecorder record_result_;

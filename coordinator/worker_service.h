@@ -12,20 +12,18 @@ class WorkerService final : public v1::WorkerService::CallbackService {
   WorkerService(BuildScheduler* scheduler, absl::Duration heartbeat_interval)
       : scheduler_(scheduler), heartbeat_interval_(heartbeat_interval) {}
 
-  grpc::ServerUnaryReactor* RegisterWorker(
-      grpc::CallbackServerContext* context,
-      const v1::RegisterWorkerRequest* request,
-      v1::RegisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
+                                           const v1::RegisterWorkerRequest* request,
+                                           v1::RegisterWorkerResponse* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
   grpc::ServerUnaryReactor* LeaseTask(grpc::CallbackServerContext* context,
                                       const v1::LeaseTaskRequest* request,
                                       v1::LeaseTaskResponse* response) override;
-  grpc::ServerUnaryReactor* ReportResult(
-      grpc::CallbackServerContext* context,
-      const v1::ReportResultRequest* request,
-      v1::ReportResultResponse* response) override;
+  grpc::ServerUnaryReactor* ReportResult(grpc::CallbackServerContext* context,
+                                         const v1::ReportResultRequest* request,
+                                         v1::ReportResultResponse* response) override;
 
  private:
   BuildScheduler* scheduler_;

@@ -8,17 +8,16 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/command_line.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/command_line.h"
 #include "common/host_resources.h"
 #include "common/signals.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:3633",
-          "HOST:PORT of the coordinator to work for");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:3633", "HOST:PORT of the coordinator to work for");
 ABSL_FLAG(int, slots, 0, "units run at once (default: the usable cores)");
 ABSL_FLAG(std::string, memory_cap, "",
           "memory this worker may use, e.g. 16GiB (default: available memory "
@@ -31,8 +30,7 @@ ABSL_FLAG(std::string, work_dir, "",
           "folder for sandboxes and the input cache (default: "
           "/tmp/distcc-cuda-worker-NAME)");
 ABSL_FLAG(bool, keep_sandboxes, false, "leave each task's folder behind");
-ABSL_FLAG(bool, print_toolchain, false,
-          "print this worker's toolchain fingerprint and exit");
+ABSL_FLAG(bool, print_toolchain, false, "print this worker's toolchain fingerprint and exit");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -44,8 +42,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(args.size(), args.data());
   distcc_cuda::BlockTerminationSignals();
   const char* cuda_home = std::getenv("CUDA_HOME");
-  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc),
-                                       cuda_home ? cuda_home : "");
+  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
   if (!nvcc.ok()) {
     std::cerr << "distcc-cuda-worker: " << nvcc.status().message() << "\n";
     return 1;
@@ -74,8 +71,7 @@ int main(int argc, char** argv) {
   } else {
     auto parsed = distcc_cuda::ParseByteSize(cap);
     if (!parsed.ok()) {
-      std::cerr << "distcc-cuda-worker: --memory-cap: " << parsed.status().message()
-                << "\n";
+      std::cerr << "distcc-cuda-worker: --memory-cap: " << parsed.status().message() << "\n";
       return 1;
     }
     options.memory_cap_bytes = *parsed;

@@ -46,21 +46,19 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   ASSIGN_OR_RETURN(worker->toolchain_, ComputeToolchainFingerprint(options.nvcc_path));
   ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
   RETURN_IF_ERROR(MakeDirectories(options.work_dir + "/tasks"));
-  worker->channel_ = grpc::CreateChannel(options.coordinator_address,
-                                         grpc::InsecureChannelCredentials());
+  worker->channel_ =
+      grpc::CreateChannel(options.coordinator_address, grpc::InsecureChannelCredentials());
   if (!worker->channel_->WaitForConnected(DeadlineIn(options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", options.coordinator_address,
-        " within ", absl::FormatDuration(options.connect_timeout),
-        "; is distcc-cuda-coordinator running there?"));
+    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
+                                               options.coordinator_address, " within ",
+                                               absl::FormatDuration(options.connect_timeout),
+                                               "; is distcc-cuda-coordinator running there?"));
   }
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
-  worker->cas_client_ = std::make_unique<CasClient>(
-      v1::ContentStore::NewStub(worker->channel_));
+  worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
   RETURN_IF_ERROR(worker->Register());
   spdlog::info("worker {} registered with {}: {} slots, cap {}, {}", options.name,
-               options.coordinator_address, options.slots,
-               FormatByteSize(options.memory_cap_bytes),
+               options.coordinator_address, options.slots, FormatByteSize(options.memory_cap_bytes),
                DescribeToolchain(worker->toolchain_));
   Worker* self = worker.get();
   worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
@@ -163,7 +161,7 @@ void Worker::SlotLoop(int slot) {
 v1::TaskResult Worker::RunTask(const v1::Task& task) {
   const v1::CompileUnit& unit = task.unit();
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
-  absl::Status valid = ValidateSandboxedArguments(arguments);
+  absl::Status valid = ValidateCompileUnit(unit);
   if (!valid.ok()) {
     v1::TaskResult result = FailedToStart(std::string(valid.message()));
     result.set_outcome(v1::TASK_REJECTED);
@@ -179,18 +177,16 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     Digest digest = FromProto(input.digest());
     absl::Status fetched = cas_client_->DownloadToStore(digest, *cache_);
     if (fetched.ok()) {
-      fetched = cache_->Materialize(digest, *sandbox + "/" + input.path(),
-                                    input.is_executable());
+      fetched = cache_->Materialize(digest, *sandbox + "/" + input.path(), input.is_executable());
     }
     if (!fetched.ok()) {
       cleanup();
-      return FailedToStart(absl::StrCat("cannot fetch input ", input.path(), ": ",
-                                        fetched.message()));
+      return FailedToStart(
+          absl::StrCat("cannot fetch input ", input.path(), ": ", fetched.message()));
     }
   }
-  std::string cwd = unit.working_directory().empty()
-                        ? *sandbox
-                        : *sandbox + "/" + unit.working_directory();
+  std::string cwd =
+      unit.working_directory().empty() ? *sandbox : *sandbox + "/" + unit.working_directory();
   MakeDirectories(cwd).IgnoreError();
   for (const std::string& output : unit.output_paths()) {
     MakeDirectories(fs::path(cwd + "/" + output).parent_path().string()).IgnoreError();
@@ -199,13 +195,12 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   spec.argv.push_back(options_.nvcc_path);
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
   spec.working_directory = cwd;
-  spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms())
-                                       : absl::Hours(1);
+  spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
   absl::StatusOr<ProcessResult> run = RunProcess(spec);
   if (!run.ok()) {
     cleanup();
-    return FailedToStart(absl::StrCat("cannot run ", options_.nvcc_path, ": ",
-                                      run.status().message()));
+    return FailedToStart(
+        absl::StrCat("cannot run ", options_.nvcc_path, ": ", run.status().message()));
   }
   v1::TaskResult result;
   result.set_outcome(run->timed_out ? v1::TASK_TIMED_OUT : v1::TASK_COMPLETED);
@@ -213,8 +208,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   result.set_stdout_text(run->stdout_text);
   result.set_stderr_text(run->stderr_text);
   result.set_wall_time_ms(absl::ToInt64Milliseconds(run->wall_time));
-  result.set_cpu_time_ms(
-      absl::ToInt64Milliseconds(run->user_cpu_time + run->system_cpu_time));
+  result.set_cpu_time_ms(absl::ToInt64Milliseconds(run->user_cpu_time + run->system_cpu_time));
   result.set_peak_memory_bytes(run->peak_rss_bytes);
   result.set_worker_name(options_.name);
   if (run->exit_code != 0) {
@@ -227,8 +221,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
       if (!digest.ok()) {
         result.set_exit_code(-1);
         result.set_outcome(v1::TASK_COMPLETED);
-        result.set_error_message(absl::StrCat(
-            "nvcc exited 0 but did not write ", output));
+        result.set_error_message(absl::StrCat("nvcc exited 0 but did not write ", output));
         cleanup();
         return result;
       }
@@ -240,8 +233,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     absl::StatusOr<int> uploaded = cas_client_->UploadMissing(uploads);
     if (!uploaded.ok()) {
       cleanup();
-      return FailedToStart(absl::StrCat("cannot upload outputs: ",
-                                        uploaded.status().message()));
+      return FailedToStart(absl::StrCat("cannot upload outputs: ", uploaded.status().message()));
     }
   }
   cleanup();
@@ -260,14 +252,12 @@ absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) 
     context.set_deadline(DeadlineIn(absl::Seconds(10)));
     grpc::Status status = stub_->ReportResult(&context, request, &response);
     if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) {
-      return Annotate(FromGrpcStatus(status),
-                      absl::StrCat("reporting unit ", task.unit().name()));
+      return Annotate(FromGrpcStatus(status), absl::StrCat("reporting unit ", task.unit().name()));
     }
     if (stop_.WaitForNotificationWithTimeout(absl::Seconds(1 << attempt))) break;
   }
-  return absl::UnavailableError(absl::StrCat(
-      "could not report unit ", task.unit().name(), " to ",
-      options_.coordinator_address));
+  return absl::UnavailableError(absl::StrCat("could not report unit ", task.unit().name(), " to ",
+                                             options_.coordinator_address));
 }
 
 }  // namespace distcc_cuda::worker

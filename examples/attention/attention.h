@@ -26,7 +26,6 @@ using bf16 = __nv_bfloat16;
 // the mask and the returned codes. Defined in attention_kernels.cuh and
 // explicitly instantiated, one combination per compile unit.
 template <typename T, int kHeadDim, bool kCausal>
-cudaError_t RunAttentionForward(const AttentionParams& params,
-                                cudaStream_t stream);
+cudaError_t RunAttentionForward(const AttentionParams& params, cudaStream_t stream);
 
 #endif  // DISTCC_CUDA_EXAMPLES_ATTENTION_ATTENTION_H_

@@ -23,8 +23,7 @@ constexpr char kVersion[] =
 // Must agree with the axes in kernels.toml: a combination dispatched here but
 // missing from the manifest fails the link with an undefined reference.
 template <typename T, bool kCausal>
-cudaError_t DispatchHeadDim(int head_dim, const AttentionParams& params,
-                            cudaStream_t stream) {
+cudaError_t DispatchHeadDim(int head_dim, const AttentionParams& params, cudaStream_t stream) {
   switch (head_dim) {
     case 32:
       return RunAttentionForward<T, 32, kCausal>(params, stream);
@@ -44,16 +43,15 @@ cudaError_t DispatchHeadDim(int head_dim, const AttentionParams& params,
 }
 
 template <typename T>
-cudaError_t DispatchCausal(int head_dim, bool causal,
-                           const AttentionParams& params, cudaStream_t stream) {
+cudaError_t DispatchCausal(int head_dim, bool causal, const AttentionParams& params,
+                           cudaStream_t stream) {
   return causal ? DispatchHeadDim<T, true>(head_dim, params, stream)
                 : DispatchHeadDim<T, false>(head_dim, params, stream);
 }
 
 }  // namespace
 
-extern "C" int attention_forward(int dtype, int head_dim, int causal,
-                                 const AttentionParams* params,
+extern "C" int attention_forward(int dtype, int head_dim, int causal, const AttentionParams* params,
                                  cudaStream_t stream) {
   if (params == nullptr) return cudaErrorInvalidValue;
   switch (dtype) {

@@ -45,8 +45,8 @@ typedef struct AttentionParams {
 // dtype/head_dim or bad params, cudaErrorInvalidConfiguration when batch or
 // heads exceed the grid limit, or the launch error otherwise. Asynchronous:
 // kernel execution errors surface on later synchronisation.
-int attention_forward(int dtype, int head_dim, int causal,
-                      const AttentionParams* params, cudaStream_t stream);
+int attention_forward(int dtype, int head_dim, int causal, const AttentionParams* params,
+                      cudaStream_t stream);
 
 // Returns a static, NUL-terminated string naming this library, its
 // instantiation set and the CUDA runtime it was built against. Never NULL.

@@ -51,19 +51,13 @@ struct Numeric;
 
 template <>
 struct Numeric<half> {
-  static __device__ __forceinline__ float ToFloat(half x) {
-    return __half2float(x);
-  }
-  static __device__ __forceinline__ half FromFloat(float x) {
-    return __float2half_rn(x);
-  }
+  static __device__ __forceinline__ float ToFloat(half x) { return __half2float(x); }
+  static __device__ __forceinline__ half FromFloat(float x) { return __float2half_rn(x); }
 };
 
 template <>
 struct Numeric<__nv_bfloat16> {
-  static __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-  }
+  static __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
   static __device__ __forceinline__ __nv_bfloat16 FromFloat(float x) {
     return __float2bfloat16_rn(x);
   }
@@ -90,9 +84,8 @@ __device__ __forceinline__ float WarpSum(float x) {
 template <typename T, int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads)
     AttentionForwardKernel(const T* __restrict__ q, const T* __restrict__ k,
-                           const T* __restrict__ v, T* __restrict__ o,
-                           int heads, int seqlen_q, int seqlen_k,
-                           float scale_log2) {
+                           const T* __restrict__ v, T* __restrict__ o, int heads, int seqlen_q,
+                           int seqlen_k, float scale_log2) {
   static_assert(kHeadDim > 0 && kHeadDim % kWarpSize == 0 && kHeadDim <= 256,
                 "kHeadDim must be a multiple of 32 in [32, 256]");
   static_assert(sizeof(T) == 2, "T must be a 16-bit type (fp16 or bf16)");
@@ -122,16 +115,12 @@ __global__ void __launch_bounds__(kThreads)
   // [batch, seqlen, heads, head_dim]: consecutive positions are heads *
   // kHeadDim elements apart.
   const int64_t pos_stride = static_cast<int64_t>(heads) * kHeadDim;
-  const int64_t q_base =
-      (static_cast<int64_t>(batch) * seqlen_q * heads + head) * kHeadDim;
-  const int64_t kv_base =
-      (static_cast<int64_t>(batch) * seqlen_k * heads + head) * kHeadDim;
+  const int64_t q_base = (static_cast<int64_t>(batch) * seqlen_q * heads + head) * kHeadDim;
+  const int64_t kv_base = (static_cast<int64_t>(batch) * seqlen_k * heads + head) * kHeadDim;
 
   for (int d = lane; d < kHeadDim; d += kWarpSize) {
     q_tile[warp][d] =
-        row_valid
-            ? Numeric<T>::ToFloat(q[q_base + row * pos_stride + d]) * scale_log2
-            : 0.0f;
+        row_valid ? Numeric<T>::ToFloat(q[q_base + row * pos_stride + d]) * scale_log2 : 0.0f;
   }
 
   // Keys past key_end are hidden from every row of this block.
@@ -193,8 +182,7 @@ __global__ void __launch_bounds__(kThreads)
           const float p_j = __shfl_sync(kFullWarpMask, p, j);
 #pragma unroll
           for (int i = 0; i < kDimsPerLane; ++i) {
-            acc[i] +=
-                p_j * Numeric<T>::ToFloat(v_tile[j][lane + i * kWarpSize]);
+            acc[i] += p_j * Numeric<T>::ToFloat(v_tile[j][lane + i * kWarpSize]);
           }
         }
         row_max = new_max;
@@ -217,11 +205,10 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace attention_internal
 
 template <typename T, int kHeadDim, bool kCausal>
-cudaError_t RunAttentionForward(const AttentionParams& params,
-                                cudaStream_t stream) {
+cudaError_t RunAttentionForward(const AttentionParams& params, cudaStream_t stream) {
   namespace ai = attention_internal;
-  if (params.batch < 0 || params.heads < 0 || params.seqlen_q < 0 ||
-      params.seqlen_k < 0 || !std::isfinite(params.scale)) {
+  if (params.batch < 0 || params.heads < 0 || params.seqlen_q < 0 || params.seqlen_k < 0 ||
+      !std::isfinite(params.scale)) {
     return cudaErrorInvalidValue;
   }
   if (params.batch > ai::kMaxGridYZ || params.heads > ai::kMaxGridYZ) {
@@ -230,18 +217,14 @@ cudaError_t RunAttentionForward(const AttentionParams& params,
   if (params.batch == 0 || params.heads == 0 || params.seqlen_q == 0) {
     return cudaSuccess;  // empty output: nothing to compute
   }
-  if (params.q == nullptr || params.k == nullptr || params.v == nullptr ||
-      params.o == nullptr) {
+  if (params.q == nullptr || params.k == nullptr || params.v == nullptr || params.o == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid((params.seqlen_q - 1) / ai::kBlockM + 1, params.heads,
-                  params.batch);
-  ai::AttentionForwardKernel<T, kHeadDim, kCausal>
-      <<<grid, ai::kThreads, 0, stream>>>(
-          static_cast<const T*>(params.q), static_cast<const T*>(params.k),
-          static_cast<const T*>(params.v), static_cast<T*>(params.o),
-          params.heads, params.seqlen_q, params.seqlen_k,
-          params.scale * ai::kLog2e);
+  const dim3 grid((params.seqlen_q - 1) / ai::kBlockM + 1, params.heads, params.batch);
+  ai::AttentionForwardKernel<T, kHeadDim, kCausal><<<grid, ai::kThreads, 0, stream>>>(
+      static_cast<const T*>(params.q), static_cast<const T*>(params.k),
+      static_cast<const T*>(params.v), static_cast<T*>(params.o), params.heads, params.seqlen_q,
+      params.seqlen_k, params.scale * ai::kLog2e);
   return cudaGetLastError();
 }
 

@@ -69,14 +69,11 @@ std::string MakeTempDir() {
 
 // Runs `command` in `dir` with its output in a log; returns the log on
 // failure so the test says what nvcc said.
-testing::AssertionResult RunIn(const std::string& dir,
-                               const std::string& command) {
+testing::AssertionResult RunIn(const std::string& dir, const std::string& command) {
   const std::string log = dir + "/command.log";
-  const std::string line =
-      absl::StrCat("cd '", dir, "' && ", command, " >'", log, "' 2>&1");
+  const std::string line = absl::StrCat("cd '", dir, "' && ", command, " >'", log, "' 2>&1");
   if (std::system(line.c_str()) != 0) {
-    return testing::AssertionFailure() << "`" << command << "` failed:\n"
-                                       << ReadAll(log);
+    return testing::AssertionFailure() << "`" << command << "` failed:\n" << ReadAll(log);
   }
   return testing::AssertionSuccess();
 }
@@ -90,8 +87,7 @@ std::vector<std::string> Describe(const std::vector<DeviceImage>& images) {
   return lines;
 }
 
-const DeviceImage* Find(const std::vector<DeviceImage>& images,
-                        const std::string& description) {
+const DeviceImage* Find(const std::vector<DeviceImage>& images, const std::string& description) {
   for (const DeviceImage& image : images) {
     if (DescribeDeviceImage(image) == description) return &image;
   }
@@ -111,15 +107,9 @@ struct FakeEntry {
   uint32_t header_size = 0x40;
 };
 
-void Put16(std::string* s, size_t at, uint16_t v) {
-  std::memcpy(&(*s)[at], &v, 2);
-}
-void Put32(std::string* s, size_t at, uint32_t v) {
-  std::memcpy(&(*s)[at], &v, 4);
-}
-void Put64(std::string* s, size_t at, uint64_t v) {
-  std::memcpy(&(*s)[at], &v, 8);
-}
+void Put16(std::string* s, size_t at, uint16_t v) { std::memcpy(&(*s)[at], &v, 2); }
+void Put32(std::string* s, size_t at, uint32_t v) { std::memcpy(&(*s)[at], &v, 4); }
+void Put64(std::string* s, size_t at, uint64_t v) { std::memcpy(&(*s)[at], &v, 8); }
 
 std::string MakeContainer(const std::vector<FakeEntry>& entries) {
   std::string body;
@@ -146,13 +136,11 @@ std::string MakeContainer(const std::vector<FakeEntry>& entries) {
 }
 
 // An ELF64 relocatable file holding `sections` (name, content) as PROGBITS.
-std::string MakeElf(
-    const std::vector<std::pair<std::string, std::string>>& sections) {
+std::string MakeElf(const std::vector<std::pair<std::string, std::string>>& sections) {
   std::string file(sizeof(Elf64_Ehdr), '\0');
   std::string names(1, '\0');
   std::vector<Elf64_Shdr> headers(1);  // Section 0 is empty.
-  auto add = [&](const std::string& name, const std::string& content,
-                 uint32_t type) {
+  auto add = [&](const std::string& name, const std::string& content, uint32_t type) {
     file.resize((file.size() + 7) / 8 * 8, '\0');
     Elf64_Shdr h{};
     h.sh_name = static_cast<uint32_t>(names.size());
@@ -207,21 +195,18 @@ const std::string& FakeCubin() {
 
 std::string ZstdCompress(const std::string& data) {
   std::string out(ZSTD_compressBound(data.size()), '\0');
-  out.resize(
-      ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3));
+  out.resize(ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3));
   return out;
 }
 
 std::string Lz4Compress(const std::string& data) {
   std::string out(LZ4_compressBound(static_cast<int>(data.size())), '\0');
-  out.resize(LZ4_compress_default(data.data(), out.data(),
-                                  static_cast<int>(data.size()),
+  out.resize(LZ4_compress_default(data.data(), out.data(), static_cast<int>(data.size()),
                                   static_cast<int>(out.size())));
   return out;
 }
 
-FakeEntry CompressedEntry(uint16_t kind, const std::string& data,
-                          uint64_t flag) {
+FakeEntry CompressedEntry(uint16_t kind, const std::string& data, uint64_t flag) {
   FakeEntry e;
   e.kind = kind;
   e.flags = 0x11 | flag;
@@ -256,11 +241,9 @@ std::vector<BytesCase> BytesCases() {
   const std::string good = MakeContainer({plain_ptx, cubin});
 
   std::vector<BytesCase> cases = {
-      {"NotElf", "just some text, not an object file",
-       absl::StatusCode::kInvalidArgument},
+      {"NotElf", "just some text, not an object file", absl::StatusCode::kInvalidArgument},
       {"Empty", "", absl::StatusCode::kInvalidArgument},
-      {"NoFatbinSection", MakeElf({{".text", "\x90\x90"}}),
-       absl::StatusCode::kNotFound},
+      {"NoFatbinSection", MakeElf({{".text", "\x90\x90"}}), absl::StatusCode::kNotFound},
       {"PtxAndCubin",
        MakeElf({{".nv_fatbin", good}}),
        absl::StatusCode::kOk,
@@ -283,25 +266,19 @@ std::vector<BytesCase> BytesCases() {
        {"sm_100 cubin"}},
       {"ContainersWithPadding",
        MakeElf({{".nv_fatbin", MakeContainer({cubin}) + std::string(8, '\0') +
-                                   MakeContainer({plain_ptx}) +
-                                   std::string(16, '\0')}}),
+                                   MakeContainer({plain_ptx}) + std::string(16, '\0')}}),
        absl::StatusCode::kOk,
        {"compute_100 ptx", "sm_100 cubin"}},
       {"ZstdAndLz4",
-       MakeElf({{".nv_fatbin",
-                 MakeContainer({CompressedEntry(2, FakeCubin(), 0x8000),
-                                CompressedEntry(1, ptx + '\0', 0x2000)})}}),
+       MakeElf({{".nv_fatbin", MakeContainer({CompressedEntry(2, FakeCubin(), 0x8000),
+                                              CompressedEntry(1, ptx + '\0', 0x2000)})}}),
        absl::StatusCode::kOk,
        {"compute_100 ptx", "sm_100 cubin"}},
-      {"EmptySection",
-       MakeElf({{".nv_fatbin", ""}}),
-       absl::StatusCode::kOk,
-       {}},
+      {"EmptySection", MakeElf({{".nv_fatbin", ""}}), absl::StatusCode::kOk, {}},
   };
 
   auto bad = [&](std::string name, std::string container) {
-    cases.push_back({std::move(name),
-                     MakeElf({{".nv_fatbin", std::move(container)}}),
+    cases.push_back({std::move(name), MakeElf({{".nv_fatbin", std::move(container)}}),
                      absl::StatusCode::kInvalidArgument});
   };
   bad("ContainerTruncated", good.substr(0, good.size() - 1));
@@ -345,20 +322,17 @@ std::vector<BytesCase> BytesCases() {
   cases.push_back({"Elf32", elf32, absl::StatusCode::kInvalidArgument});
   std::string section_outside = MakeElf({{".nv_fatbin", good}});
   Put64(&section_outside,
-        section_outside.size() - 2 * sizeof(Elf64_Shdr) +
-            offsetof(Elf64_Shdr, sh_size),
+        section_outside.size() - 2 * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_size),
         uint64_t{1} << 40);
-  cases.push_back({"SectionOutsideFile", section_outside,
-                   absl::StatusCode::kInvalidArgument});
+  cases.push_back({"SectionOutsideFile", section_outside, absl::StatusCode::kInvalidArgument});
   std::string headers_outside = MakeElf({{".nv_fatbin", good}});
   Put16(&headers_outside, offsetof(Elf64_Ehdr, e_shnum), 0xfff0);
-  cases.push_back({"SectionHeadersOutsideFile", headers_outside,
-                   absl::StatusCode::kInvalidArgument});
+  cases.push_back(
+      {"SectionHeadersOutsideFile", headers_outside, absl::StatusCode::kInvalidArgument});
   return cases;
 }
 
-class ReadDeviceImagesFromBytesTest
-    : public ::testing::TestWithParam<BytesCase> {};
+class ReadDeviceImagesFromBytesTest : public ::testing::TestWithParam<BytesCase> {};
 
 TEST_P(ReadDeviceImagesFromBytesTest, Reads) {
   const BytesCase& c = GetParam();
@@ -366,8 +340,7 @@ TEST_P(ReadDeviceImagesFromBytesTest, Reads) {
       ReadDeviceImagesFromBytes(c.bytes, "case.o");
   ASSERT_EQ(images.status().code(), c.code) << images.status();
   if (!images.ok()) {
-    EXPECT_NE(images.status().message().find("case.o"), std::string::npos)
-        << images.status();
+    EXPECT_NE(images.status().message().find("case.o"), std::string::npos) << images.status();
     return;
   }
   EXPECT_EQ(Describe(*images), c.images);
@@ -380,32 +353,27 @@ TEST_P(ReadDeviceImagesFromBytesTest, Reads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, ReadDeviceImagesFromBytesTest,
-                         ::testing::ValuesIn(BytesCases()),
+INSTANTIATE_TEST_SUITE_P(Cases, ReadDeviceImagesFromBytesTest, ::testing::ValuesIn(BytesCases()),
                          [](const ::testing::TestParamInfo<BytesCase>& info) {
                            return info.param.name;
                          });
 
 TEST(ReadDeviceImagesFromBytesTest, EveryTruncationIsInvalidNotACrash) {
   const std::string container =
-      MakeContainer({FakeEntry{1, 100, 0x11, "ptx\0"},
-                     CompressedEntry(2, FakeCubin(), 0x8000),
+      MakeContainer({FakeEntry{1, 100, 0x11, "ptx\0"}, CompressedEntry(2, FakeCubin(), 0x8000),
                      CompressedEntry(2, FakeCubin(), 0x2000)});
   for (size_t size = 1; size < container.size(); ++size) {
-    const auto images = ReadDeviceImagesFromBytes(
-        MakeElf({{".nv_fatbin", container.substr(0, size)}}), "cut.o");
+    const auto images =
+        ReadDeviceImagesFromBytes(MakeElf({{".nv_fatbin", container.substr(0, size)}}), "cut.o");
     EXPECT_EQ(images.status().code(), absl::StatusCode::kInvalidArgument)
         << "cut at " << size << ": " << images.status();
   }
 }
 
 TEST(DescribeDeviceImageTest, NamesArchAndKind) {
-  EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kCubin, 100, false, ""}),
-            "sm_100 cubin");
-  EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kPtx, 100, true, ""}),
-            "compute_100 ptx");
-  EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kCubin, 90, false, "", "a"}),
-            "sm_90a cubin");
+  EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kCubin, 100, false, ""}), "sm_100 cubin");
+  EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kPtx, 100, true, ""}), "compute_100 ptx");
+  EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kCubin, 90, false, "", "a"}), "sm_90a cubin");
 }
 
 TEST(DeviceImageTest, EqualityIgnoresStorage) {
@@ -417,23 +385,19 @@ TEST(DeviceImageTest, EqualityIgnoresStorage) {
 }
 
 TEST(ReadDeviceImagesTest, MissingFileIsNotFound) {
-  EXPECT_EQ(ReadDeviceImages("/nonexistent/k.o").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadDeviceImages("/nonexistent/k.o").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ReadDeviceImagesTest, ReadsFile) {
   const std::string dir = MakeTempDir();
   ASSERT_FALSE(dir.empty());
   const std::string path = dir + "/fake.o";
-  WriteAll(path,
-           MakeElf({{".nv_fatbin",
-                     MakeContainer({FakeEntry{2, 100, 0x11, FakeCubin()}})}}));
+  WriteAll(path, MakeElf({{".nv_fatbin", MakeContainer({FakeEntry{2, 100, 0x11, FakeCubin()}})}}));
   const auto images = ReadDeviceImages(path);
   ASSERT_TRUE(images.ok()) << images.status();
   EXPECT_EQ(Describe(*images), std::vector<std::string>{"sm_100 cubin"});
   WriteAll(path, "");
-  EXPECT_EQ(ReadDeviceImages(path).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadDeviceImages(path).status().code(), absl::StatusCode::kInvalidArgument);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
@@ -445,8 +409,7 @@ TEST(ReadDeviceImagesTest, PlainHostObjectIsNotFound) {
   WriteAll(dir + "/plain.cc", "int plain() { return 1; }\n");
   ASSERT_TRUE(RunIn(dir, "/usr/bin/g++ -c plain.cc -o plain.o"));
   const auto images = ReadDeviceImages(dir + "/plain.o");
-  EXPECT_EQ(images.status().code(), absl::StatusCode::kNotFound)
-      << images.status();
+  EXPECT_EQ(images.status().code(), absl::StatusCode::kNotFound) << images.status();
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
@@ -468,11 +431,7 @@ void PrintTo(const NvccCase& c, std::ostream* os) { *os << c.name; }
 std::vector<NvccCase> NvccCases() {
   const std::string both = kSm100CubinAndPtx;
   return {
-      {"Default",
-       both,
-       {"compute_100 ptx", "sm_100 cubin"},
-       std::nullopt,
-       true},
+      {"Default", both, {"compute_100 ptx", "sm_100 cubin"}, std::nullopt, true},
       // zstd on nvcc 13.0.
       {"CompressAll",
        "-Xfatbin -compress-all " + both,
@@ -527,11 +486,11 @@ class NvccObjectTest : public ::testing::TestWithParam<NvccCase> {
   }
 
   // Compiles kernel.cu with `flags` into `<name>.o` and returns its images.
-  static absl::StatusOr<std::vector<DeviceImage>> Compile(
-      const std::string& name, const std::string& flags) {
+  static absl::StatusOr<std::vector<DeviceImage>> Compile(const std::string& name,
+                                                          const std::string& flags) {
     const std::string object = *dir_ + "/" + name + ".o";
-    const testing::AssertionResult ran = RunIn(
-        *dir_, absl::StrCat(kNvcc, " -c ", flags, " kernel.cu -o ", object));
+    const testing::AssertionResult ran =
+        RunIn(*dir_, absl::StrCat(kNvcc, " -c ", flags, " kernel.cu -o ", object));
     if (!ran) return absl::InternalError(ran.message());
     return ReadDeviceImages(object);
   }
@@ -574,14 +533,13 @@ TEST_P(NvccObjectTest, ReadsImages) {
     for (const DeviceImage& image : *reference_) {
       const DeviceImage* same = Find(*images, DescribeDeviceImage(image));
       ASSERT_NE(same, nullptr) << DescribeDeviceImage(image);
-      EXPECT_TRUE(*same == image)
-          << DescribeDeviceImage(image) << " differs from the default build";
+      EXPECT_TRUE(*same == image) << DescribeDeviceImage(image)
+                                  << " differs from the default build";
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, NvccObjectTest,
-                         ::testing::ValuesIn(NvccCases()),
+INSTANTIATE_TEST_SUITE_P(Cases, NvccObjectTest, ::testing::ValuesIn(NvccCases()),
                          [](const ::testing::TestParamInfo<NvccCase>& info) {
                            return info.param.name;
                          });
@@ -595,8 +553,7 @@ class NvccBuildTest : public ::testing::Test {
   }
   void TearDown() override {
     std::error_code ignored;
-    for (const std::string& dir : dirs_)
-      std::filesystem::remove_all(dir, ignored);
+    for (const std::string& dir : dirs_) std::filesystem::remove_all(dir, ignored);
   }
   // A new temp folder holding kKernelSource as `file_name`.
   std::string Folder(const std::string& file_name) {
@@ -609,10 +566,9 @@ class NvccBuildTest : public ::testing::Test {
 
 TEST_F(NvccBuildTest, SharedLibraryHoldsTheObjectsCubin) {
   const std::string dir = Folder("kernel.cu");
-  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -c -Xcompiler -fPIC ",
-                                      kSm100CubinAndPtx, " kernel.cu -o k.o")));
-  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -shared ", kSm100CubinAndPtx,
-                                      " k.o -o libk.so")));
+  ASSERT_TRUE(RunIn(
+      dir, absl::StrCat(kNvcc, " -c -Xcompiler -fPIC ", kSm100CubinAndPtx, " kernel.cu -o k.o")));
+  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -shared ", kSm100CubinAndPtx, " k.o -o libk.so")));
   const auto object = ReadDeviceImages(dir + "/k.o");
   ASSERT_TRUE(object.ok()) << object.status();
   const auto library = ReadDeviceImages(dir + "/libk.so");
@@ -620,8 +576,7 @@ TEST_F(NvccBuildTest, SharedLibraryHoldsTheObjectsCubin) {
   // The library also holds the CUDA runtime's own images, so look for ours
   // among them.
   for (const DeviceImage& image : *object) {
-    EXPECT_NE(std::find(library->begin(), library->end(), image),
-              library->end())
+    EXPECT_NE(std::find(library->begin(), library->end(), image), library->end())
         << DescribeDeviceImage(image) << " of k.o is not in libk.so";
   }
   EXPECT_NE(Find(*library, "sm_100 cubin"), nullptr);
@@ -630,10 +585,9 @@ TEST_F(NvccBuildTest, SharedLibraryHoldsTheObjectsCubin) {
 TEST_F(NvccBuildTest, SameSourceInOtherFolderAndNameHasSameDeviceCode) {
   const std::string first = Folder("alpha.cu");
   const std::string second = Folder("beta_renamed.cu");
-  ASSERT_TRUE(RunIn(first, absl::StrCat(kNvcc, " -c ", kSm100CubinAndPtx,
-                                        " alpha.cu -o a.o")));
-  ASSERT_TRUE(RunIn(second, absl::StrCat(kNvcc, " -c ", kSm100CubinAndPtx,
-                                         " beta_renamed.cu -o other.o")));
+  ASSERT_TRUE(RunIn(first, absl::StrCat(kNvcc, " -c ", kSm100CubinAndPtx, " alpha.cu -o a.o")));
+  ASSERT_TRUE(
+      RunIn(second, absl::StrCat(kNvcc, " -c ", kSm100CubinAndPtx, " beta_renamed.cu -o other.o")));
   // The host objects differ (nvcc embeds temporary names and a module id)...
   ASSERT_NE(ReadAll(first + "/a.o"), ReadAll(second + "/other.o"));
   // ...but the device code does not.
@@ -649,8 +603,8 @@ TEST_F(NvccBuildTest, SameSourceInOtherFolderAndNameHasSameDeviceCode) {
 
 TEST_F(NvccBuildTest, CorruptingAnyFatbinByteNeverCrashes) {
   const std::string dir = Folder("kernel.cu");
-  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -c -Xfatbin -compress-all ",
-                                      kSm100CubinAndPtx, " kernel.cu -o k.o")));
+  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -c -Xfatbin -compress-all ", kSm100CubinAndPtx,
+                                      " kernel.cu -o k.o")));
   std::string object = ReadAll(dir + "/k.o");
   ASSERT_TRUE(ReadDeviceImagesFromBytes(object, "k.o").ok());
   // Every byte of the first 0x200 of the section, set to 0xff and to 0.
@@ -663,8 +617,7 @@ TEST_F(NvccBuildTest, CorruptingAnyFatbinByteNeverCrashes) {
       const char saved = object[i];
       object[i] = value;
       const auto images = ReadDeviceImagesFromBytes(object, "k.o");
-      EXPECT_TRUE(images.ok() ||
-                  images.status().code() == absl::StatusCode::kInvalidArgument)
+      EXPECT_TRUE(images.ok() || images.status().code() == absl::StatusCode::kInvalidArgument)
           << "byte " << i << ": " << images.status();
       object[i] = saved;
     }

@@ -79,20 +79,8 @@ TEST_P(RunProcessEndTest, ReportsHowItEnded) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, RunProcessEndTest,
     testing::Values(
-        EndCase{"Stdout",
-                {"sh", "-c", "echo hello"},
-                0,
-                0,
-                "hello\n",
-                "",
-                "exit code 0"},
-        EndCase{"Stderr",
-                {"sh", "-c", "echo oops >&2"},
-                0,
-                0,
-                "",
-                "oops\n",
-                "exit code 0"},
+        EndCase{"Stdout", {"sh", "-c", "echo hello"}, 0, 0, "hello\n", "", "exit code 0"},
+        EndCase{"Stderr", {"sh", "-c", "echo oops >&2"}, 0, 0, "", "oops\n", "exit code 0"},
         EndCase{"StreamsKeptApart",
                 {"sh", "-c", "echo out; echo err >&2; echo out2"},
                 0,
@@ -100,20 +88,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "out\nout2\n",
                 "err\n",
                 "exit code 0"},
-        EndCase{"ExitCode",
-                {"sh", "-c", "echo partial; exit 3"},
-                3,
-                0,
-                "partial\n",
-                "",
-                "exit code 3"},
-        EndCase{"AbsolutePath",
-                {"/bin/sh", "-c", "exit 2"},
-                2,
-                0,
-                "",
-                "",
-                "exit code 2"},
+        EndCase{
+            "ExitCode", {"sh", "-c", "echo partial; exit 3"}, 3, 0, "partial\n", "", "exit code 3"},
+        EndCase{"AbsolutePath", {"/bin/sh", "-c", "exit 2"}, 2, 0, "", "", "exit code 2"},
         EndCase{"KilledBySigkill",
                 {"sh", "-c", "kill -KILL $$"},
                 -1,
@@ -130,8 +107,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "killed by signal 15 (Terminated)"},
         EndCase{"StdinIsDevNull", {"cat"}, 0, 0, "", "", "exit code 0"},
         EndCase{"ArgvUnchanged",
-                {"sh", "-c", "printf '%s|' \"$0\" \"$@\"", "zero", "a b", "",
-                 "c'd"},
+                {"sh", "-c", "printf '%s|' \"$0\" \"$@\"", "zero", "a b", "", "c'd"},
                 0,
                 0,
                 "zero|a b||c'd|",
@@ -155,9 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n",
                 "",
                 "exit code 0"}),
-    [](const testing::TestParamInfo<EndCase>& info) {
-      return info.param.name;
-    });
+    [](const testing::TestParamInfo<EndCase>& info) { return info.param.name; });
 
 TEST(RunProcessTest, SignalStateIsReset) {
   // Leaks a descriptor and ignores/blocks signals the way a server might.
@@ -183,8 +157,7 @@ TEST(RunProcessTest, SignalStateIsReset) {
   sigaction(SIGPIPE, &saved_pipe, nullptr);
   close(leaked);
   ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_EQ(status->stdout_text,
-            "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+  EXPECT_EQ(status->stdout_text, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->stdout_text, "0\n1\n2\n3\n");
 }
@@ -198,8 +171,7 @@ struct StartErrorCase {
   std::string message_part;
 };
 
-class RunProcessStartErrorTest : public testing::TestWithParam<StartErrorCase> {
-};
+class RunProcessStartErrorTest : public testing::TestWithParam<StartErrorCase> {};
 
 TEST_P(RunProcessStartErrorTest, ReturnsError) {
   const StartErrorCase& c = GetParam();
@@ -212,77 +184,72 @@ TEST_P(RunProcessStartErrorTest, ReturnsError) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, RunProcessStartErrorTest,
-    testing::Values(
-        StartErrorCase{"EmptyArgv",
-                       [](const std::string&) { return ProcessSpec(); },
-                       absl::StatusCode::kInvalidArgument, "empty argv"},
-        StartErrorCase{"MissingInPath",
-                       [](const std::string&) {
-                         ProcessSpec spec;
-                         spec.argv = {"distcc-cuda-no-such-program", "-v"};
-                         return spec;
-                       },
-                       absl::StatusCode::kNotFound,
-                       "distcc-cuda-no-such-program"},
-        StartErrorCase{"MissingAbsolute",
-                       [](const std::string& dir) {
-                         ProcessSpec spec;
-                         spec.argv = {dir + "/nvcc"};
-                         return spec;
-                       },
-                       absl::StatusCode::kNotFound, "/nvcc"},
-        StartErrorCase{"NotExecutable",
-                       [](const std::string& dir) {
-                         WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
-                         ProcessSpec spec;
-                         spec.argv = {dir + "/tool"};
-                         return spec;
-                       },
-                       absl::StatusCode::kPermissionDenied, "/tool"},
-        StartErrorCase{"NotExecutableInPath",
-                       [](const std::string& dir) {
-                         WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
-                         ProcessSpec spec;
-                         spec.argv = {"tool"};
-                         spec.environment["PATH"] = dir;
-                         return spec;
-                       },
-                       absl::StatusCode::kPermissionDenied, "not executable"},
-        StartErrorCase{"NotAnExecutableFormat",
-                       [](const std::string& dir) {
-                         WriteFile(dir + "/tool",
-                                   "\x7f"
-                                   "ELFgarbage",
-                                   0755);
-                         ProcessSpec spec;
-                         spec.argv = {dir + "/tool"};
-                         return spec;
-                       },
-                       absl::StatusCode::kFailedPrecondition, "/tool"},
-        StartErrorCase{"MissingWorkingDirectory",
-                       [](const std::string& dir) {
-                         ProcessSpec spec = Shell("true");
-                         spec.working_directory = dir + "/absent";
-                         return spec;
-                       },
-                       absl::StatusCode::kNotFound, "/absent"},
-        StartErrorCase{"BadEnvironmentName",
-                       [](const std::string&) {
-                         ProcessSpec spec = Shell("true");
-                         spec.environment["A=B"] = "1";
-                         return spec;
-                       },
-                       absl::StatusCode::kInvalidArgument, "A=B"},
-        StartErrorCase{"ZeroTimeout",
-                       [](const std::string&) {
-                         ProcessSpec spec = Shell("true");
-                         spec.timeout = absl::ZeroDuration();
-                         return spec;
-                       },
-                       absl::StatusCode::kInvalidArgument, "timeout"}),
-    [](const testing::TestParamInfo<StartErrorCase>& info) {
-      return info.param.name;
-    });
+    testing::Values(StartErrorCase{"EmptyArgv", [](const std::string&) { return ProcessSpec(); },
+                                   absl::StatusCode::kInvalidArgument, "empty argv"},
+                    StartErrorCase{"MissingInPath",
+                                   [](const std::string&) {
+                                     ProcessSpec spec;
+                                     spec.argv = {"distcc-cuda-no-such-program", "-v"};
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kNotFound, "distcc-cuda-no-such-program"},
+                    StartErrorCase{"MissingAbsolute",
+                                   [](const std::string& dir) {
+                                     ProcessSpec spec;
+                                     spec.argv = {dir + "/nvcc"};
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kNotFound, "/nvcc"},
+                    StartErrorCase{"NotExecutable",
+                                   [](const std::string& dir) {
+                                     WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
+                                     ProcessSpec spec;
+                                     spec.argv = {dir + "/tool"};
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kPermissionDenied, "/tool"},
+                    StartErrorCase{"NotExecutableInPath",
+                                   [](const std::string& dir) {
+                                     WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
+                                     ProcessSpec spec;
+                                     spec.argv = {"tool"};
+                                     spec.environment["PATH"] = dir;
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kPermissionDenied, "not executable"},
+                    StartErrorCase{"NotAnExecutableFormat",
+                                   [](const std::string& dir) {
+                                     WriteFile(dir + "/tool",
+                                               "\x7f"
+                                               "ELFgarbage",
+                                               0755);
+                                     ProcessSpec spec;
+                                     spec.argv = {dir + "/tool"};
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kFailedPrecondition, "/tool"},
+                    StartErrorCase{"MissingWorkingDirectory",
+                                   [](const std::string& dir) {
+                                     ProcessSpec spec = Shell("true");
+                                     spec.working_directory = dir + "/absent";
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kNotFound, "/absent"},
+                    StartErrorCase{"BadEnvironmentName",
+                                   [](const std::string&) {
+                                     ProcessSpec spec = Shell("true");
+                                     spec.environment["A=B"] = "1";
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kInvalidArgument, "A=B"},
+                    StartErrorCase{"ZeroTimeout",
+                                   [](const std::string&) {
+                                     ProcessSpec spec = Shell("true");
+                                     spec.timeout = absl::ZeroDuration();
+                                     return spec;
+                                   },
+                                   absl::StatusCode::kInvalidArgument, "timeout"}),
+    [](const testing::TestParamInfo<StartErrorCase>& info) { return info.param.name; });
 
 TEST(RunProcessTest, TimeoutKillsProgram) {
   ProcessSpec spec;
@@ -303,8 +270,7 @@ TEST(RunProcessTest, TimeoutKillsProgram) {
 // Whether `pid` is gone or a zombie (its reaper may be slow or absent).
 bool IsDead(pid_t pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(stat)),
-                   std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   if (text.empty()) return true;
   size_t paren = text.rfind(')');
   return paren != std::string::npos && paren + 2 < text.size() &&
@@ -333,8 +299,8 @@ TEST(RunProcessTest, TimeoutKillsWholeTree) {
   EXPECT_EQ(result->term_signal, SIGKILL);
   EXPECT_LT(taken, absl::Seconds(2));
   int background = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(
-      absl::StripTrailingAsciiWhitespace(result->stdout_text), &background))
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripTrailingAsciiWhitespace(result->stdout_text), &background))
       << result->stdout_text;
   EXPECT_TRUE(BecomesDead(background));
 }
@@ -351,8 +317,8 @@ TEST(RunProcessTest, LeftoverDescendantsAreKilledAtExit) {
   EXPECT_FALSE(result->timed_out);
   EXPECT_LT(taken, absl::Seconds(2));
   int background = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(
-      absl::StripTrailingAsciiWhitespace(result->stdout_text), &background))
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripTrailingAsciiWhitespace(result->stdout_text), &background))
       << result->stdout_text;
   EXPECT_TRUE(BecomesDead(background));
 }
@@ -389,8 +355,7 @@ TEST(RunProcessTest, EnvironmentOverlaysInherited) {
   spec.environment["DISTCC_CUDA_TEST_VAR"] = "overlaid value";
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->stdout_text,
-            absl::StrCat("overlaid value|", parent_path, "\n"));
+  EXPECT_EQ(result->stdout_text, absl::StrCat("overlaid value|", parent_path, "\n"));
 }
 
 TEST(RunProcessTest, EnvironmentWithoutInheritance) {
@@ -429,8 +394,7 @@ TEST(RunProcessTest, LargeOutputOnBothStreamsDoesNotDeadlock) {
 }
 
 TEST(RunProcessTest, OutputBeyondLimitIsDrainedAndTruncated) {
-  ProcessSpec spec =
-      Shell("echo start; head -c 5000000 /dev/zero; echo tiny >&2");
+  ProcessSpec spec = Shell("echo start; head -c 5000000 /dev/zero; echo tiny >&2");
   spec.output_limit_bytes = 1000;
   spec.timeout = absl::Seconds(30);
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
@@ -456,8 +420,7 @@ TEST(RunProcessTest, MeasuresCpuTime) {
 TEST(RunProcessTest, MeasuresPeakRssOfDescendants) {
   // dd fills one 100 MiB buffer; it runs as a child of the shell, so this
   // also checks that waited-for descendants count.
-  ProcessSpec spec =
-      Shell("dd if=/dev/zero of=/dev/null bs=100M count=1 2>/dev/null; true");
+  ProcessSpec spec = Shell("dd if=/dev/zero of=/dev/null bs=100M count=1 2>/dev/null; true");
   spec.timeout = absl::Seconds(30);
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
   ASSERT_TRUE(result.ok()) << result.status();

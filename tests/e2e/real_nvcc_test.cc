@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+// The real binaries as separate processes and the real nvcc: a coordinator
+// and two workers build examples/attention; the library's fatbinary has
+// sm_100 code, and every unit's device code equals a local nvcc build's.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "client/kernel_manifest.h"
+#include "common/fatbin.h"
+#include "common/files.h"
+#include "common/instantiation.h"
+#include "common/subprocess.h"
+#include "tests/support/background_process.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class RealNvccTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nvcc_ = testing::RealNvccPath();
+    if (nvcc_.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
+    root_ = testing::NewTempDir("e2e-");
+    auto coordinator = testing::BackgroundProcess::Start(
+        {testing::BinaryPath("distcc-cuda-coordinator"), "--listen", "127.0.0.1:0", "--state-dir",
+         root_ + "/state"},
+        root_ + "/coordinator.log");
+    ASSERT_TRUE(coordinator.ok());
+    coordinator_ = std::move(*coordinator);
+    absl::StatusOr<std::string> line = coordinator_->WaitForLog("listening on ", absl::Seconds(20));
+    ASSERT_TRUE(line.ok()) << line.status();
+    address_ = line->substr(line->find("listening on ") + 13);
+    for (const char* name : {"e2e-a", "e2e-b"}) {
+      auto worker = testing::BackgroundProcess::Start(
+          {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", address_, "--name", name,
+           "--slots", "1", "--memory-cap", "4GiB", "--nvcc", nvcc_, "--work-dir",
+           root_ + "/" + name},
+          root_ + "/" + name + ".log");
+      ASSERT_TRUE(worker.ok());
+      ASSERT_TRUE((*worker)->WaitForLog("registered", absl::Seconds(60)).ok()) << (*worker)->Log();
+      workers_.push_back(std::move(*worker));
+    }
+  }
+
+  ProcessResult Client(const std::vector<std::string>& args) {
+    ProcessSpec spec;
+    spec.argv = {testing::BinaryPath("distcc-cuda")};
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    spec.timeout = absl::Minutes(10);
+    absl::StatusOr<ProcessResult> result = RunProcess(spec);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : ProcessResult{};
+  }
+
+  std::string nvcc_;
+  std::string root_;
+  std::string address_;
+  std::unique_ptr<testing::BackgroundProcess> coordinator_;
+  std::vector<std::unique_ptr<testing::BackgroundProcess>> workers_;
+};
+
+// Compiles `source` in `directory` with the manifest's flags, as a user
+// would without distcc-cuda.
+absl::Status CompileLocally(const std::string& nvcc, const std::string& directory,
+                            const std::string& source, const std::string& object) {
+  ProcessSpec spec;
+  spec.argv = {
+      nvcc, "-O3",  "-std=c++17", "-gencode", "arch=compute_100,code=sm_100", "-Xcompiler=-fPIC",
+      "-c", source, "-o",         object};
+  spec.working_directory = directory;
+  spec.timeout = absl::Minutes(5);
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  if (!result.ok()) return result.status();
+  if (result->exit_code != 0) {
+    return absl::InternalError(absl::StrCat(source, ": ", result->stderr_text));
+  }
+  return absl::OkStatus();
+}
+
+TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
+  std::string out = root_ + "/out";
+  ProcessResult build = Client({"build", testing::SourceDir() + "/examples/attention/kernels.toml",
+                                "--coordinator", address_, "-o", out});
+  ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  EXPECT_THAT(build.stdout_text, HasSubstr("units     25 (25 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(build.stdout_text, HasSubstr("workers   2 (e2e-a: "));
+
+  std::string library = out + "/libattention_sm100.so";
+  ProcessResult inspect = Client({"inspect", library});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.stderr_text;
+  EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n"));
+
+  // Rebuild every unit locally from the same generated text, next to the
+  // headers, and compare device code image by image.
+  std::string local = root_ + "/local";
+  fs::copy(testing::SourceDir() + "/examples/attention", local, fs::copy_options::recursive);
+  absl::StatusOr<client::KernelManifest> manifest =
+      client::LoadKernelManifest(local + "/kernels.toml");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<std::pair<std::string, std::string>> units;  // name, source
+  for (const std::string& source : manifest->sources) {
+    units.emplace_back(fs::path(source).stem().string(), source);
+  }
+  for (const v1::InstantiationSet& set : manifest->instantiation_sets) {
+    absl::StatusOr<std::vector<GeneratedUnit>> generated = ExpandInstantiationSet(set);
+    ASSERT_TRUE(generated.ok()) << generated.status();
+    for (const GeneratedUnit& unit : *generated) {
+      ASSERT_TRUE(WriteFileAtomically(local + "/" + unit.name + ".cu", unit.source_text).ok());
+      units.emplace_back(unit.name, unit.name + ".cu");
+    }
+  }
+  ASSERT_EQ(units.size(), 25u);
+  for (size_t begin = 0; begin < units.size(); begin += 2) {
+    std::vector<std::future<absl::Status>> running;
+    for (size_t i = begin; i < std::min(units.size(), begin + 2); ++i) {
+      running.push_back(std::async(std::launch::async, [&, i] {
+        return CompileLocally(nvcc_, local, units[i].second, units[i].first + ".local.o");
+      }));
+    }
+    for (auto& compile : running) ASSERT_TRUE(compile.get().ok());
+  }
+  for (const auto& [name, source] : units) {
+    absl::StatusOr<std::vector<DeviceImage>> remote = ReadDeviceImages(out + "/obj/" + name + ".o");
+    absl::StatusOr<std::vector<DeviceImage>> mine =
+        ReadDeviceImages(local + "/" + name + ".local.o");
+    ASSERT_TRUE(remote.ok()) << name << ": " << remote.status();
+    ASSERT_TRUE(mine.ok()) << name << ": " << mine.status();
+    ASSERT_FALSE(remote->empty()) << name;
+    EXPECT_EQ((*remote)[0].arch, 100) << name;
+    EXPECT_TRUE(*remote == *mine) << name << ": device code differs from a local build";
+  }
+  absl::StatusOr<std::vector<DeviceImage>> linked = ReadDeviceImages(library);
+  ASSERT_TRUE(linked.ok()) << linked.status();
+  int sm100 = 0;
+  for (const DeviceImage& image : *linked) {
+    sm100 += image.kind == DeviceImageKind::kCubin && image.arch == 100;
+  }
+  EXPECT_GE(sm100, 25) << "every unit's sm_100 cubin is in the library";
+}
+
+TEST_F(RealNvccTest, CompileErrorOfTheRealNvccReachesTheUser) {
+  std::string dir = root_ + "/broken";
+  ASSERT_TRUE(WriteFileAtomically(dir + "/kernels.toml",
+                                  "[build]\noutput = \"libbroken.so\"\nsources = [\"bad.cu\"]\n")
+                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/bad.cu", "__global__ void k(int* x) { *x = undefined_name; }\n")
+          .ok());
+  ProcessResult build =
+      Client({"build", dir + "/kernels.toml", "--coordinator", address_, "-o", root_ + "/bout"});
+  EXPECT_EQ(build.exit_code, 1);
+  EXPECT_THAT(build.stdout_text, HasSubstr("error: unit bad failed on worker"));
+  EXPECT_THAT(build.stdout_text, HasSubstr("nvcc exit code"));
+  EXPECT_THAT(build.stdout_text,
+              HasSubstr("bad.cu(1): error: identifier \"undefined_name\" is undefined"));
+  EXPECT_THAT(build.stderr_text, HasSubstr("1 of 1 units failed to compile"));
+}
+
+TEST_F(RealNvccTest, StatusListsBothWorkersWithTheirToolchain) {
+  ProcessResult status = Client({"status", "--coordinator", address_});
+  ASSERT_EQ(status.exit_code, 0) << status.stderr_text;
+  EXPECT_THAT(status.stdout_text, HasSubstr("2 workers"));
+  EXPECT_THAT(status.stdout_text, HasSubstr("e2e-a"));
+  EXPECT_THAT(status.stdout_text, HasSubstr("nvcc 13.0"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda

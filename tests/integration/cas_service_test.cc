@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ContentStore service over real gRPC on 127.0.0.1:0.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/cas_client.h"
+#include "common/files.h"
+#include "coordinator/coordinator.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CasServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator::CoordinatorOptions options;
+    options.state_dir = testing::NewTempDir("cas-service-");
+    auto started = coordinator::Coordinator::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = std::move(*started);
+    channel_ = grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials());
+    stub_ = v1::ContentStore::NewStub(channel_);
+    client_ = std::make_unique<CasClient>(
+        std::shared_ptr<v1::ContentStore::StubInterface>(v1::ContentStore::NewStub(channel_)));
+  }
+
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ContentStore::Stub> stub_;
+  std::unique_ptr<CasClient> client_;
+};
+
+std::string Pattern(size_t size) {
+  std::string data(size, '\0');
+  for (size_t i = 0; i < size; ++i) data[i] = static_cast<char>((i * 131) ^ (i >> 11));
+  return data;
+}
+
+TEST_F(CasServiceTest, UploadsOnlyWhatIsMissingAndReadsBack) {
+  std::string small = "small blob";
+  std::string large = Pattern((3 << 20) + 12345);  // streamed in 4 chunks
+  std::vector<BlobSource> blobs = {{DigestOf(small), "", small}, {DigestOf(large), "", large}};
+  absl::StatusOr<int> sent = client_->UploadMissing(blobs);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(*sent, 2);
+  sent = client_->UploadMissing(blobs);
+  ASSERT_TRUE(sent.ok());
+  EXPECT_EQ(*sent, 0) << "the second upload finds both blobs present";
+  absl::StatusOr<std::string> back = client_->DownloadBytes(DigestOf(large));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, large);
+  std::string file = testing::NewTempDir("cas-download-") + "/large.bin";
+  ASSERT_TRUE(client_->DownloadToFile(DigestOf(large), file).ok());
+  EXPECT_EQ(*ReadFile(file), large);
+}
+
+TEST_F(CasServiceTest, BatchBlobWhoseContentDoesNotMatchIsRejected) {
+  v1::BatchUpdateBlobsRequest request;
+  auto* blob = request.add_blobs();
+  *blob->mutable_digest() = ToProto(DigestOf("the real content"));
+  blob->set_data("tampered content");
+  v1::BatchUpdateBlobsResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->BatchUpdateBlobs(&context, request, &response).ok());
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(response.results(0).message(), HasSubstr("does not match"));
+  absl::StatusOr<std::vector<Digest>> missing =
+      client_->FindMissing({DigestOf("the real content")});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->size(), 1u) << "a rejected blob must not be stored";
+}
+
+TEST_F(CasServiceTest, StreamedBlobWhoseContentDoesNotMatchIsRejected) {
+  std::string real = Pattern(2 << 20);
+  std::string tampered = real;
+  tampered[1 << 20] ^= 1;
+  absl::StatusOr<int> sent = client_->UploadMissing({{DigestOf(real), "", tampered}});
+  EXPECT_EQ(sent.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sent.status().message(), HasSubstr("does not match"));
+  absl::StatusOr<std::vector<Digest>> missing = client_->FindMissing({DigestOf(real)});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->size(), 1u);
+}
+
+TEST_F(CasServiceTest, ChunkLargerThanOneMebibyteIsRejected) {
+  std::string data = Pattern((1 << 20) + 1);
+  grpc::ClientContext context;
+  v1::WriteBlobResponse response;
+  auto writer = stub_->WriteBlob(&context, &response);
+  v1::WriteBlobRequest request;
+  *request.mutable_digest() = ToProto(DigestOf(data));
+  request.set_data(data);
+  writer->Write(request);
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("1 MiB"));
+}
+
+TEST_F(CasServiceTest, ReadingAMissingBlobIsNotFound) {
+  absl::StatusOr<std::string> got = client_->DownloadBytes(DigestOf("never stored"));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CasServiceTest, MalformedDigestIsInvalidArgument) {
+  absl::StatusOr<std::vector<Digest>> missing = client_->FindMissing({Digest{"xyz", 3}});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace distcc_cuda

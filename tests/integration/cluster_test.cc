@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+// A coordinator and two workers in-process on 127.0.0.1:0, building with the
+// fake compiler through the same code paths the binaries use.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <future>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/build_command.h"
+#include "common/files.h"
+#include "coordinator/coordinator.h"
+#include "tests/support/background_process.h"
+#include "tests/support/test_paths.h"
+#include "worker/worker.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kManifest[] = R"(
+[build]
+output = "libfake.so"
+flags = ["-O3"]
+sources = ["api.cu"]
+
+[[instantiations]]
+name = "kern"
+unit = "kern_{dtype}_{size}"
+headers = ["kern.cuh"]
+text = "template void Kern<{dtype}, {size}>(); // FAKE_SLEEP_MS=150"
+
+[instantiations.axes]
+dtype = ["half", "float"]
+size = [1, 2, 3, 4]
+)";
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewTempDir("cluster-");
+    coordinator::CoordinatorOptions options;
+    options.state_dir = root_ + "/coordinator";
+    options.scheduler.heartbeat_timeout = absl::Seconds(2);
+    auto started = coordinator::Coordinator::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = std::move(*started);
+    for (const char* name : {"worker-a", "worker-b"}) AddWorker(name);
+    Write("src/kern.cuh", "#include \"common.h\"\ntemplate <typename T, int N> void Kern() {}\n");
+    Write("src/common.h", "// shared\n");
+    Write("src/api.cu", "#include \"common.h\"\nint api() { return 1; }\n");
+    Write("src/kernels.toml", kManifest);
+  }
+
+  void AddWorker(const std::string& name) {
+    worker::WorkerOptions options;
+    options.coordinator_address = coordinator_->address();
+    options.name = name;
+    options.slots = 1;
+    options.memory_cap_bytes = int64_t{4} << 30;
+    options.nvcc_path = testing::FakeNvccPath();
+    options.work_dir = root_ + "/" + name;
+    auto started = worker::Worker::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    workers_.push_back(std::move(*started));
+  }
+
+  void Write(const std::string& relative, const std::string& content) {
+    ASSERT_TRUE(WriteFileAtomically(root_ + "/" + relative, content).ok());
+  }
+
+  absl::Status Build(std::string* output, const std::string& address = "") {
+    client::BuildOptions options;
+    options.plan_path = root_ + "/src/kernels.toml";
+    options.coordinator_address = address.empty() ? coordinator_->address() : address;
+    options.output_dir = root_ + "/out";
+    options.nvcc_path = testing::FakeNvccPath();
+    options.state_dir = root_ + "/embedded";
+    std::ostringstream out;
+    absl::Status status = client::RunBuild(options, out);
+    *output = out.str();
+    return status;
+  }
+
+  std::string root_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::vector<std::unique_ptr<worker::Worker>> workers_;
+};
+
+TEST_F(ClusterTest, TwoWorkersBuildTheSetAndTheLibraryIsLinked) {
+  std::string out;
+  absl::Status status = Build(&out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (9 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(out, HasSubstr("workers   2 (worker-a: "));
+  absl::StatusOr<std::string> library = ReadFile(root_ + "/out/libfake.so");
+  ASSERT_TRUE(library.ok());
+  EXPECT_THAT(*library, HasSubstr("FAKELIB"));
+  // Each object was compiled from its generated unit with the header closure.
+  absl::StatusOr<std::string> object = ReadFile(root_ + "/out/obj/kern_float_3.o");
+  ASSERT_TRUE(object.ok());
+  EXPECT_THAT(*object, HasSubstr("template void Kern<float, 3>();"));
+  EXPECT_THAT(*object, HasSubstr("// shared"));
+  EXPECT_THAT(*object, HasSubstr("-Xcompiler=-fPIC"));
+  EXPECT_THAT(*library, HasSubstr("int api()"));
+}
+
+TEST_F(ClusterTest, UnchangedRebuildCompilesNothing) {
+  std::string out;
+  ASSERT_TRUE(Build(&out).ok()) << out;
+  ASSERT_TRUE(Build(&out).ok()) << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (0 compiled, 9 cached, 0 failed)"));
+  // Changing the shared header invalidates every unit that reads it.
+  Write("src/common.h", "// shared, edited\n");
+  ASSERT_TRUE(Build(&out).ok()) << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (9 compiled, 0 cached, 0 failed)"));
+}
+
+TEST_F(ClusterTest, CompileErrorReachesTheUserUnchangedAndOnlyTheFailedUnitIsRebuilt) {
+  Write("src/api.cu",
+        "#include \"common.h\"\nint api() { FAKE_FAIL(identifier \"x\" is undefined) }\n");
+  std::string out;
+  absl::Status status = Build(&out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << out;
+  EXPECT_THAT(out, HasSubstr("error: unit api failed on worker"));
+  EXPECT_THAT(out, HasSubstr("nvcc exit code 2"));
+  EXPECT_THAT(out, HasSubstr("api.cu(2): error: identifier \"x\" is undefined\n"
+                             "1 error detected in the compilation of \"api.cu\".\n"));
+  EXPECT_THAT(out, HasSubstr("1 of 9 units failed: api"));
+  EXPECT_FALSE(IsRegularFile(root_ + "/out/libfake.so"));
+  Write("src/api.cu", "#include \"common.h\"\nint api() { return 2; }\n");
+  status = Build(&out);
+  ASSERT_TRUE(status.ok()) << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (1 compiled, 8 cached, 0 failed)"));
+}
+
+TEST_F(ClusterTest, MissingHeaderIsNamedBeforeAnythingIsSent) {
+  Write("src/api.cu", "#include \"nowhere.h\"\nint api();\n");
+  std::string out;
+  absl::Status status = Build(&out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("nowhere.h: No such file or directory"));
+  EXPECT_THAT(status.message(), HasSubstr("api.cu"));
+}
+
+TEST_F(ClusterTest, UnreachableCoordinatorFailsWithinSecondsNamingTheAddress) {
+  std::string out;
+  absl::Time start = absl::Now();
+  absl::Status status = Build(&out, "127.0.0.1:1");
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+TEST_F(ClusterTest, EmbeddedDefaultBuildsWithoutACluster) {
+  client::BuildOptions options;
+  options.plan_path = root_ + "/src/kernels.toml";
+  options.output_dir = root_ + "/embedded-out";
+  options.nvcc_path = testing::FakeNvccPath();
+  options.state_dir = root_ + "/embedded";
+  options.embedded_slots = 2;
+  std::ostringstream out;
+  absl::Status status = client::RunBuild(options, out);
+  ASSERT_TRUE(status.ok()) << status << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("building on this machine (2 slots"));
+  EXPECT_TRUE(IsRegularFile(root_ + "/embedded-out/libfake.so"));
+}
+
+TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
+  Write("proj/include/util.h", "// util\n");
+  Write("proj/a.cu", "#include \"util.h\"\nint a();\n");
+  Write("proj/sub/b.cu", "#include \"util.h\"\nint b();\n");
+  std::string nvcc = testing::FakeNvccPath();
+  std::string db =
+      absl::StrCat(R"([
+    {"directory": ")",
+                   root_, R"(/proj/build",
+     "file": "../a.cu",
+     "arguments": [")",
+                   nvcc, R"(", "-I", ")", root_, R"(/proj/include", "-O2", "-MD", "-MT", "a.o",
+                   "-MF", "a.o.d", "-c", "../a.cu", "-o", "objs/a.o"]},
+    {"directory": ")",
+                   root_, R"(/proj/build",
+     "file": ")",
+                   root_, R"(/proj/sub/b.cu",
+     "command": ")",
+                   nvcc, " -I../include -O2 -c ", root_, R"(/proj/sub/b.cu -o objs/b.o"}
+  ])");
+  Write("proj/build/compile_commands.json", db);
+  client::BuildOptions options;
+  options.plan_path = root_ + "/proj/build/compile_commands.json";
+  options.coordinator_address = coordinator_->address();
+  options.output_dir = root_ + "/proj/build";
+  options.library_name = "libproj.so";
+  options.nvcc_path = nvcc;
+  std::ostringstream out;
+  absl::Status status = client::RunBuild(options, out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out.str();
+  // Objects go where the build system expects them, compiled with the
+  // include folder made relative to the sandbox.
+  absl::StatusOr<std::string> a = ReadFile(root_ + "/proj/build/objs/a.o");
+  absl::StatusOr<std::string> b = ReadFile(root_ + "/proj/build/objs/b.o");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_THAT(*a, HasSubstr("// util"));
+  EXPECT_THAT(*b, HasSubstr("int b();"));
+  EXPECT_THAT(*a, Not(HasSubstr(root_))) << "absolute paths were rewritten";
+  EXPECT_TRUE(IsRegularFile(root_ + "/proj/build/libproj.so"));
+}
+
+TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
+  // Only a worker process that will hang is connected when the build starts.
+  workers_.clear();
+  Write("src/common.h", "// FAKE_SLEEP_MS=1500\n");
+  auto doomed = testing::BackgroundProcess::Start(
+      {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", coordinator_->address(),
+       "--name", "doomed", "--slots", "2", "--memory-cap", "2GiB", "--nvcc",
+       testing::FakeNvccPath(), "--work-dir", root_ + "/doomed"},
+      root_ + "/doomed.log");
+  ASSERT_TRUE(doomed.ok());
+  ASSERT_TRUE((*doomed)->WaitForLog("registered", absl::Seconds(20)).ok()) << (*doomed)->Log();
+  std::string out;
+  std::future<absl::Status> build = std::async(std::launch::async, [&] { return Build(&out); });
+  ASSERT_TRUE((*doomed)->WaitForLog("runs unit", absl::Seconds(20)).ok()) << (*doomed)->Log();
+  // Freeze it: no heartbeat, no report, like a node that lost its network.
+  kill((*doomed)->pid(), SIGSTOP);
+  AddWorker("rescuer");
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  absl::Status status = build.get();
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("re-queued"));
+  EXPECT_THAT(out, HasSubstr("doomed sent no heartbeat"));
+  EXPECT_THAT(out, HasSubstr("workers   1 (rescuer: 9)"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda

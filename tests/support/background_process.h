@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// A long-running process for end-to-end tests (a coordinator, a worker):
+// output goes to a log file the test can wait on; destruction kills it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace distcc_cuda::testing {
+
+class BackgroundProcess {
+ public:
+  // Starts `argv` with stdout and stderr appended to `log_path`.
+  static absl::StatusOr<std::unique_ptr<BackgroundProcess>> Start(
+      const std::vector<std::string>& argv, const std::string& log_path);
+  // Kills the process (SIGKILL) if it still runs, and reaps it.
+  ~BackgroundProcess();
+
+  // Waits until the log contains `text`; returns the log's line holding it.
+  // DEADLINE_EXCEEDED (with the log) if it does not appear in time or the
+  // process exits first.
+  absl::StatusOr<std::string> WaitForLog(const std::string& text, absl::Duration timeout);
+  // Sends `signal` and waits up to `timeout` for the exit; returns the wait
+  // status.
+  absl::StatusOr<int> Stop(int signal, absl::Duration timeout);
+  std::string Log() const;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string log_path_;
+};
+
+}  // namespace distcc_cuda::testing

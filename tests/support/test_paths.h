@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where tests find the source tree, the built binaries and scratch space.
+#pragma once
+
+#include <string>
+
+namespace distcc_cuda::testing {
+
+// The repository root.
+std::string SourceDir();
+// build/bin/NAME: distcc-cuda, distcc-cuda-coordinator, distcc-cuda-worker.
+std::string BinaryPath(const std::string& name);
+// build/tests/fake_nvcc, the fake compiler.
+std::string FakeNvccPath();
+// /usr/local/cuda/bin/nvcc if it exists, else "".
+std::string RealNvccPath();
+// A new empty folder for one test, under the test temp dir.
+std::string NewTempDir(const std::string& prefix);
+
+}  // namespace distcc_cuda::testing

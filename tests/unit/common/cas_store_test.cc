@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/cas_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// Every regular file under `dir`, temporaries included.
+std::vector<std::string> FilesUnder(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) files.push_back(entry.path().string());
+  }
+  return files;
+}
+
+class CasStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::NewTempDir("cas_store");
+    absl::StatusOr<std::unique_ptr<CasStore>> store = CasStore::Open(dir_ + "/cas");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+
+  std::string dir_;
+  std::unique_ptr<CasStore> store_;
+};
+
+TEST_F(CasStoreTest, OpenCreatesTheRootFolder) {
+  EXPECT_TRUE(fs::is_directory(dir_ + "/cas"));
+  EXPECT_EQ(store_->root(), dir_ + "/cas");
+}
+
+TEST_F(CasStoreTest, OpenMakesRelativeRootAbsolute) {
+  std::string cwd = fs::current_path().string();
+  fs::current_path(dir_);
+  absl::StatusOr<std::unique_ptr<CasStore>> store = CasStore::Open("relative/cas");
+  fs::current_path(cwd);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->root(), dir_ + "/relative/cas");
+}
+
+TEST_F(CasStoreTest, OpenTwiceSeesTheSameBlobs) {
+  Digest digest = DigestOf("kept");
+  ASSERT_TRUE(store_->Put(digest, "kept").ok());
+  absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/cas");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->Contains(digest));
+}
+
+TEST_F(CasStoreTest, PutThenContainsAndGet) {
+  Digest digest = DigestOf("hello");
+  EXPECT_FALSE(store_->Contains(digest));
+  ASSERT_TRUE(store_->Put(digest, "hello").ok());
+  EXPECT_TRUE(store_->Contains(digest));
+  absl::StatusOr<std::string> content = store_->Get(digest);
+  ASSERT_TRUE(content.ok()) << content.status();
+  EXPECT_EQ(*content, "hello");
+  EXPECT_EQ(ReadAll(store_->PathOf(digest)), "hello");
+}
+
+TEST_F(CasStoreTest, PathOfLiesUnderRoot) {
+  Digest digest = DigestOf("hello");
+  EXPECT_THAT(store_->PathOf(digest), ::testing::StartsWith(store_->root() + "/"));
+  EXPECT_THAT(store_->PathOf(digest), HasSubstr(digest.hash));
+}
+
+TEST_F(CasStoreTest, PutSameBlobTwiceIsOk) {
+  Digest digest = DigestOf("twice");
+  ASSERT_TRUE(store_->Put(digest, "twice").ok());
+  EXPECT_TRUE(store_->Put(digest, "twice").ok());
+  EXPECT_EQ(*store_->Get(digest), "twice");
+}
+
+TEST_F(CasStoreTest, PutBytesReturnsItsDigest) {
+  absl::StatusOr<Digest> digest = store_->PutBytes("some bytes");
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  EXPECT_EQ(*digest, DigestOf("some bytes"));
+  EXPECT_TRUE(store_->Contains(*digest));
+  EXPECT_EQ(*store_->Get(*digest), "some bytes");
+}
+
+TEST_F(CasStoreTest, PutFileReturnsItsDigestAndStoresContent) {
+  std::string path = dir_ + "/input.cu";
+  std::string content(3 << 20, 'x');  // several 1 MiB copy chunks
+  content += "tail";
+  WriteAll(path, content);
+  absl::StatusOr<Digest> digest = store_->PutFile(path);
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  EXPECT_EQ(*digest, DigestOf(content));
+  EXPECT_TRUE(store_->Contains(*digest));
+  EXPECT_EQ(ReadAll(store_->PathOf(*digest)), content);
+}
+
+TEST_F(CasStoreTest, PutFileOfBlobAlreadyStored) {
+  std::string path = dir_ + "/input.cu";
+  WriteAll(path, "same");
+  ASSERT_TRUE(store_->PutBytes("same").ok());
+  absl::StatusOr<Digest> digest = store_->PutFile(path);
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  EXPECT_EQ(*digest, DigestOf("same"));
+}
+
+TEST_F(CasStoreTest, PutFileMissingIsNotFound) {
+  absl::StatusOr<Digest> digest = store_->PutFile(dir_ + "/missing");
+  ASSERT_FALSE(digest.ok());
+  EXPECT_EQ(digest.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CasStoreTest, GetMissingIsNotFound) {
+  absl::StatusOr<std::string> content = store_->Get(DigestOf("absent"));
+  ASSERT_FALSE(content.ok());
+  EXPECT_EQ(content.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(content.status().message(), HasSubstr(DigestOf("absent").hash));
+}
+
+// A wrong content for a digest: same size, other bytes; or another size.
+struct MismatchCase {
+  std::string name;
+  std::string claimed;  // the content the digest is computed from
+  std::string sent;     // the content actually sent
+};
+
+void PrintTo(const MismatchCase& c, std::ostream* os) { *os << c.name; }
+
+class CasStoreMismatchTest : public CasStoreTest,
+                             public ::testing::WithParamInterface<MismatchCase> {};
+
+TEST_P(CasStoreMismatchTest, PutRejectedAndNothingStored) {
+  Digest claimed = DigestOf(GetParam().claimed);
+  absl::Status status = store_->Put(claimed, GetParam().sent);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_FALSE(store_->Contains(claimed));
+  if (!GetParam().sent.empty()) {  // the empty blob is always present
+    EXPECT_FALSE(store_->Contains(DigestOf(GetParam().sent)));
+  }
+  EXPECT_THAT(FilesUnder(store_->root()), IsEmpty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CasStoreMismatchTest,
+                         ::testing::Values(MismatchCase{"SameSizeOtherBytes", "abc", "abd"},
+                                           MismatchCase{"Shorter", "abcdef", "abc"},
+                                           MismatchCase{"Longer", "abc", "abcdef"},
+                                           MismatchCase{"EmptySent", "abc", ""}),
+                         [](const ::testing::TestParamInfo<MismatchCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST_F(CasStoreTest, MismatchMessageNamesBothDigests) {
+  Digest claimed = DigestOf("abc");
+  absl::Status status = store_->Put(claimed, "abd");
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr(claimed.ToString()));
+  EXPECT_THAT(status.message(), HasSubstr(DigestOf("abd").ToString()));
+}
+
+TEST_F(CasStoreTest, WrongContentForStoredBlobRejectedAndBlobKept) {
+  Digest digest = DigestOf("abc");
+  ASSERT_TRUE(store_->Put(digest, "abc").ok());
+  EXPECT_EQ(store_->Put(digest, "abd").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*store_->Get(digest), "abc");
+}
+
+TEST_F(CasStoreTest, PutWithMalformedDigestRejected) {
+  EXPECT_EQ(store_->Put(Digest{"ABC", 3}, "abc").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(FilesUnder(store_->root()), IsEmpty());
+}
+
+TEST_F(CasStoreTest, ChunkedWriteCommitsBlob) {
+  std::string content = "hello, chunked world";
+  Digest digest = DigestOf(content);
+  absl::StatusOr<std::unique_ptr<BlobWriter>> writer = store_->StartWrite(digest);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Append(0, content.substr(0, 5)).ok());
+  ASSERT_TRUE((*writer)->Append(5, content.substr(5, 7)).ok());
+  ASSERT_TRUE((*writer)->Append(12, content.substr(12)).ok());
+  EXPECT_EQ((*writer)->bytes_written(), static_cast<int64_t>(content.size()));
+  EXPECT_FALSE(store_->Contains(digest));  // not before Commit
+  ASSERT_TRUE((*writer)->Commit().ok());
+  EXPECT_TRUE(store_->Contains(digest));
+  EXPECT_EQ(*store_->Get(digest), content);
+}
+
+TEST_F(CasStoreTest, ChunkedWriteAcceptsEmptyChunk) {
+  Digest digest = DigestOf("ab");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "a").ok());
+  ASSERT_TRUE(writer->Append(1, "").ok());
+  ASSERT_TRUE(writer->Append(1, "b").ok());
+  EXPECT_TRUE(writer->Commit().ok());
+}
+
+TEST_F(CasStoreTest, CommitTwiceIsOk) {
+  Digest digest = DigestOf("x");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "x").ok());
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  EXPECT_TRUE(store_->Contains(digest));
+}
+
+TEST_F(CasStoreTest, AppendAfterCommitRejected) {
+  Digest digest = DigestOf("x");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "x").ok());
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_FALSE(writer->Append(1, "y").ok());
+  EXPECT_EQ(*store_->Get(digest), "x");
+}
+
+struct OffsetCase {
+  std::string name;
+  int64_t offset;  // of the second chunk, after 3 bytes were written
+};
+
+void PrintTo(const OffsetCase& c, std::ostream* os) { *os << c.name; }
+
+class CasStoreOffsetTest : public CasStoreTest, public ::testing::WithParamInterface<OffsetCase> {};
+
+TEST_P(CasStoreOffsetTest, OutOfOrderOffsetRejected) {
+  Digest digest = DigestOf("abcdef");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "abc").ok());
+  absl::Status status = writer->Append(GetParam().offset, "def");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(writer->bytes_written(), 3);
+  // The writer is still usable at the right offset.
+  ASSERT_TRUE(writer->Append(3, "def").ok());
+  EXPECT_TRUE(writer->Commit().ok());
+  EXPECT_EQ(*store_->Get(digest), "abcdef");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CasStoreOffsetTest,
+                         ::testing::Values(OffsetCase{"Repeated", 0}, OffsetCase{"Overlapping", 2},
+                                           OffsetCase{"Gap", 4}, OffsetCase{"Negative", -1}),
+                         [](const ::testing::TestParamInfo<OffsetCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST_F(CasStoreTest, TooManyBytesRejected) {
+  Digest digest = DigestOf("abc");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "ab").ok());
+  absl::Status status = writer->Append(2, "cd");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(writer->bytes_written(), 2);
+}
+
+TEST_F(CasStoreTest, CommitWithTooFewBytesRejected) {
+  Digest digest = DigestOf("abc");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "ab").ok());
+  EXPECT_EQ(writer->Commit().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store_->Contains(digest));
+}
+
+TEST_F(CasStoreTest, CommitWithWrongBytesRejected) {
+  Digest digest = DigestOf("abc");
+  auto writer = std::move(store_->StartWrite(digest)).value();
+  ASSERT_TRUE(writer->Append(0, "xyz").ok());
+  absl::Status status = writer->Commit();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr(digest.ToString()));
+  EXPECT_FALSE(store_->Contains(digest));
+  writer.reset();
+  EXPECT_THAT(FilesUnder(store_->root()), IsEmpty());
+}
+
+TEST_F(CasStoreTest, UncommittedWriterDiscarded) {
+  Digest digest = DigestOf("abcdef");
+  {
+    auto writer = std::move(store_->StartWrite(digest)).value();
+    ASSERT_TRUE(writer->Append(0, "abc").ok());
+  }
+  EXPECT_FALSE(store_->Contains(digest));
+  EXPECT_THAT(FilesUnder(store_->root()), IsEmpty());
+}
+
+TEST_F(CasStoreTest, FullyWrittenButUncommittedWriterDiscarded) {
+  Digest digest = DigestOf("abc");
+  {
+    auto writer = std::move(store_->StartWrite(digest)).value();
+    ASSERT_TRUE(writer->Append(0, "abc").ok());
+  }
+  EXPECT_FALSE(store_->Contains(digest));
+  EXPECT_THAT(FilesUnder(store_->root()), IsEmpty());
+}
+
+TEST_F(CasStoreTest, StartWriteWithMalformedDigestRejected) {
+  absl::StatusOr<std::unique_ptr<BlobWriter>> writer = store_->StartWrite(Digest{"zz", 1});
+  ASSERT_FALSE(writer.ok());
+  EXPECT_EQ(writer.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CasStoreTest, TwoWritersForDifferentBlobsAtOnce) {
+  auto first = std::move(store_->StartWrite(DigestOf("first"))).value();
+  auto second = std::move(store_->StartWrite(DigestOf("second"))).value();
+  ASSERT_TRUE(first->Append(0, "fir").ok());
+  ASSERT_TRUE(second->Append(0, "second").ok());
+  ASSERT_TRUE(first->Append(3, "st").ok());
+  ASSERT_TRUE(second->Commit().ok());
+  ASSERT_TRUE(first->Commit().ok());
+  EXPECT_EQ(*store_->Get(DigestOf("first")), "first");
+  EXPECT_EQ(*store_->Get(DigestOf("second")), "second");
+}
+
+TEST_F(CasStoreTest, MaterializeAsHardLink) {
+  Digest digest = *store_->PutBytes("header text");
+  std::string destination = dir_ + "/sandbox/include/deep/a.h";
+  ASSERT_TRUE(store_->Materialize(digest, destination, /*executable=*/false).ok());
+  EXPECT_EQ(ReadAll(destination), "header text");
+  struct stat placed, stored;
+  ASSERT_EQ(stat(destination.c_str(), &placed), 0);
+  ASSERT_EQ(stat(store_->PathOf(digest).c_str(), &stored), 0);
+  EXPECT_EQ(placed.st_ino, stored.st_ino);
+  EXPECT_EQ(placed.st_dev, stored.st_dev);
+}
+
+TEST_F(CasStoreTest, MaterializeExecutableAsCopy) {
+  Digest digest = *store_->PutBytes("#!/bin/sh\nexit 0\n");
+  std::string destination = dir_ + "/sandbox/bin/tool";
+  ASSERT_TRUE(store_->Materialize(digest, destination, /*executable=*/true).ok());
+  EXPECT_EQ(ReadAll(destination), "#!/bin/sh\nexit 0\n");
+  struct stat placed, stored;
+  ASSERT_EQ(stat(destination.c_str(), &placed), 0);
+  ASSERT_EQ(stat(store_->PathOf(digest).c_str(), &stored), 0);
+  EXPECT_NE(placed.st_ino, stored.st_ino);
+  EXPECT_TRUE(placed.st_mode & S_IXUSR);
+  EXPECT_FALSE(stored.st_mode & S_IXUSR) << "the store's copy stays non-executable";
+}
+
+TEST_F(CasStoreTest, MaterializeReplacesExistingFile) {
+  Digest digest = *store_->PutBytes("new");
+  std::string destination = dir_ + "/out.txt";
+  WriteAll(destination, "old content");
+  ASSERT_TRUE(store_->Materialize(digest, destination, false).ok());
+  EXPECT_EQ(ReadAll(destination), "new");
+}
+
+TEST_F(CasStoreTest, MaterializeSameBlobTwiceIntoTwoPlaces) {
+  Digest digest = *store_->PutBytes("shared");
+  ASSERT_TRUE(store_->Materialize(digest, dir_ + "/a/x.h", false).ok());
+  ASSERT_TRUE(store_->Materialize(digest, dir_ + "/b/x.h", false).ok());
+  EXPECT_EQ(ReadAll(dir_ + "/a/x.h"), "shared");
+  EXPECT_EQ(ReadAll(dir_ + "/b/x.h"), "shared");
+}
+
+TEST_F(CasStoreTest, MaterializeMissingIsNotFound) {
+  std::string destination = dir_ + "/sandbox/a.h";
+  absl::Status status = store_->Materialize(DigestOf("absent"), destination, false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
+  EXPECT_FALSE(fs::exists(destination));
+}
+
+TEST_F(CasStoreTest, EmptyBlobIsAlwaysPresent) {
+  Digest empty = DigestOf("");
+  EXPECT_TRUE(store_->Contains(empty));
+  absl::StatusOr<std::string> content = store_->Get(empty);
+  ASSERT_TRUE(content.ok()) << content.status();
+  EXPECT_EQ(*content, "");
+}
+
+TEST_F(CasStoreTest, EmptyBlobPutAndChunkedWrite) {
+  EXPECT_EQ(*store_->PutBytes(""), DigestOf(""));
+  auto writer = std::move(store_->StartWrite(DigestOf(""))).value();
+  EXPECT_TRUE(writer->Commit().ok());
+  EXPECT_TRUE(store_->Contains(DigestOf("")));
+}
+
+TEST_F(CasStoreTest, EmptyBlobMaterializesEmptyFile) {
+  std::string destination = dir_ + "/sandbox/empty.h";
+  ASSERT_TRUE(store_->Materialize(DigestOf(""), destination, false).ok());
+  EXPECT_TRUE(fs::is_regular_file(destination));
+  EXPECT_EQ(fs::file_size(destination), 0u);
+}
+
+// An empty executable keeps its execute bit.
+TEST_F(CasStoreTest, EmptyBlobMaterializedExecutable) {
+  std::string destination = dir_ + "/sandbox/empty_tool";
+  ASSERT_TRUE(store_->Materialize(DigestOf(""), destination, true).ok());
+  struct stat placed;
+  ASSERT_EQ(stat(destination.c_str(), &placed), 0);
+  EXPECT_TRUE(placed.st_mode & S_IXUSR);
+}
+
+// A malformed hash must not name a file outside the store.
+TEST_F(CasStoreTest, GetWithMalformedDigestDoesNotReadOutsideTheStore) {
+  // PathOf = root/<hash[0:2]>/<hash>_<size> with root = dir_/cas, so hash
+  // "./../secret" names root/././../secret_6, i.e. dir_/secret_6.
+  WriteAll(dir_ + "/secret_6", "secret");
+  Digest malicious{"./../secret", 6};
+  absl::StatusOr<std::string> content = store_->Get(malicious);
+  EXPECT_FALSE(content.ok()) << "read " << store_->PathOf(malicious) << ": " << *content;
+  EXPECT_FALSE(store_->Contains(malicious));
+}
+
+}  // namespace
+}  // namespace distcc_cuda

@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/nvcc_args.h"
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+using Args = std::vector<std::string>;
+
+// One parsed flag, as expected.
+struct Flag {
+  std::string option;
+  std::string value;
+  NvccValueKind kind;
+};
+
+struct ParseCase {
+  std::string name;
+  Args arguments;
+  Args sources;
+  std::string output;
+  bool compile_only;
+  std::vector<Flag> flags;
+  bool dependency_flags_dropped = false;
+};
+
+void PrintTo(const ParseCase& c, std::ostream* os) { *os << c.name; }
+
+class ParseNvccCommandTest : public ::testing::TestWithParam<ParseCase> {};
+
+TEST_P(ParseNvccCommandTest, Splits) {
+  const ParseCase& c = GetParam();
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(c.arguments);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_THAT(command->sources, ElementsAreArray(c.sources));
+  EXPECT_EQ(command->output, c.output);
+  EXPECT_EQ(command->compile_only, c.compile_only);
+  EXPECT_EQ(command->dependency_flags_dropped, c.dependency_flags_dropped);
+  ASSERT_EQ(command->flags.size(), c.flags.size());
+  for (size_t i = 0; i < c.flags.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(command->flags[i].option, c.flags[i].option);
+    EXPECT_EQ(command->flags[i].value, c.flags[i].value);
+    EXPECT_EQ(command->flags[i].kind, c.flags[i].kind);
+  }
+}
+
+constexpr auto kNone = NvccValueKind::kNone;
+constexpr auto kText = NvccValueKind::kText;
+constexpr auto kInput = NvccValueKind::kInputPath;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ParseNvccCommandTest,
+    ::testing::Values(
+        ParseCase{"CompileSourceOutput", {"-c", "a.cu", "-o", "a.o"}, {"a.cu"}, "a.o", true, {}},
+        ParseCase{"LongCompile", {"--compile", "a.cu", "-o", "a.o"}, {"a.cu"}, "a.o", true, {}},
+        ParseCase{"NoCompile", {"a.cu", "-o", "a.o"}, {"a.cu"}, "a.o", false, {}},
+        ParseCase{"OutputWithEquals", {"-c", "a.cu", "-o=a.o"}, {"a.cu"}, "a.o", true, {}},
+        ParseCase{"LongOutput", {"a.cu", "--output-file", "a.o"}, {"a.cu"}, "a.o", false, {}},
+        ParseCase{"TwoSources", {"a.cu", "b.cpp"}, {"a.cu", "b.cpp"}, "", false, {}},
+        ParseCase{"IncludeJoined",
+                  {"-Iinclude", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-I", "include", kInput}}},
+        ParseCase{"IncludeSeparate",
+                  {"-I", "include", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-I", "include", kInput}}},
+        ParseCase{"IncludePathEquals",
+                  {"--include-path=include", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"--include-path", "include", kInput}}},
+        ParseCase{"IncludePathSeparate",
+                  {"--include-path", "include", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"--include-path", "include", kInput}}},
+        ParseCase{"SystemIncludeJoined",
+                  {"-isystem/opt/x", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-isystem", "/opt/x", kInput}}},
+        ParseCase{"PreInclude",
+                  {"-include", "pch.h", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-include", "pch.h", kInput}}},
+        ParseCase{
+            "DefineWithValue", {"-DX=1", "a.cu"}, {"a.cu"}, "", false, {{"-D", "X=1", kText}}},
+        ParseCase{"DefineSeparate", {"-D", "X", "a.cu"}, {"a.cu"}, "", false, {{"-D", "X", kText}}},
+        ParseCase{"Undefine", {"-UX", "a.cu"}, {"a.cu"}, "", false, {{"-U", "X", kText}}},
+        ParseCase{"Optimize", {"-O3", "a.cu"}, {"a.cu"}, "", false, {{"-O", "3", kText}}},
+        ParseCase{"GencodeSeparate",
+                  {"-gencode", "arch=compute_90,code=sm_90", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-gencode", "arch=compute_90,code=sm_90", kText}}},
+        ParseCase{"GencodeEquals",
+                  {"-gencode=arch=compute_90,code=sm_90", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-gencode", "arch=compute_90,code=sm_90", kText}}},
+        ParseCase{"ArchSeparate",
+                  {"-arch", "sm_90", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-arch", "sm_90", kText}}},
+        ParseCase{
+            "StdEquals", {"-std=c++17", "a.cu"}, {"a.cu"}, "", false, {{"-std", "c++17", kText}}},
+        ParseCase{"XcompilerEquals",
+                  {"-Xcompiler=-fPIC", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-Xcompiler", "-fPIC", kText}}},
+        ParseCase{"XcompilerSeparate",
+                  {"-Xcompiler", "-fPIC,-Wall", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-Xcompiler", "-fPIC,-Wall", kText}}},
+        ParseCase{"UnlistedSwitches",
+                  {"-G", "--use_fast_math", "-lineinfo", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-G", "", kNone}, {"--use_fast_math", "", kNone}, {"-lineinfo", "", kNone}}},
+        ParseCase{"UnlistedOptionWithEqualsKeptWhole",
+                  {"-ftz=true", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {{"-ftz=true", "", kNone}}},
+        ParseCase{"DependencyFlagsDropped",
+                  {"-c", "a.cu", "-MD", "-MT", "x", "-MF", "y", "-o", "a.o"},
+                  {"a.cu"},
+                  "a.o",
+                  true,
+                  {},
+                  true},
+        ParseCase{"LongDependencyFlagsDropped",
+                  {"--generate-dependencies-with-compile", "--dependency-output", "a.d", "a.cu"},
+                  {"a.cu"},
+                  "",
+                  false,
+                  {},
+                  true},
+        ParseCase{"MmdDropped", {"-MMD", "-MP", "a.cu"}, {"a.cu"}, "", false, {}, true}),
+    [](const ::testing::TestParamInfo<ParseCase>& info) { return info.param.name; });
+
+struct ErrorCase {
+  std::string name;
+  Args arguments;
+  std::string message_has;
+};
+
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
+
+class ParseNvccCommandErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ParseNvccCommandErrorTest, InvalidArgumentNamingTheOption) {
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(GetParam().arguments);
+  ASSERT_FALSE(command.ok());
+  EXPECT_EQ(command.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(command.status().message(), HasSubstr(GetParam().message_has));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ParseNvccCommandErrorTest,
+    ::testing::Values(
+        ErrorCase{"Ccbin", {"-ccbin", "/usr/bin/g++-12", "-c", "a.cu"}, "-ccbin"},
+        ErrorCase{"CcbinEquals", {"-ccbin=/usr/bin/g++-12", "-c", "a.cu"}, "-ccbin"},
+        ErrorCase{"CompilerBindir", {"--compiler-bindir", "/usr/bin", "a.cu"}, "--compiler-bindir"},
+        ErrorCase{
+            "CompilerBindirEquals", {"--compiler-bindir=/usr/bin", "a.cu"}, "--compiler-bindir"},
+        ErrorCase{"Optf", {"-optf", "opts.txt", "a.cu"}, "-optf"},
+        ErrorCase{"OptionsFile", {"--options-file", "opts.txt", "a.cu"}, "--options-file"},
+        ErrorCase{"Odir", {"-odir", "out", "a.cu"}, "-odir"},
+        ErrorCase{"OutputDirectory", {"--output-directory=out", "a.cu"}, "--output-directory"},
+        ErrorCase{"KeepDir", {"--keep-dir", "tmp", "a.cu"}, "--keep-dir"},
+        ErrorCase{"Run", {"-run", "a.cu"}, "-run"},
+        ErrorCase{"MissingOutputValue", {"-c", "a.cu", "-o"}, "-o is missing its value"},
+        ErrorCase{"MissingIncludeValue", {"a.cu", "-I"}, "-I is missing its value"},
+        ErrorCase{"MissingGencodeValue", {"a.cu", "-gencode"}, "-gencode is missing its value"},
+        ErrorCase{"MissingDependencyValue", {"a.cu", "-MF"}, "-MF is missing its value"},
+        ErrorCase{"TwoOutputs", {"a.cu", "-o", "a.o", "-o", "b.o"}, "more than one output"},
+        ErrorCase{"ResponseFile", {"@args.rsp"}, "@args.rsp"}),
+    [](const ::testing::TestParamInfo<ErrorCase>& info) { return info.param.name; });
+
+TEST(ParseNvccCommandTest, ForbiddenMessageSaysWhy) {
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand({"-ccbin", "clang++", "a.cu"});
+  ASSERT_FALSE(command.ok());
+  EXPECT_THAT(command.status().message(), HasSubstr("host compiler"));
+}
+
+TEST(ParseNvccCommandTest, FlagArgumentsRenderEveryFormBackUnchanged) {
+  Args flags = {"-Iinclude",
+                "-I",
+                "third_party/cutlass/include",
+                "--include-path=gen",
+                "-isystem/opt/cuda/include",
+                "-DX=1",
+                "-D",
+                "Y",
+                "-O3",
+                "-std=c++17",
+                "-gencode",
+                "arch=compute_90a,code=sm_90a",
+                "-gencode=arch=compute_100,code=sm_100",
+                "-Xcompiler=-fPIC",
+                "-Xptxas",
+                "-v",
+                "-G",
+                "--use_fast_math",
+                "-ftz=true"};
+  Args arguments = flags;
+  arguments.insert(arguments.begin() + 3, {"-c", "kernel.cu", "-MD", "-MF", "k.d"});
+  arguments.insert(arguments.end(), {"-o", "kernel.o"});
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_THAT(command->FlagArguments(), ElementsAreArray(flags));
+  EXPECT_THAT(command->sources, ElementsAre("kernel.cu"));
+  EXPECT_EQ(command->output, "kernel.o");
+}
+
+TEST(ParseNvccCommandTest, RenderedFlagsParseToTheSameFlags) {
+  Args arguments = {"-Iinc", "-I", "inc2", "--include-path=inc3", "-DA=1", "-O2", "-G"};
+  absl::StatusOr<NvccCommand> first = ParseNvccCommand(arguments);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<NvccCommand> second = ParseNvccCommand(first->FlagArguments());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->FlagArguments(), first->FlagArguments());
+}
+
+TEST(ParseNvccCommandTest, EmptyCommand) {
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand({});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_THAT(command->sources, IsEmpty());
+  EXPECT_THAT(command->flags, IsEmpty());
+  EXPECT_EQ(command->output, "");
+}
+
+struct RenderCase {
+  std::string name;
+  NvccArgument argument;
+  Args rendered;
+};
+
+void PrintTo(const RenderCase& c, std::ostream* os) { *os << c.name; }
+
+class NvccArgumentRenderTest : public ::testing::TestWithParam<RenderCase> {};
+
+TEST_P(NvccArgumentRenderTest, Renders) {
+  EXPECT_THAT(GetParam().argument.Render(), ElementsAreArray(GetParam().rendered));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, NvccArgumentRenderTest,
+    ::testing::Values(
+        RenderCase{"Joined", {"-I", "inc", kInput, NvccArgument::Form::kJoined}, {"-Iinc"}},
+        RenderCase{"Equals", {"-std", "c++17", kText, NvccArgument::Form::kEquals}, {"-std=c++17"}},
+        RenderCase{"Separate", {"-I", "inc", kInput, NvccArgument::Form::kSeparate}, {"-I", "inc"}},
+        RenderCase{"Switch", {"-G", "", kNone, NvccArgument::Form::kSeparate}, {"-G"}},
+        RenderCase{"Positional", {"", "a.cu", kNone, NvccArgument::Form::kPositional}, {"a.cu"}}),
+    [](const ::testing::TestParamInfo<RenderCase>& info) { return info.param.name; });
+
+struct SandboxCase {
+  std::string name;
+  Args arguments;
+  bool ok;
+  std::string message_has = "";
+};
+
+void PrintTo(const SandboxCase& c, std::ostream* os) { *os << c.name; }
+
+class ValidateSandboxedArgumentsTest : public ::testing::TestWithParam<SandboxCase> {};
+
+TEST_P(ValidateSandboxedArgumentsTest, Checks) {
+  absl::Status status = ValidateSandboxedArguments(GetParam().arguments);
+  if (GetParam().ok) {
+    EXPECT_TRUE(status.ok()) << status;
+  } else {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr(GetParam().message_has));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ValidateSandboxedArgumentsTest,
+    ::testing::Values(
+        SandboxCase{"RelativePathsOk",
+                    {"-c", "src/a.cu", "-o", "out/a.o", "-Iinclude", "-O3", "-Xcompiler=-fPIC"},
+                    true},
+        SandboxCase{"InnerDotDotStaysInside",
+                    {"-c", "src/../a.cu", "-o", "out/./a.o", "-Iinclude/../gen"},
+                    true},
+        SandboxCase{
+            "AbsoluteIncludeAllowed",
+            {"-c", "a.cu", "-o", "a.o", "-I/usr/local/cuda/include", "-isystem", "/usr/include"},
+            true},
+        SandboxCase{"AbsoluteOutputRejected", {"-c", "a.cu", "-o", "/tmp/a.o"}, false, "/tmp/a.o"},
+        SandboxCase{"OutputEscapeRejected", {"-c", "a.cu", "-o", "../a.o"}, false, "../a.o"},
+        SandboxCase{"AbsoluteSourceRejected", {"-c", "/etc/a.cu", "-o", "a.o"}, false, "/etc/a.cu"},
+        SandboxCase{"SourceEscapeRejected", {"-c", "../a.cu", "-o", "a.o"}, false, "../a.cu"},
+        SandboxCase{"SourceEscapeThroughSubfolder",
+                    {"-c", "src/../../a.cu", "-o", "a.o"},
+                    false,
+                    "src/../../a.cu"},
+        SandboxCase{
+            "IncludeEscapeRejected", {"-c", "a.cu", "-o", "a.o", "-I../inc"}, false, "../inc"},
+        SandboxCase{"IncludeSeparateEscapeRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-I", "inc/../../x"},
+                    false,
+                    "inc/../../x"},
+        SandboxCase{"PreIncludeEscapeRejected",
+                    {"-c", "a.cu", "-o", "a.o", "--pre-include=../x.h"},
+                    false,
+                    "../x.h"},
+        SandboxCase{"PluginRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-Xcompiler=-fplugin=x"},
+                    false,
+                    "-fplugin=x"},
+        SandboxCase{"PluginInListRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-Xcompiler", "-fPIC,-fplugin=x.so"},
+                    false,
+                    "-fplugin=x.so"},
+        SandboxCase{"HostToolPathRejected",
+                    {"-c", "a.cu", "-o", "a.o", "--compiler-options=-B/tmp/evil"},
+                    false,
+                    "-B/tmp/evil"},
+        SandboxCase{"HostOutputRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-Xcompiler", "-o,/tmp/x"},
+                    false,
+                    "-o"},
+        SandboxCase{"NoOutputRejected", {"-c", "a.cu"}, false, "-o"},
+        SandboxCase{
+            "DependencyFlagsRejected", {"-c", "a.cu", "-o", "a.o", "-MD"}, false, "dependency"},
+        SandboxCase{"ForbiddenOptionRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-ccbin", "gcc"},
+                    false,
+                    "-ccbin"}),
+    [](const ::testing::TestParamInfo<SandboxCase>& info) { return info.param.name; });
+
+struct GencodeCase {
+  std::string name;
+  Args archs;
+  Args flags;
+};
+
+void PrintTo(const GencodeCase& c, std::ostream* os) { *os << c.name; }
+
+class GencodeFlagsTest : public ::testing::TestWithParam<GencodeCase> {};
+
+TEST_P(GencodeFlagsTest, Expands) {
+  absl::StatusOr<Args> flags = GencodeFlags(GetParam().archs);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_THAT(*flags, ElementsAreArray(GetParam().flags));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GencodeFlagsTest,
+    ::testing::Values(
+        GencodeCase{"Sass", {"sm_100"}, {"-gencode", "arch=compute_100,code=sm_100"}},
+        GencodeCase{"ArchSpecific", {"sm_100a"}, {"-gencode", "arch=compute_100a,code=sm_100a"}},
+        GencodeCase{"FamilySpecific", {"sm_100f"}, {"-gencode", "arch=compute_100f,code=sm_100f"}},
+        GencodeCase{"Ptx", {"compute_100"}, {"-gencode", "arch=compute_100,code=compute_100"}},
+        GencodeCase{
+            "Several",
+            {"sm_80", "sm_90a"},
+            {"-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"}},
+        GencodeCase{"None", {}, {}}),
+    [](const ::testing::TestParamInfo<GencodeCase>& info) { return info.param.name; });
+
+class GencodeFlagsRejectsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GencodeFlagsRejectsTest, InvalidArgumentNamingTheArch) {
+  absl::StatusOr<Args> flags = GencodeFlags({"sm_90", GetParam()});
+  ASSERT_FALSE(flags.ok()) << GetParam() << " accepted as " << absl::StrJoin(*flags, " ");
+  EXPECT_EQ(flags.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(flags.status().message(), HasSubstr("'" + GetParam() + "'"));
+}
+
+// Signs and whitespace in the number are refused too ("sm_-90", "sm_ 90").
+INSTANTIATE_TEST_SUITE_P(NotArchs, GencodeFlagsRejectsTest,
+                         ::testing::Values("gfx90a", "90", "sm_", "sm_abc", "compute_", "SM_90",
+                                           "sm_9x0", "sm_-90", "sm_+90", "sm_ 90"));
+
+}  // namespace
+}  // namespace distcc_cuda

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/build_planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "coordinator/result_cache.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class BuildPlannerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = CasStore::Open(testing::NewTempDir("planner-") + "/cas");
+    ASSERT_TRUE(store.ok());
+    cas_ = std::move(*store);
+    auto header = cas_->PutBytes("template <int N> void K() {}\n");
+    ASSERT_TRUE(header.ok());
+    header_ = *header;
+    request_.mutable_toolchain()->set_digest("toolchain-a");
+    v1::InstantiationSet* set = request_.add_instantiation_sets();
+    set->set_name("k");
+    set->set_unit_name_template("k_{n}");
+    set->add_headers("k.cuh");
+    set->set_text_template("template void K<{n}>();");
+    auto* axis = set->add_axes();
+    axis->set_name("n");
+    axis->add_values("1");
+    axis->add_values("2");
+    set->set_directory("kernels");
+    set->add_arguments("-O3");
+    auto* input = set->add_inputs();
+    input->set_path("kernels/k.cuh");
+    *input->mutable_digest() = ToProto(header_);
+  }
+
+  std::unique_ptr<CasStore> cas_;
+  Digest header_;
+  v1::SubmitBuildRequest request_;
+};
+
+TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  ASSERT_TRUE(units.ok()) << units.status();
+  ASSERT_EQ(units->size(), 2u);
+  const v1::CompileUnit& unit = (*units)[1].unit;
+  EXPECT_EQ(unit.name(), "k_2");
+  EXPECT_EQ(unit.working_directory(), "kernels");
+  EXPECT_THAT(std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()),
+              ::testing::ElementsAre("-O3", "-c", "k_2.cu", "-o", "k_2.o"));
+  ASSERT_EQ(unit.inputs_size(), 2);
+  EXPECT_EQ(unit.inputs(1).path(), "kernels/k_2.cu");
+  absl::StatusOr<std::string> source = cas_->Get(FromProto(unit.inputs(1).digest()));
+  ASSERT_TRUE(source.ok());
+  EXPECT_THAT(*source, HasSubstr("#include \"k.cuh\"\ntemplate void K<2>();"));
+  EXPECT_NE((*units)[0].action_digest, (*units)[1].action_digest);
+}
+
+TEST_F(BuildPlannerTest, ActionDigestDependsOnToolchainAndInputs) {
+  auto first = PlanBuild(request_, *cas_);
+  request_.mutable_toolchain()->set_digest("toolchain-b");
+  auto other_toolchain = PlanBuild(request_, *cas_);
+  ASSERT_TRUE(first.ok() && other_toolchain.ok());
+  EXPECT_NE((*first)[0].action_digest, (*other_toolchain)[0].action_digest);
+  request_.mutable_toolchain()->set_digest("toolchain-a");
+  auto again = PlanBuild(request_, *cas_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*first)[0].action_digest, (*again)[0].action_digest) << "stable";
+}
+
+TEST_F(BuildPlannerTest, InputMissingFromTheStoreIsNamed) {
+  auto* input = request_.mutable_instantiation_sets(0)->add_inputs();
+  input->set_path("kernels/other.h");
+  *input->mutable_digest() = ToProto(DigestOf("never uploaded"));
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  EXPECT_EQ(units.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(units.status().message(), HasSubstr("kernels/other.h"));
+}
+
+TEST_F(BuildPlannerTest, UnitThatWritesOutsideTheSandboxIsRejected) {
+  v1::CompileUnit* unit = request_.add_units();
+  unit->set_name("escape");
+  for (const char* arg : {"-c", "a.cu", "-o", "../../etc/x.o"}) unit->add_arguments(arg);
+  unit->add_output_paths("../../etc/x.o");
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(units.status().message(), HasSubstr("unit escape"));
+}
+
+TEST_F(BuildPlannerTest, PlaceholderWithoutAxisIsRejected) {
+  request_.mutable_instantiation_sets(0)->set_text_template("template void K<{n}, {m}>();");
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(units.status().message(), HasSubstr("{m}"));
+}
+
+TEST_F(BuildPlannerTest, DuplicateUnitNamesAreRejected) {
+  request_.add_instantiation_sets()->CopyFrom(request_.instantiation_sets(0));
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(units.status().message(), HasSubstr("k_1"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda::coordinator
