@@ -426,7 +426,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         << "  the other " << (total - failed.size())
         << " units are in the result cache; fix the errors above and run the "
            "same command again to compile only what failed\n";
-    return absl::FailedPreconditionError(
+    return absl::AbortedError(
         absl::StrCat(failed.size(), " of ", total, " units failed to compile"));
   }
 
@@ -449,9 +449,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(ProcessResult linked, RunProcess(link));
   if (linked.exit_code != 0) {
     out << linked.stdout_text << linked.stderr_text;
-    return absl::FailedPreconditionError(absl::StrCat("linking ", plan.library_path, " failed (",
-                                                      DescribeTermination(linked),
-                                                      "); the objects are in ", plan.object_dir));
+    return absl::AbortedError(absl::StrCat("linking ", plan.library_path, " failed (",
+                                           DescribeTermination(linked), "); the objects are in ",
+                                           plan.object_dir));
   }
   absl::Duration link_time = absl::Now() - link_start;
 

@@ -22,9 +22,11 @@ struct BuildOptions {
 };
 
 // Runs the build and prints progress, compiler messages and a summary to
-// `out`. Returns OK when the library was linked. A unit that fails to compile
-// gives FAILED_PRECONDITION after its messages were printed; UNAVAILABLE
-// names the address of a coordinator that cannot be reached.
+// `out`. Returns OK when the library was linked. A unit that fails to compile,
+// or the link, gives ABORTED after the compiler's messages were printed;
+// FAILED_PRECONDITION when no worker can take the build; UNAVAILABLE names the
+// address of a coordinator that cannot be reached; INVALID_ARGUMENT or
+// NOT_FOUND for a bad plan.
 absl::Status RunBuild(const BuildOptions& options, std::ostream& out);
 
 }  // namespace distcc_cuda::client

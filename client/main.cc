@@ -48,7 +48,8 @@ std::string Env(const char* name) {
 
 int Fail(const absl::Status& status) {
   std::cerr << "distcc-cuda: " << status.message() << "\n";
-  return status.code() == absl::StatusCode::kFailedPrecondition ? 1 : 2;
+  // 1: the compiler said no (its messages are above); 2: anything else.
+  return status.code() == absl::StatusCode::kAborted ? 1 : 2;
 }
 
 }  // namespace

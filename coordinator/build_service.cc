@@ -2,6 +2,7 @@
 #include "coordinator/build_service.h"
 
 #include <deque>
+#include <optional>
 
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
@@ -32,10 +33,12 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
 
   std::shared_ptr<Handle> handle() { return handle_; }
 
+  // Plans the build and hands it to the scheduler. Runs on the planning
+  // executor, not in a reactor; the call cannot end before it returns.
   void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results) {
     absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request, *cas);
     if (!units.ok()) {
-      FinishWith(units.status());
+      StartDone("", units.status());
       return;
     }
     std::map<int, v1::TaskResult> cached;
@@ -46,26 +49,22 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
         request.build_name(), request.toolchain(), std::move(*units), std::move(cached),
         [handle](const v1::BuildEvent& event) { handle->Push(event); }, absl::Now());
-    if (!id.ok()) {
-      FinishWith(id.status());
-      return;
-    }
-    absl::MutexLock lock(&mu_);
-    build_id_ = *id;
+    StartDone(id.ok() ? *id : "", id.status());
   }
+
+  // Ends the call at once, e.g. when the planning executor is full.
+  void Reject(const absl::Status& status) { StartDone("", status); }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
     }
     if (current_.has_finished()) {
-      finished_ = true;
       build_done_ = true;
-      Finish(grpc::Status::OK);
+      FinishLocked(grpc::Status::OK);
       return;
     }
     WriteNext();
@@ -103,10 +102,24 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     StartWrite(&current_);
   }
 
-  void FinishWith(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
+  // Finishes the call, or, while Start is still running, leaves that to
+  // StartDone: the reactor must outlive Start.
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
     finished_ = true;
-    Finish(ToGrpcStatus(status));
+    if (starting_) {
+      deferred_finish_ = status;
+    } else {
+      Finish(status);
+    }
+  }
+
+  void StartDone(const std::string& build_id, const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    build_id_ = build_id;
+    if (!status.ok()) FinishLocked(ToGrpcStatus(status));
+    starting_ = false;
+    if (deferred_finish_) Finish(*deferred_finish_);
   }
 
   BuildScheduler* scheduler_;
@@ -117,6 +130,8 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool build_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool starting_ ABSL_GUARDED_BY(mu_) = true;
+  std::optional<grpc::Status> deferred_finish_ ABSL_GUARDED_BY(mu_);
   std::string build_id_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -134,7 +149,12 @@ grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerCon
 grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
     grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) {
   auto* stream = new BuildEventStream(scheduler_);
-  stream->Start(*request, cas_, results_);
+  bool queued =
+      planner_->Submit([this, stream, request] { stream->Start(*request, cas_, results_); });
+  if (!queued) {
+    stream->Reject(absl::ResourceExhaustedError(
+        "the coordinator is planning too many builds at once; retry in a moment"));
+  }
   return stream;
 }
 

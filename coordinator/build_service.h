@@ -2,6 +2,7 @@
 // The BuildService: accepts builds, streams their progress, reports status.
 #pragma once
 
+#include "common/bounded_executor.h"
 #include "common/cas_store.h"
 #include "coordinator/result_cache.h"
 #include "coordinator/scheduler.h"
@@ -11,8 +12,10 @@ namespace distcc_cuda::coordinator {
 
 class BuildService final : public v1::BuildService::CallbackService {
  public:
-  BuildService(CasStore* cas, ResultCache* results, BuildScheduler* scheduler)
-      : cas_(cas), results_(results), scheduler_(scheduler) {}
+  // Builds are planned on `planner`, never inside a reactor.
+  BuildService(CasStore* cas, ResultCache* results, BuildScheduler* scheduler,
+               BoundedExecutor* planner)
+      : cas_(cas), results_(results), scheduler_(scheduler), planner_(planner) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const v1::GetClusterStatusRequest* request,
@@ -24,6 +27,7 @@ class BuildService final : public v1::BuildService::CallbackService {
   CasStore* cas_;
   ResultCache* results_;
   BuildScheduler* scheduler_;
+  BoundedExecutor* planner_;
 };
 
 }  // namespace distcc_cuda::coordinator

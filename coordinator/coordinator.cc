@@ -32,8 +32,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         results->Record(action, result);
       });
   coordinator->cas_service_ = std::make_unique<CasService>(coordinator->cas_.get());
-  coordinator->build_service_ = std::make_unique<BuildService>(coordinator->cas_.get(), results,
-                                                               coordinator->scheduler_.get());
+  // Two planners: planning a build hashes and stores its generated units.
+  coordinator->planner_ = std::make_unique<BoundedExecutor>(2, 64);
+  coordinator->build_service_ = std::make_unique<BuildService>(
+      coordinator->cas_.get(), results, coordinator->scheduler_.get(), coordinator->planner_.get());
   coordinator->worker_service_ = std::make_unique<WorkerService>(
       coordinator->scheduler_.get(), options.scheduler.heartbeat_interval);
 
@@ -68,6 +70,8 @@ std::string Coordinator::address() const {
 
 Coordinator::~Coordinator() {
   stop_.Notify();
+  // Builds still being planned finish their calls before the server stops.
+  if (planner_) planner_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "common/bounded_executor.h"
 #include "common/cas_store.h"
 #include "coordinator/scheduler.h"
 
@@ -51,6 +52,7 @@ class Coordinator {
   std::unique_ptr<CasStore> cas_;
   std::unique_ptr<ResultCache> results_;
   std::unique_ptr<BuildScheduler> scheduler_;
+  std::unique_ptr<BoundedExecutor> planner_;
   std::unique_ptr<CasService> cas_service_;
   std::unique_ptr<BuildService> build_service_;
   std::unique_ptr<WorkerService> worker_service_;

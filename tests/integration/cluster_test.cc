@@ -126,7 +126,7 @@ TEST_F(ClusterTest, CompileErrorReachesTheUserUnchangedAndOnlyTheFailedUnitIsReb
         "#include \"common.h\"\nint api() { FAKE_FAIL(identifier \"x\" is undefined) }\n");
   std::string out;
   absl::Status status = Build(&out);
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << out;
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << out;
   EXPECT_THAT(out, HasSubstr("error: unit api failed on worker"));
   EXPECT_THAT(out, HasSubstr("nvcc exit code 2"));
   EXPECT_THAT(out, HasSubstr("api.cu(2): error: identifier \"x\" is undefined\n"
