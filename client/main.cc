@@ -5,7 +5,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "client/build_command.h"
 #include "client/commands.h"
@@ -32,7 +31,7 @@ ABSL_FLAG(bool, verbose, false, "log what the embedded coordinator and worker do
 namespace {
 
 constexpr char kUsage[] =
-    "distcc-cuda: distributed, memory-aware nvcc builds.\n"
+    "distributed, cached nvcc builds for CUDA kernel sets.\n"
     "Usage:\n"
     "  distcc-cuda build PLAN [--coordinator HOST:PORT] [-o OUT_DIR]\n"
     "      PLAN is a kernel manifest (.toml) or a compile_commands.json\n"
@@ -56,9 +55,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<std::string> storage;
-  std::vector<char*> args = distcc_cuda::NormalizeFlagNames(argc, argv, storage);
-  std::vector<char*> positional = absl::ParseCommandLine(args.size(), args.data());
+  std::vector<std::string> positional = distcc_cuda::ParseFlags(argc, argv);
   if (positional.size() < 2) {
     std::cerr << kUsage;
     return 2;

@@ -3,6 +3,10 @@
 
 #include <algorithm>
 
+#include "absl/flags/parse.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+
 namespace distcc_cuda {
 
 std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
@@ -24,6 +28,18 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
   std::vector<char*> out;
   for (std::string& arg : storage) out.push_back(arg.data());
   return out;
+}
+
+std::vector<std::string> ParseFlags(int argc, char** argv) {
+  absl::FlagsUsageConfig config;
+  auto in_main = [](absl::string_view file) { return absl::EndsWith(file, "/main.cc"); };
+  config.contains_help_flags = in_main;
+  config.contains_helpshort_flags = in_main;
+  absl::SetFlagsUsageConfig(config);
+  std::vector<std::string> storage;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, storage);
+  std::vector<char*> positional = absl::ParseCommandLine(args.size(), args.data());
+  return std::vector<std::string>(positional.begin(), positional.end());
 }
 
 }  // namespace distcc_cuda

@@ -13,4 +13,9 @@ namespace distcc_cuda {
 // bare "--" are left alone. The strings live in `storage`.
 std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage);
 
+// Parses the command line with abseil after NormalizeFlagNames, with --help
+// listing the flags defined in the program's main.cc. Returns the positional
+// arguments (argv[0] first).
+std::vector<std::string> ParseFlags(int argc, char** argv);
+
 }  // namespace distcc_cuda

@@ -3,7 +3,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/command_line.h"
 #include "common/signals.h"
@@ -21,9 +20,7 @@ int main(int argc, char** argv) {
       "Accepts distcc-cuda builds and schedules their compile units on the "
       "workers that connect to it.\n"
       "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR");
-  std::vector<std::string> storage;
-  std::vector<char*> args = distcc_cuda::NormalizeFlagNames(argc, argv, storage);
-  absl::ParseCommandLine(args.size(), args.data());
+  distcc_cuda::ParseFlags(argc, argv);
   distcc_cuda::BlockTerminationSignals();
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);

@@ -6,7 +6,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
@@ -37,9 +36,7 @@ int main(int argc, char** argv) {
       "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
       "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
       "[--memory-cap SIZE] [--nvcc PATH]");
-  std::vector<std::string> storage;
-  std::vector<char*> args = distcc_cuda::NormalizeFlagNames(argc, argv, storage);
-  absl::ParseCommandLine(args.size(), args.data());
+  distcc_cuda::ParseFlags(argc, argv);
   distcc_cuda::BlockTerminationSignals();
   const char* cuda_home = std::getenv("CUDA_HOME");
   auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
