@@ -31,8 +31,14 @@ absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
 }  // namespace
 
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
-                                                   CasStore& cas) {
+                                                   CasStore& cas, const PeakHistory* history) {
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
+  // Similar units: those of one instantiation set, or ordinary units
+  // compiled in the same folder.
+  std::vector<std::string> families;
+  for (const v1::CompileUnit& unit : units) {
+    families.push_back(absl::StrCat("folder:", unit.working_directory()));
+  }
   for (const v1::InstantiationSet& set : request.instantiation_sets()) {
     ASSIGN_OR_RETURN(std::vector<GeneratedUnit> generated, ExpandInstantiationSet(set));
     for (GeneratedUnit& point : generated) {
@@ -64,18 +70,30 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       input->set_path(source_path);
       *input->mutable_digest() = ToProto(source);
       units.push_back(std::move(unit));
+      families.push_back(absl::StrCat("set:", set.name()));
     }
   }
   std::set<std::string> names;
   std::vector<PlannedUnit> planned;
-  for (v1::CompileUnit& unit : units) {
+  const std::string& toolchain = request.toolchain().digest();
+  for (size_t i = 0; i < units.size(); ++i) {
+    v1::CompileUnit& unit = units[i];
     RETURN_IF_ERROR(CheckUnit(unit, cas));
     if (!names.insert(unit.name()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("two units are named '", unit.name(), "'; unit names must be unique"));
     }
-    std::string action = ActionDigest(request.toolchain().digest(), unit);
-    planned.push_back(PlannedUnit{std::move(unit), std::move(action)});
+    PlannedUnit plan;
+    plan.action_digest = ActionDigest(toolchain, unit);
+    plan.identity = UnitIdentity(toolchain, unit);
+    plan.family = UnitFamily(toolchain, unit, families[i]);
+    int parallel =
+        ParallelCompilations(std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
+    plan.demand = history != nullptr ? history->Predict(plan.identity, plan.family, parallel)
+                                     : UnitDemand{PredictionDefaults().peak_bytes * parallel,
+                                                  PredictionDefaults().wall, "default"};
+    plan.unit = std::move(unit);
+    planned.push_back(std::move(plan));
   }
   return planned;
 }

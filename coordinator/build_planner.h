@@ -14,10 +14,11 @@
 namespace distcc_cuda::coordinator {
 
 // Returns the build's units in order: the ordinary units, then every
-// instantiation set's grid. INVALID_ARGUMENT for a malformed set or unit
+// instantiation set's grid, each with its predicted cost from `history`
+// (null: the defaults). INVALID_ARGUMENT for a malformed set or unit
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
-                                                   CasStore& cas);
+                                                   CasStore& cas, const PeakHistory* history);
 
 }  // namespace distcc_cuda::coordinator

@@ -13,9 +13,9 @@ namespace distcc_cuda::coordinator {
 class BuildService final : public v1::BuildService::CallbackService {
  public:
   // Builds are planned on `planner`, never inside a reactor.
-  BuildService(CasStore* cas, ResultCache* results, BuildScheduler* scheduler,
-               BoundedExecutor* planner)
-      : cas_(cas), results_(results), scheduler_(scheduler), planner_(planner) {}
+  BuildService(CasStore* cas, ResultCache* results, const PeakHistory* history,
+               BuildScheduler* scheduler, BoundedExecutor* planner)
+      : cas_(cas), results_(results), history_(history), scheduler_(scheduler), planner_(planner) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const v1::GetClusterStatusRequest* request,
@@ -26,6 +26,7 @@ class BuildService final : public v1::BuildService::CallbackService {
  private:
   CasStore* cas_;
   ResultCache* results_;
+  const PeakHistory* history_;
   BuildScheduler* scheduler_;
   BoundedExecutor* planner_;
 };

@@ -26,6 +26,8 @@ struct CoordinatorOptions {
   // Holds the CAS (cas/) and the result cache (results/); created if missing.
   std::string state_dir;
   SchedulerOptions scheduler;
+  // What a unit never measured, with no similar unit, is predicted to cost.
+  PredictionDefaults prediction;
 };
 
 class BuildService;
@@ -51,6 +53,7 @@ class Coordinator {
   CoordinatorOptions options_;
   std::unique_ptr<CasStore> cas_;
   std::unique_ptr<ResultCache> results_;
+  std::unique_ptr<PeakHistory> history_;
   std::unique_ptr<BuildScheduler> scheduler_;
   std::unique_ptr<BoundedExecutor> planner_;
   std::unique_ptr<CasService> cas_service_;

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coordinator/scheduler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/byte_size.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
 
@@ -13,8 +16,9 @@ void BuildScheduler::Deferred::Run() {
   for (auto& [sink, event] : events) sink(event);
 }
 
-BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result)
-    : options_(options), record_result_(std::move(record_result)) {}
+BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
+                               PeakHistory* history)
+    : options_(options), record_result_(std::move(record_result)), history_(history) {}
 
 absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWorkerRequest& request,
                                                            absl::Time now) {
@@ -103,23 +107,42 @@ void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
   deferred.Run();
 }
 
+std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
+                                                 const WorkerState& worker) const {
+  WorkerLoad load{worker.info.memory_cap_bytes(), worker.reserved_bytes, worker.info.slots(),
+                  static_cast<int>(worker.tasks.size())};
+  if (unit.needs_cap_above > 0 && load.cap_bytes <= unit.needs_cap_above) return std::nullopt;
+  if (unit.alone) {
+    // The whole worker, and only when nothing else runs there.
+    if (load.running > 0) return std::nullopt;
+    return ReservationOn(load, load.cap_bytes);
+  }
+  int64_t reservation =
+      ReservationOn(load, std::max(unit.planned.demand.peak_bytes, unit.reservation_floor));
+  if (!Admits(load, reservation)) return std::nullopt;
+  return reservation;
+}
+
 std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
                                                     Deferred& deferred) {
   WorkerState& worker = workers_.at(worker_id);
-  if (static_cast<int>(worker.tasks.size()) >= worker.info.slots()) {
-    return std::nullopt;
-  }
+  if (static_cast<int>(worker.tasks.size()) >= worker.info.slots()) return std::nullopt;
+  // The first unit in priority order that fits what the worker has left;
+  // smaller units fill in behind a large one that has to wait.
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     BuildState& build = builds_.at(it->first);
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
     int index = it->second;
-    queue_.erase(it);
     UnitState& unit = build.units[index];
+    std::optional<int64_t> reservation = Admission(unit, worker);
+    if (!reservation) continue;
+    queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
     std::string task_id = absl::StrCat("t", next_id_++);
-    tasks_[task_id] = TaskState{build.id, index, worker_id, now};
+    tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation};
     worker.tasks.insert(task_id);
+    worker.reserved_bytes += *reservation;
     build.workers_used.insert(worker.info.name());
     v1::Task task;
     task.set_task_id(task_id);
@@ -130,6 +153,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     started->set_unit_name(unit.planned.unit.name());
     started->set_worker_name(worker.info.name());
     started->set_attempt(unit.attempts);
+    started->set_reserved_bytes(*reservation);
     deferred.events.emplace_back(build.sink, std::move(event));
     return task;
   }
@@ -153,35 +177,100 @@ void BuildScheduler::Dispatch(absl::Time now, Deferred& deferred) {
   }
 }
 
-void BuildScheduler::Requeue(const std::string& task_id, const std::string& reason,
-                             Deferred& deferred) {
+std::optional<BuildScheduler::TaskState> BuildScheduler::EndTask(const std::string& task_id) {
   auto task_it = tasks_.find(task_id);
-  if (task_it == tasks_.end()) return;
+  if (task_it == tasks_.end()) return std::nullopt;
   TaskState task = task_it->second;
   tasks_.erase(task_it);
   if (auto worker = workers_.find(task.worker_id); worker != workers_.end()) {
     worker->second.tasks.erase(task_id);
+    worker->second.reserved_bytes -= task.reserved_bytes;
   }
-  auto build_it = builds_.find(task.build_id);
+  return task;
+}
+
+void BuildScheduler::Requeue(const std::string& task_id, const std::string& reason,
+                             Deferred& deferred, bool count_as_loss) {
+  std::optional<TaskState> task = EndTask(task_id);
+  if (!task) return;
+  auto build_it = builds_.find(task->build_id);
   if (build_it == builds_.end()) return;
   BuildState& build = build_it->second;
-  UnitState& unit = build.units[task.unit_index];
+  UnitState& unit = build.units[task->unit_index];
   const std::string& name = unit.planned.unit.name();
-  if (unit.attempts >= options_.max_attempts) {
+  if (count_as_loss && ++unit.losses >= options_.max_attempts) {
     v1::TaskResult result;
     result.set_outcome(v1::TASK_FAILED_TO_START);
-    result.set_error_message(absl::StrCat("unit ", name, " was lost ", unit.attempts,
+    result.set_error_message(absl::StrCat("unit ", name, " was lost ", unit.losses,
                                           " times (last: ", reason, "); giving up"));
-    FinishUnit(build, task.unit_index, result, false, deferred);
+    FinishUnit(build, task->unit_index, result, false, deferred);
     return;
   }
   spdlog::warn("re-queueing unit {}: {}", name, reason);
   unit.phase = UnitPhase::kQueued;
-  queue_.emplace_front(build.id, task.unit_index);
+  queue_.emplace_front(build.id, task->unit_index);
   v1::BuildEvent event;
   event.mutable_unit_requeued()->set_unit_name(name);
   event.mutable_unit_requeued()->set_reason(reason);
+  event.mutable_unit_requeued()->set_new_reservation_bytes(
+      std::max(unit.planned.demand.peak_bytes, unit.reservation_floor));
   deferred.events.emplace_back(build.sink, std::move(event));
+}
+
+void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id,
+                                          const v1::TaskResult& result, Deferred& deferred) {
+  const TaskState task = tasks_.at(task_id);
+  const WorkerState& worker = workers_.at(task.worker_id);
+  auto build_it = builds_.find(task.build_id);
+  if (build_it == builds_.end()) {
+    EndTask(task_id);
+    return;
+  }
+  BuildState& build = build_it->second;
+  UnitState& unit = build.units[task.unit_index];
+  const std::string& name = unit.planned.unit.name();
+  int64_t cap = worker.info.memory_cap_bytes();
+  // A killed run needed more than it had when it was stopped.
+  unit.peak_seen = std::max({unit.peak_seen, result.peak_memory_bytes(), task.reserved_bytes});
+  ++unit.memory_kills;
+  if (history_ != nullptr) {
+    history_->Record(unit.planned.identity, unit.planned.family, unit.peak_seen,
+                     absl::Milliseconds(result.wall_time_ms()));
+  }
+  std::string killed =
+      absl::StrCat("killed for memory on ", worker.info.name(), " at ",
+                   FormatByteSize(result.peak_memory_bytes()), " (reserved ",
+                   FormatByteSize(task.reserved_bytes), ", cap ", FormatByteSize(cap), ")");
+  int64_t largest_cap = 0;
+  for (const auto& [id, other] : workers_) {
+    if (other.info.toolchain().digest() == build.toolchain_digest) {
+      largest_cap = std::max(largest_cap, other.info.memory_cap_bytes());
+    }
+  }
+  // The ladder: a larger reservation; then the whole of a worker; then a
+  // worker with a larger cap; then give up, naming the peak and the caps.
+  std::string next;
+  if (unit.memory_kills == 1 && unit.peak_seen * 5 / 4 < cap - AdmissionHeadroom(cap)) {
+    unit.reservation_floor = unit.peak_seen * 5 / 4;
+    next = absl::StrCat("retrying with ", FormatByteSize(unit.reservation_floor), " reserved");
+  } else if (!unit.alone) {
+    unit.alone = true;
+    next = "retrying alone on a worker";
+  } else if (largest_cap > std::max(cap, unit.needs_cap_above)) {
+    unit.needs_cap_above = std::max(cap, unit.needs_cap_above);
+    next = absl::StrCat("retrying on a worker with a cap above ", FormatByteSize(cap));
+  } else {
+    EndTask(task_id);
+    v1::TaskResult failed = result;
+    failed.set_error_message(absl::StrCat(
+        "unit ", name, " peaked at ", FormatByteSize(unit.peak_seen),
+        ", above what every worker can give it (largest cap ", FormatByteSize(largest_cap),
+        "); split it (fewer instantiations or architectures per unit, lower --threads) or add "
+        "a worker with more memory"));
+    FinishUnit(build, task.unit_index, failed, false, deferred);
+    return;
+  }
+  Requeue(task_id, absl::StrCat(killed, "; ", next), deferred, /*count_as_loss=*/false);
 }
 
 absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now) {
@@ -195,19 +284,22 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
                                               " (its lease was lost and the unit re-queued)"));
     }
     const v1::TaskResult& result = request.result();
-    bool infrastructure_failure = result.outcome() == v1::TASK_FAILED_TO_START;
-    if (infrastructure_failure) {
+    if (result.outcome() == v1::TASK_FAILED_TO_START) {
       Requeue(request.task_id(), absl::StrCat("worker could not run it: ", result.error_message()),
               deferred);
+    } else if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) {
+      RetryAfterMemoryKill(request.task_id(), result, deferred);
     } else {
-      TaskState task = task_it->second;
-      tasks_.erase(task_it);
-      WorkerState& worker = workers_.at(task.worker_id);
-      worker.tasks.erase(request.task_id());
-      ++worker.completed;
-      auto build_it = builds_.find(task.build_id);
+      std::optional<TaskState> task = EndTask(request.task_id());
+      ++workers_.at(task->worker_id).completed;
+      auto build_it = builds_.find(task->build_id);
       if (build_it != builds_.end()) {
-        FinishUnit(build_it->second, task.unit_index, result, false, deferred);
+        const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
+        if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
+          history_->Record(planned.identity, planned.family, result.peak_memory_bytes(),
+                           absl::Milliseconds(result.wall_time_ms()));
+        }
+        FinishUnit(build_it->second, task->unit_index, result, false, deferred);
       }
     }
     Dispatch(now, deferred);
@@ -233,6 +325,8 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   *finished->mutable_result() = result;
   finished->set_cached(cached);
   *finished->mutable_unit() = unit.planned.unit;
+  finished->set_predicted_peak_bytes(unit.planned.demand.peak_bytes);
+  finished->set_prediction_source(unit.planned.demand.source);
   deferred.events.emplace_back(build.sink, std::move(event));
   if (--build.remaining > 0) return;
 
@@ -305,9 +399,11 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       deferred.events.emplace_back(build.sink, std::move(done));
       builds_.erase(id);
     } else {
+      std::vector<int> ready;
       for (size_t i = 0; i < build.units.size(); ++i) {
-        if (!cached.count(i)) queue_.emplace_back(id, i);
+        if (!cached.count(i)) ready.push_back(i);
       }
+      Enqueue(id, ready);
       for (auto& [index, result] : cached) {
         // FinishUnit may erase the build after its last unit.
         FinishUnit(builds_.at(id), index, result, true, deferred);
@@ -317,6 +413,21 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
   }
   deferred.Run();
   return id;
+}
+
+void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
+  auto wall = [this](const std::pair<std::string, int>& entry) {
+    return builds_.at(entry.first).units[entry.second].planned.demand.wall;
+  };
+  auto longer = [&](const auto& a, const auto& b) { return wall(a) > wall(b); };
+  std::vector<std::pair<std::string, int>> fresh;
+  for (int index : units) fresh.emplace_back(build_id, index);
+  // Longest first; among equal predictions, what came first stays first.
+  std::stable_sort(fresh.begin(), fresh.end(), longer);
+  std::deque<std::pair<std::string, int>> merged;
+  std::merge(queue_.begin(), queue_.end(), fresh.begin(), fresh.end(),
+             std::back_inserter(merged), longer);
+  queue_ = std::move(merged);
 }
 
 void BuildScheduler::CancelBuild(const std::string& build_id) {
@@ -390,10 +501,23 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     out->set_running_tasks(worker.tasks.size());
     out->set_tasks_completed(worker.completed);
     out->set_seconds_since_heartbeat(absl::ToInt64Seconds(now - worker.last_heartbeat));
+    out->set_memory_mechanism(worker.info.memory_mechanism());
+    out->set_reserved_bytes(worker.reserved_bytes);
   }
   status.set_active_builds(builds_.size());
   status.set_queued_units(queue_.size());
   status.set_running_units(tasks_.size());
+  for (const auto& [task_id, task] : tasks_) {
+    auto build = builds_.find(task.build_id);
+    if (build == builds_.end()) continue;
+    const PlannedUnit& planned = build->second.units[task.unit_index].planned;
+    auto* running = status.add_running();
+    running->set_unit_name(planned.unit.name());
+    running->set_worker_name(workers_.at(task.worker_id).info.name());
+    running->set_reserved_bytes(task.reserved_bytes);
+    running->set_predicted_peak_bytes(planned.demand.peak_bytes);
+    running->set_prediction_source(planned.demand.source);
+  }
   return status;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/memory_model.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
 
@@ -40,15 +41,21 @@ struct SchedulerOptions {
   int max_attempts = 3;
 };
 
-// A unit ready to schedule, with the key of its cached result.
+// A unit ready to schedule: the key of its cached result, the keys of its
+// measured history and what it is predicted to cost.
 struct PlannedUnit {
   v1::CompileUnit unit;
   std::string action_digest;
+  std::string identity;
+  std::string family;
+  UnitDemand demand;
 };
 
 class BuildScheduler {
  public:
-  BuildScheduler(SchedulerOptions options, ResultRecorder record_result);
+  // Measured peaks and times go into `history` (may be null).
+  BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
+                 PeakHistory* history = nullptr);
 
   // Adds a worker; returns its id. INVALID_ARGUMENT for zero slots or cap.
   absl::StatusOr<std::string> RegisterWorker(const v1::RegisterWorkerRequest& request,
@@ -87,8 +94,15 @@ class BuildScheduler {
   struct UnitState {
     PlannedUnit planned;
     UnitPhase phase = UnitPhase::kQueued;
-    int attempts = 0;
+    int attempts = 0;  // leases handed out
+    int losses = 0;    // leases lost to infrastructure (worker gone, failed start)
     bool failed = false;
+    // The memory retry ladder: what the kills taught us.
+    int memory_kills = 0;
+    int64_t peak_seen = 0;
+    int64_t reservation_floor = 0;  // reserve at least this much
+    bool alone = false;             // only on an otherwise idle worker
+    int64_t needs_cap_above = 0;    // only on a worker with a larger cap
   };
   struct BuildState {
     std::string id;
@@ -105,12 +119,14 @@ class BuildScheduler {
     int unit_index;
     std::string worker_id;
     absl::Time leased_at;
+    int64_t reserved_bytes = 0;
     bool seen_running = false;
   };
   struct WorkerState {
     v1::RegisterWorkerRequest info;
     absl::Time last_heartbeat;
     std::set<std::string> tasks;
+    int64_t reserved_bytes = 0;
     int64_t completed = 0;
   };
   struct ParkedLease {
@@ -125,14 +141,26 @@ class BuildScheduler {
     void Run();
   };
 
-  // Pops the first queued unit whose build the worker may take.
+  // Pops the first queued unit, in priority order, that the worker may take
+  // and that fits what its memory cap has left.
   std::optional<v1::Task> TakeTaskFor(const std::string& worker_id, absl::Time now,
                                       Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pairs parked lease requests with queued units.
   void Dispatch(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Puts a running task's unit back in the queue, or fails it after too many
-  // attempts.
-  void Requeue(const std::string& task_id, const std::string& reason, Deferred& deferred)
+  // What the unit reserves on `worker`, or nullopt if it may not start there now.
+  std::optional<int64_t> Admission(const UnitState& unit, const WorkerState& worker) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a task's lease and frees its slot and reservation; returns it.
+  std::optional<TaskState> EndTask(const std::string& task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a task's unit back in the queue. A lost lease counts against the
+  // unit's attempts (`count_as_loss`) and fails it after too many.
+  void Requeue(const std::string& task_id, const std::string& reason, Deferred& deferred,
+               bool count_as_loss = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The memory retry ladder for a unit its worker's cap stopped.
+  void RetryAfterMemoryKill(const std::string& task_id, const v1::TaskResult& result,
+                            Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts units in priority order: longest predicted wall time first.
+  void Enqueue(const std::string& build_id, const std::vector<int>& units)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result, bool cached,
                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -141,12 +169,14 @@ class BuildScheduler {
 
   const SchedulerOptions options_;
   const ResultRecorder record_result_;
+  PeakHistory* const history_;
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);
-  // (build id, unit index) in the order they became ready.
+  // (build id, unit index): re-queued units first, then longest predicted
+  // wall time first.
   std::deque<std::pair<std::string, int>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<ParkedLease> parked_ ABSL_GUARDED_BY(mu_);
 };

@@ -44,7 +44,7 @@ class BuildPlannerTest : public ::testing::Test {
 };
 
 TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
   ASSERT_TRUE(units.ok()) << units.status();
   ASSERT_EQ(units->size(), 2u);
   const v1::CompileUnit& unit = (*units)[1].unit;
@@ -61,13 +61,13 @@ TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
 }
 
 TEST_F(BuildPlannerTest, ActionDigestDependsOnToolchainAndInputs) {
-  auto first = PlanBuild(request_, *cas_);
+  auto first = PlanBuild(request_, *cas_, nullptr);
   request_.mutable_toolchain()->set_digest("toolchain-b");
-  auto other_toolchain = PlanBuild(request_, *cas_);
+  auto other_toolchain = PlanBuild(request_, *cas_, nullptr);
   ASSERT_TRUE(first.ok() && other_toolchain.ok());
   EXPECT_NE((*first)[0].action_digest, (*other_toolchain)[0].action_digest);
   request_.mutable_toolchain()->set_digest("toolchain-a");
-  auto again = PlanBuild(request_, *cas_);
+  auto again = PlanBuild(request_, *cas_, nullptr);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*first)[0].action_digest, (*again)[0].action_digest) << "stable";
 }
@@ -76,7 +76,7 @@ TEST_F(BuildPlannerTest, InputMissingFromTheStoreIsNamed) {
   auto* input = request_.mutable_instantiation_sets(0)->add_inputs();
   input->set_path("kernels/other.h");
   *input->mutable_digest() = ToProto(DigestOf("never uploaded"));
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(units.status().message(), HasSubstr("kernels/other.h"));
 }
@@ -86,21 +86,21 @@ TEST_F(BuildPlannerTest, UnitThatWritesOutsideTheSandboxIsRejected) {
   unit->set_name("escape");
   for (const char* arg : {"-c", "a.cu", "-o", "../../etc/x.o"}) unit->add_arguments(arg);
   unit->add_output_paths("../../etc/x.o");
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(units.status().message(), HasSubstr("unit escape"));
 }
 
 TEST_F(BuildPlannerTest, PlaceholderWithoutAxisIsRejected) {
   request_.mutable_instantiation_sets(0)->set_text_template("template void K<{n}, {m}>();");
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(units.status().message(), HasSubstr("{m}"));
 }
 
 TEST_F(BuildPlannerTest, DuplicateUnitNamesAreRejected) {
   request_.add_instantiation_sets()->CopyFrom(request_.instantiation_sets(0));
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_);
+  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(units.status().message(), HasSubstr("k_1"));
 }

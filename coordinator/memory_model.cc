@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/digest.h"
+#include "common/files.h"
+#include "common/nvcc_args.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+int64_t Quantile(std::vector<int64_t> values, double quantile) {
+  std::sort(values.begin(), values.end());
+  // Nearest rank: with few samples this is the largest, as caution wants.
+  size_t rank = static_cast<size_t>(std::ceil(quantile * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+// The flags of a unit without its sources and outputs.
+std::vector<std::string> FlagsOf(const v1::CompileUnit& unit) {
+  std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  return command.ok() ? command->FlagArguments() : arguments;
+}
+
+std::string SourceDigest(const v1::CompileUnit& unit) {
+  std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  if (!command.ok() || command->sources.empty()) return "";
+  std::string source = command->sources[0];
+  std::string path = unit.working_directory().empty()
+                         ? source
+                         : absl::StrCat(unit.working_directory(), "/", source);
+  for (const auto& input : unit.inputs()) {
+    if (input.path() == path) return input.digest().hash();
+  }
+  return "";
+}
+
+std::string Key(std::initializer_list<std::string> parts, const std::vector<std::string>& more) {
+  Sha256 sha;
+  for (const std::string& part : parts) sha.Update(absl::StrCat(part.size(), ":", part));
+  for (const std::string& part : more) sha.Update(absl::StrCat(part.size(), ":", part));
+  return sha.FinishHex().substr(0, 32);
+}
+
+}  // namespace
+
+int ParallelCompilations(const std::vector<std::string>& arguments) {
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  if (!command.ok()) return 1;
+  int targets = 0;
+  int threads = 1;
+  int split = 1;
+  for (const NvccArgument& flag : command->flags) {
+    if (flag.option == "-gencode" || flag.option == "--generate-code") {
+      ++targets;
+    } else if (flag.option == "-t" || flag.option == "--threads") {
+      int value = 1;
+      if (absl::SimpleAtoi(flag.value, &value)) threads = value;
+    } else if (flag.option == "--split-compile" || flag.option == "-split-compile") {
+      int value = 1;
+      if (absl::SimpleAtoi(flag.value, &value)) split = std::max(1, value);
+    }
+  }
+  targets = std::max(targets, 1);
+  // --threads 0 lets nvcc run every target at once.
+  int parallel = threads <= 0 ? targets : std::min(threads, targets);
+  return parallel * split;
+}
+
+std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit) {
+  std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
+  return Key({"identity", toolchain_digest, unit.working_directory(), SourceDigest(unit)},
+             arguments);
+}
+
+std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                       const std::string& family_hint) {
+  return Key({"family", toolchain_digest, family_hint}, FlagsOf(unit));
+}
+
+absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string& path,
+                                                                PredictionDefaults defaults) {
+  std::unique_ptr<PeakHistory> history(new PeakHistory(path, defaults));
+  if (path.empty() || !IsRegularFile(path)) return history;
+  std::ifstream in(path);
+  std::string line;
+  absl::MutexLock lock(&history->mu_);
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    int64_t peak = 0, wall_ms = 0;
+    if (fields.size() != 4 || !absl::SimpleAtoi(fields[2], &peak) ||
+        !absl::SimpleAtoi(fields[3], &wall_ms)) {
+      continue;  // a torn last line after a crash
+    }
+    history->Add(fields[0], fields[1], peak, wall_ms);
+  }
+  spdlog::info("loaded {} measured runs from {}", history->count_, path);
+  return history;
+}
+
+void PeakHistory::Add(const std::string& identity, const std::string& family, int64_t peak,
+                      int64_t wall_ms) {
+  for (Samples* samples : {&by_identity_[identity], &by_family_[family]}) {
+    samples->peaks.push_back(peak);
+    samples->wall_ms.push_back(wall_ms);
+  }
+  ++count_;
+}
+
+void PeakHistory::Record(const std::string& identity, const std::string& family,
+                         int64_t peak_bytes, absl::Duration wall) {
+  int64_t wall_ms = absl::ToInt64Milliseconds(wall);
+  absl::MutexLock lock(&mu_);
+  Add(identity, family, peak_bytes, wall_ms);
+  if (path_.empty()) return;
+  std::ofstream out(path_, std::ios::app);
+  out << identity << '\t' << family << '\t' << peak_bytes << '\t' << wall_ms << '\n';
+  if (!out) spdlog::warn("cannot append to {}; the history stays in memory", path_);
+}
+
+UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& family,
+                                int parallel_compilations) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [samples, source] :
+       {std::make_pair(&by_identity_, "history"), std::make_pair(&by_family_, "similar units")}) {
+    auto it = samples->find(samples == &by_identity_ ? identity : family);
+    if (it != samples->end() && !it->second.peaks.empty()) {
+      return UnitDemand{Quantile(it->second.peaks, defaults_.quantile),
+                        absl::Milliseconds(Quantile(it->second.wall_ms, defaults_.quantile)),
+                        source};
+    }
+  }
+  int parallel = std::max(1, parallel_compilations);
+  return UnitDemand{defaults_.peak_bytes * parallel, defaults_.wall, "default"};
+}
+
+size_t PeakHistory::samples() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+int64_t AdmissionHeadroom(int64_t cap_bytes) {
+  return std::max<int64_t>(cap_bytes / 50, int64_t{64} << 20);
+}
+
+int64_t ReservationOn(const WorkerLoad& worker, int64_t peak_bytes) {
+  int64_t usable = std::max<int64_t>(0, worker.cap_bytes - AdmissionHeadroom(worker.cap_bytes));
+  return std::min(peak_bytes, usable);
+}
+
+bool Admits(const WorkerLoad& worker, int64_t reservation) {
+  if (worker.running >= worker.slots) return false;
+  int64_t usable = worker.cap_bytes - AdmissionHeadroom(worker.cap_bytes);
+  return worker.reserved_bytes + reservation <= usable;
+}
+
+}  // namespace distcc_cuda::coordinator

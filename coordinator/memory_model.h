@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a compile unit will cost: its predicted peak memory and wall time,
+// learned from measured history (kept in the coordinator's state dir), and
+// the admission rule that keeps every worker under its memory cap.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "distcc_cuda/v1/build.pb.h"
+
+namespace distcc_cuda::coordinator {
+
+// How many compilations one nvcc call runs at once: the -gencode targets it
+// compiles in parallel (--threads N, 0 meaning all), times --split-compile.
+// 1 for a plain single-target compile.
+int ParallelCompilations(const std::vector<std::string>& arguments);
+
+// The key of a unit's own history: toolchain, working directory and
+// arguments (which name the source and output), and the source's content.
+// Equal for the same unit in every build, whatever the temp names.
+std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit);
+
+// The key of similar units: toolchain, flags without source and output, and
+// `family_hint` (the instantiation set's name, or the source's folder).
+std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                       const std::string& family_hint);
+
+// A prediction and where it came from.
+struct UnitDemand {
+  int64_t peak_bytes = 0;
+  absl::Duration wall = absl::ZeroDuration();
+  std::string source;  // "history", "similar units", "default"
+};
+
+struct PredictionDefaults {
+  // For units never seen and with no similar unit: per parallel compilation.
+  int64_t peak_bytes = int64_t{2} << 30;
+  absl::Duration wall = absl::Seconds(60);
+  // Quantile of the measured peaks used as the prediction.
+  double quantile = 0.95;
+};
+
+// Measured peaks and times per unit identity and family, appended to a file
+// so that they survive restarts. Thread-safe.
+class PeakHistory {
+ public:
+  // Loads `path` if it exists (skipping unreadable lines) and appends to it.
+  // An empty path keeps the history in memory only.
+  static absl::StatusOr<std::unique_ptr<PeakHistory>> Open(const std::string& path,
+                                                           PredictionDefaults defaults);
+
+  // Records one finished (or memory-killed) run.
+  void Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
+              absl::Duration wall);
+  // A high quantile of the unit's own history, else of its family, else the
+  // default times `parallel_compilations`.
+  UnitDemand Predict(const std::string& identity, const std::string& family,
+                     int parallel_compilations) const;
+
+  size_t samples() const;
+
+ private:
+  struct Samples {
+    std::vector<int64_t> peaks;
+    std::vector<int64_t> wall_ms;
+  };
+  PeakHistory(std::string path, PredictionDefaults defaults)
+      : path_(std::move(path)), defaults_(defaults) {}
+  void Add(const std::string& identity, const std::string& family, int64_t peak, int64_t wall_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string path_;
+  const PredictionDefaults defaults_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Samples> by_identity_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Samples> by_family_ ABSL_GUARDED_BY(mu_);
+  size_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Memory a worker keeps free beyond its reservations: 2% of the cap, at
+// least 64 MiB (page cache and nvcc's own small processes).
+int64_t AdmissionHeadroom(int64_t cap_bytes);
+
+// What admission sees of a worker.
+struct WorkerLoad {
+  int64_t cap_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int slots = 0;
+  int running = 0;
+};
+
+// The memory to reserve on a worker for a unit predicted at `peak_bytes`:
+// the prediction, but never more than the worker can hold (a unit predicted
+// above a worker's cap takes the whole worker).
+int64_t ReservationOn(const WorkerLoad& worker, int64_t peak_bytes);
+
+// True if a unit reserving `reservation` may start now: a slot is free and
+// the reservations, the new one included, fit the cap less the headroom.
+bool Admits(const WorkerLoad& worker, int64_t reservation);
+
+}  // namespace distcc_cuda::coordinator
