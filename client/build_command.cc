@@ -225,6 +225,7 @@ struct UnitReport {
   int64_t wall_ms = 0;
   int64_t cpu_ms = 0;
   int64_t peak_bytes = 0;
+  int64_t predicted_bytes = 0;
 };
 
 std::string Seconds(absl::Duration d) {
@@ -359,13 +360,17 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                         result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0,
                         result.wall_time_ms(),
                         result.cpu_time_ms(),
-                        result.peak_memory_bytes()};
+                        result.peak_memory_bytes(),
+                        done.predicted_peak_bytes()};
       reports.push_back(report);
-      out << absl::StrFormat("  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
-                             report.cached ? "cached"
-                                           : absl::StrFormat("%s %.1f s %s", result.worker_name(),
-                                                             result.wall_time_ms() / 1000.0,
-                                                             FormatByteSize(report.peak_bytes)));
+      out << absl::StrFormat(
+          "  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
+          report.cached
+              ? "cached"
+              : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s, %s)", result.worker_name(),
+                                result.wall_time_ms() / 1000.0, FormatByteSize(report.peak_bytes),
+                                FormatByteSize(done.predicted_peak_bytes()),
+                                done.prediction_source()));
       if (!report.ok) {
         failed.push_back(done.unit_name());
         out << "\nerror: unit " << done.unit_name() << " failed on worker " << result.worker_name()
@@ -408,6 +413,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   absl::Duration compile_time = absl::Now() - compile_start;
 
   int cached = 0;
+  int above_prediction = 0;
   int64_t cpu_ms = 0;
   const UnitReport* largest = nullptr;
   std::map<std::string, int> per_worker;
@@ -417,6 +423,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       continue;
     }
     cpu_ms += report.cpu_ms;
+    if (report.peak_bytes > report.predicted_bytes) ++above_prediction;
     ++per_worker[report.worker];
     if (largest == nullptr || report.peak_bytes > largest->peak_bytes) largest = &report;
   }
@@ -471,6 +478,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   if (largest != nullptr) {
     out << absl::StrFormat("  compile   %.1f s of CPU; largest peak %s (%s)\n", cpu_ms / 1000.0,
                            FormatByteSize(largest->peak_bytes), largest->name);
+  }
+  if (total > cached) {
+    out << "  memory    " << (total - cached - above_prediction) << " of " << (total - cached)
+        << " units peaked within their predicted reservation\n";
   }
   out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
   return absl::OkStatus();

@@ -30,10 +30,20 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
       << status.active_builds() << " builds, " << status.queued_units() << " units queued, "
       << status.running_units() << " running\n";
   for (const auto& worker : status.workers()) {
-    out << absl::StrFormat("  %-24s slots %d/%d busy  cap %-9s done %d  %s\n", worker.name(),
-                           worker.running_tasks(), worker.slots(),
-                           FormatByteSize(worker.memory_cap_bytes()), worker.tasks_completed(),
-                           DescribeToolchain(worker.toolchain()));
+    out << absl::StrFormat("  %-24s slots %d/%d busy  reserved %s of cap %s  done %d\n",
+                           worker.name(), worker.running_tasks(), worker.slots(),
+                           FormatByteSize(worker.reserved_bytes()),
+                           FormatByteSize(worker.memory_cap_bytes()), worker.tasks_completed());
+    out << "      " << DescribeToolchain(worker.toolchain()) << "\n";
+    if (!worker.memory_mechanism().empty()) {
+      out << "      cap enforced by " << worker.memory_mechanism() << "\n";
+    }
+  }
+  for (const auto& unit : status.running()) {
+    out << absl::StrFormat("  running %-40s on %-16s reserved %s (predicted %s, %s)\n",
+                           unit.unit_name(), unit.worker_name(),
+                           FormatByteSize(unit.reserved_bytes()),
+                           FormatByteSize(unit.predicted_peak_bytes()), unit.prediction_source());
   }
   return absl::OkStatus();
 }

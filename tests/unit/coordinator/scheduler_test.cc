@@ -20,15 +20,34 @@ v1::ToolchainFingerprint Toolchain(const std::string& release) {
   return toolchain;
 }
 
-std::vector<PlannedUnit> Units(int count) {
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// `count` units predicted at `peak` each; unit i takes walls[i] if given.
+std::vector<PlannedUnit> Units(int count, int64_t peak = 100 * kMiB,
+                               std::vector<int> wall_seconds = {}) {
   std::vector<PlannedUnit> units;
   for (int i = 0; i < count; ++i) {
     PlannedUnit unit;
     unit.unit.set_name(absl::StrCat("unit", i));
     unit.action_digest = absl::StrCat("action", i);
+    unit.identity = absl::StrCat("identity", i);
+    unit.family = "family";
+    unit.demand.peak_bytes = peak;
+    unit.demand.wall =
+        absl::Seconds(i < static_cast<int>(wall_seconds.size()) ? wall_seconds[i] : 1);
+    unit.demand.source = "default";
     units.push_back(unit);
   }
   return units;
+}
+
+v1::TaskResult KilledForMemory(int64_t peak) {
+  v1::TaskResult result;
+  result.set_outcome(v1::TASK_KILLED_FOR_MEMORY);
+  result.set_exit_code(-1);
+  result.set_peak_memory_bytes(peak);
+  return result;
 }
 
 v1::TaskResult Completed(int exit_code) {
@@ -41,17 +60,20 @@ v1::TaskResult Completed(int exit_code) {
 class SchedulerTest : public ::testing::Test {
  protected:
   SchedulerTest()
-      : scheduler_(SchedulerOptions{absl::Seconds(1), absl::Seconds(5), absl::Minutes(30), 3},
-                   [this](const std::string& action, const v1::TaskResult&) {
-                     recorded_.push_back(action);
-                   }) {}
+      : history_(*PeakHistory::Open("", {})),
+        scheduler_(
+            SchedulerOptions{absl::Seconds(1), absl::Seconds(5), absl::Minutes(30), 3},
+            [this](const std::string& action, const v1::TaskResult&) {
+              recorded_.push_back(action);
+            },
+            history_.get()) {}
 
-  std::string AddWorker(const std::string& name, const std::string& release = "13.0",
-                        int slots = 1) {
+  std::string AddWorker(const std::string& name, const std::string& release = "13.0", int slots = 1,
+                        int64_t cap = 8 * kGiB) {
     v1::RegisterWorkerRequest request;
     request.set_name(name);
     *request.mutable_toolchain() = Toolchain(release);
-    request.set_memory_cap_bytes(int64_t{8} << 30);
+    request.set_memory_cap_bytes(cap);
     request.set_slots(slots);
     absl::StatusOr<std::string> id = scheduler_.RegisterWorker(request, kStart);
     EXPECT_TRUE(id.ok()) << id.status();
@@ -60,8 +82,14 @@ class SchedulerTest : public ::testing::Test {
 
   absl::StatusOr<std::string> Submit(int units, std::map<int, v1::TaskResult> cached = {},
                                      const std::string& release = "13.0") {
+    return SubmitUnits(Units(units), std::move(cached), release);
+  }
+
+  absl::StatusOr<std::string> SubmitUnits(std::vector<PlannedUnit> units,
+                                          std::map<int, v1::TaskResult> cached = {},
+                                          const std::string& release = "13.0") {
     return scheduler_.SubmitBuild(
-        "test", Toolchain(release), Units(units), std::move(cached),
+        "test", Toolchain(release), std::move(units), std::move(cached),
         [this](const v1::BuildEvent& event) { events_.push_back(event); }, kStart);
   }
 
@@ -91,6 +119,13 @@ class SchedulerTest : public ::testing::Test {
     return scheduler_.ReportResult(request, now);
   }
 
+  std::string LastRequeueReason() const {
+    for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+      if (it->has_unit_requeued()) return it->unit_requeued().reason();
+    }
+    return "";
+  }
+
   int Count(v1::BuildEvent::EventCase kind) const {
     int n = 0;
     for (const auto& event : events_) n += event.event_case() == kind;
@@ -103,6 +138,7 @@ class SchedulerTest : public ::testing::Test {
     return nullptr;
   }
 
+  std::unique_ptr<PeakHistory> history_;
   BuildScheduler scheduler_;
   std::vector<v1::BuildEvent> events_;
   std::vector<std::string> recorded_;
@@ -256,6 +292,101 @@ TEST_F(SchedulerTest, RejectsWorkersWithoutSlotsOrCap) {
   request.set_memory_cap_bytes(1);
   EXPECT_EQ(scheduler_.RegisterWorker(request, kStart).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerTest, UnitsStartOnlyWhileTheirReservationsFitTheCap) {
+  // 1 GiB less 64 MiB headroom holds two 400 MiB units, not three.
+  std::string worker = AddWorker("small", "13.0", 4, 1 * kGiB);
+  ASSERT_TRUE(SubmitUnits(Units(3, 400 * kMiB)).ok());
+  std::optional<v1::Task> first = LeaseNow(worker);
+  std::optional<v1::Task> second = LeaseNow(worker);
+  ASSERT_TRUE(first && second);
+  EXPECT_FALSE(LeaseNow(worker)) << "a free slot, but no memory left";
+  EXPECT_EQ(scheduler_.Status(kStart).workers(0).reserved_bytes(), 800 * kMiB);
+  ASSERT_TRUE(Report(worker, *first, Completed(0)).ok());
+  EXPECT_TRUE(LeaseNow(worker)) << "the finished unit's reservation is free again";
+}
+
+TEST_F(SchedulerTest, LongestPredictedUnitsGoFirstAndSmallOnesFillIn) {
+  std::string worker = AddWorker("a", "13.0", 1);
+  ASSERT_TRUE(SubmitUnits(Units(3, 100 * kMiB, {10, 30, 20})).ok());
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i) {
+    std::optional<v1::Task> task = LeaseNow(worker);
+    ASSERT_TRUE(task);
+    order.push_back(task->unit().name());
+    ASSERT_TRUE(Report(worker, *task, Completed(0)).ok());
+  }
+  EXPECT_THAT(order, ::testing::ElementsAre("unit1", "unit2", "unit0"));
+}
+
+TEST_F(SchedulerTest, MeasuredPeaksGoIntoTheHistory) {
+  std::string worker = AddWorker("a");
+  ASSERT_TRUE(Submit(1).ok());
+  std::optional<v1::Task> task = LeaseNow(worker);
+  v1::TaskResult done = Completed(0);
+  done.set_peak_memory_bytes(321 * kMiB);
+  done.set_wall_time_ms(4000);
+  ASSERT_TRUE(Report(worker, *task, done).ok());
+  UnitDemand demand = history_->Predict("identity0", "family", 1);
+  EXPECT_EQ(demand.source, "history");
+  EXPECT_EQ(demand.peak_bytes, 321 * kMiB);
+  EXPECT_EQ(demand.wall, absl::Seconds(4));
+}
+
+TEST_F(SchedulerTest, MemoryKillClimbsTheRetryLadderAndFailsNamingThePeak) {
+  std::string small = AddWorker("small", "13.0", 2, 1 * kGiB);
+  ASSERT_TRUE(SubmitUnits(Units(1, 200 * kMiB)).ok());
+  // Rung 1: a larger reservation, above the measured peak.
+  std::optional<v1::Task> task = LeaseNow(small);
+  ASSERT_TRUE(task);
+  ASSERT_TRUE(Report(small, *task, KilledForMemory(300 * kMiB)).ok());
+  EXPECT_THAT(LastRequeueReason(), HasSubstr("killed for memory on small at 300 MiB"));
+  EXPECT_THAT(LastRequeueReason(), HasSubstr("retrying with 375 MiB reserved"));
+  task = LeaseNow(small);
+  ASSERT_TRUE(task);
+  EXPECT_EQ(scheduler_.Status(kStart).workers(0).reserved_bytes(), 375 * kMiB);
+  // Rung 2: alone on a worker.
+  ASSERT_TRUE(Report(small, *task, KilledForMemory(600 * kMiB)).ok());
+  EXPECT_THAT(LastRequeueReason(), HasSubstr("retrying alone on a worker"));
+  task = LeaseNow(small);
+  ASSERT_TRUE(task);
+  EXPECT_EQ(scheduler_.Status(kStart).workers(0).reserved_bytes(), 1 * kGiB - 64 * kMiB);
+  // Rung 3: a worker with a larger cap, once one exists.
+  std::string big = AddWorker("big", "13.0", 2, 4 * kGiB);
+  ASSERT_TRUE(Report(small, *task, KilledForMemory(950 * kMiB)).ok());
+  EXPECT_THAT(LastRequeueReason(), HasSubstr("retrying on a worker with a cap above 1.0 GiB"));
+  EXPECT_FALSE(LeaseNow(small)) << "the small worker may not take it again";
+  task = LeaseNow(big);
+  ASSERT_TRUE(task);
+  // Last: killed on the largest worker too.
+  ASSERT_TRUE(Report(big, *task, KilledForMemory(3900 * kMiB)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_FALSE(Finished()->success());
+  const v1::TaskResult* failed = nullptr;
+  for (const auto& event : events_) {
+    if (event.has_unit_finished()) failed = &event.unit_finished().result();
+  }
+  ASSERT_NE(failed, nullptr);
+  EXPECT_THAT(failed->error_message(), HasSubstr("unit unit0 peaked at 3.9 GiB"));
+  EXPECT_THAT(failed->error_message(), HasSubstr("largest cap 4.0 GiB"));
+  EXPECT_EQ(Count(v1::BuildEvent::kUnitRequeued), 3);
+  EXPECT_TRUE(recorded_.empty()) << "no result to cache";
+}
+
+TEST_F(SchedulerTest, MemoryKillsDoNotCountAsLostLeases) {
+  std::string worker = AddWorker("a", "13.0", 1, 16 * kGiB);
+  ASSERT_TRUE(SubmitUnits(Units(1, 100 * kMiB)).ok());
+  for (int64_t peak : {200 * kMiB, 300 * kMiB}) {
+    std::optional<v1::Task> task = LeaseNow(worker);
+    ASSERT_TRUE(task);
+    ASSERT_TRUE(Report(worker, *task, KilledForMemory(peak)).ok());
+  }
+  std::optional<v1::Task> task = LeaseNow(worker);
+  ASSERT_TRUE(task) << "two kills and still queued";
+  ASSERT_TRUE(Report(worker, *task, Completed(0)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_TRUE(Finished()->success());
 }
 
 }  // namespace

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/memory_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/files.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+struct ParallelCase {
+  const char* name;
+  std::vector<std::string> arguments;
+  int parallel;
+};
+
+class ParallelCompilationsTest : public ::testing::TestWithParam<ParallelCase> {};
+
+TEST_P(ParallelCompilationsTest, CountsWhatRunsAtOnce) {
+  EXPECT_EQ(ParallelCompilations(GetParam().arguments), GetParam().parallel);
+}
+
+const std::vector<std::string> kFiveTargets = {
+    "-gencode", "arch=compute_80,code=sm_80",   "-gencode", "arch=compute_90,code=sm_90",
+    "-gencode", "arch=compute_100,code=sm_100", "-gencode", "arch=compute_110,code=sm_110",
+    "-gencode", "arch=compute_120,code=sm_120"};
+
+std::vector<std::string> With(std::vector<std::string> base, std::vector<std::string> more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ParallelCompilationsTest,
+    ::testing::Values(
+        ParallelCase{"PlainCompile", {"-O3", "-c", "a.cu", "-o", "a.o"}, 1},
+        ParallelCase{"OneTarget", {"-gencode", "arch=compute_100,code=sm_100", "-c", "a.cu"}, 1},
+        ParallelCase{"FiveTargetsSerial", kFiveTargets, 1},
+        ParallelCase{"FiveTargetsThreads4", With(kFiveTargets, {"--threads", "4"}), 4},
+        ParallelCase{"FiveTargetsThreads8", With(kFiveTargets, {"--threads", "8"}), 5},
+        ParallelCase{"FiveTargetsAllThreads", With(kFiveTargets, {"-t", "0"}), 5},
+        ParallelCase{"SplitCompile", {"--split-compile", "4", "-c", "a.cu"}, 4},
+        ParallelCase{"ThreadsAndSplit", With(kFiveTargets, {"--threads", "2", "--split-compile=3"}),
+                     6}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+struct AdmissionCase {
+  const char* name;
+  WorkerLoad worker;
+  int64_t predicted_peak;
+  bool admitted;
+  int64_t reservation;
+};
+
+class AdmissionTest : public ::testing::TestWithParam<AdmissionCase> {};
+
+TEST_P(AdmissionTest, ReservesAndAdmits) {
+  const AdmissionCase& c = GetParam();
+  int64_t reservation = ReservationOn(c.worker, c.predicted_peak);
+  EXPECT_EQ(reservation, c.reservation);
+  EXPECT_EQ(Admits(c.worker, reservation), c.admitted);
+}
+
+// An 8 GiB worker keeps 2% (163.8 MiB) as headroom: 8028.16 MiB usable.
+const int64_t kUsable8 = 8 * kGiB - 8 * kGiB / 50;
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, AdmissionTest,
+    ::testing::Values(
+        AdmissionCase{"FitsAnEmptyWorker", {8 * kGiB, 0, 4, 0}, 3 * kGiB, true, 3 * kGiB},
+        AdmissionCase{"FitsBesideOthers", {8 * kGiB, 4 * kGiB, 4, 1}, 3 * kGiB, true, 3 * kGiB},
+        AdmissionCase{
+            "DoesNotFitBesideOthers", {8 * kGiB, 6 * kGiB, 4, 2}, 3 * kGiB, false, 3 * kGiB},
+        AdmissionCase{"ExactlyUpToTheHeadroom",
+                      {8 * kGiB, 5 * kGiB, 4, 1},
+                      kUsable8 - 5 * kGiB,
+                      true,
+                      kUsable8 - 5 * kGiB},
+        AdmissionCase{"OneByteIntoTheHeadroom",
+                      {8 * kGiB, 5 * kGiB, 4, 1},
+                      kUsable8 - 5 * kGiB + 1,
+                      false,
+                      kUsable8 - 5 * kGiB + 1},
+        AdmissionCase{"NoFreeSlot", {8 * kGiB, 1 * kGiB, 2, 2}, 100 * kMiB, false, 100 * kMiB},
+        AdmissionCase{
+            "LargerThanTheCapTakesTheWholeWorker", {8 * kGiB, 0, 4, 0}, 20 * kGiB, true, kUsable8},
+        AdmissionCase{"LargerThanTheCapWaitsForAnIdleWorker",
+                      {8 * kGiB, 1 * kGiB, 4, 1},
+                      20 * kGiB,
+                      false,
+                      kUsable8},
+        AdmissionCase{"SmallCapHasAtLeast64MiBHeadroom",
+                      {1 * kGiB, 0, 1, 0},
+                      1 * kGiB - 64 * kMiB,
+                      true,
+                      1 * kGiB - 64 * kMiB}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(AdmissionTest, MultiTargetThreadedUnitsReserveTheirParallelCompilations) {
+  // A unit never measured: the default per compilation times what runs at once.
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{1 * kGiB, absl::Seconds(60), 0.95});
+  ASSERT_TRUE(history.ok());
+  int parallel = ParallelCompilations(With(kFiveTargets, {"--threads", "4"}));
+  UnitDemand demand = (*history)->Predict("id", "family", parallel);
+  EXPECT_EQ(demand.peak_bytes, 4 * kGiB);
+  EXPECT_EQ(demand.source, "default");
+  WorkerLoad worker{8 * kGiB, 4 * kGiB + kMiB, 8, 1};
+  EXPECT_FALSE(Admits(worker, ReservationOn(worker, demand.peak_bytes)))
+      << "4 GiB more does not fit beside 4 GiB on an 8 GiB worker";
+}
+
+TEST(PeakHistoryTest, PredictsFromOwnHistoryThenSimilarUnitsThenTheDefault) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95});
+  ASSERT_TRUE(history.ok());
+  for (int64_t peak : {100, 300, 200}) {
+    (*history)->Record("unit-a", "family-1", peak * kMiB, absl::Seconds(peak / 100));
+  }
+  UnitDemand own = (*history)->Predict("unit-a", "family-1", 1);
+  EXPECT_EQ(own.source, "history");
+  EXPECT_EQ(own.peak_bytes, 300 * kMiB) << "a high quantile of three samples is the largest";
+  EXPECT_EQ(own.wall, absl::Seconds(3));
+  UnitDemand similar = (*history)->Predict("unit-b", "family-1", 1);
+  EXPECT_EQ(similar.source, "similar units");
+  EXPECT_EQ(similar.peak_bytes, 300 * kMiB);
+  UnitDemand unknown = (*history)->Predict("unit-c", "family-2", 3);
+  EXPECT_EQ(unknown.source, "default");
+  EXPECT_EQ(unknown.peak_bytes, 6 * kGiB);
+}
+
+TEST(PeakHistoryTest, HighQuantileIgnoresARareOutlier) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open("", {});
+  ASSERT_TRUE(history.ok());
+  for (int i = 0; i < 99; ++i) (*history)->Record("u", "f", (500 + i) * kMiB, absl::Seconds(1));
+  (*history)->Record("u", "f", 9 * kGiB, absl::Seconds(1));
+  EXPECT_EQ((*history)->Predict("u", "f", 1).peak_bytes, 594 * kMiB) << "the 95th of 100";
+}
+
+TEST(PeakHistoryTest, SurvivesReopeningAndSkipsATornLine) {
+  std::string path = testing::NewTempDir("history-") + "/history.tsv";
+  {
+    absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open(path, {});
+    ASSERT_TRUE(history.ok());
+    (*history)->Record("unit-a", "family-1", 700 * kMiB, absl::Seconds(12));
+  }
+  absl::StatusOr<std::string> content = ReadFile(path);
+  ASSERT_TRUE(content.ok());
+  ASSERT_TRUE(WriteFileAtomically(path, *content + "unit-b\tfamily-1\t12").ok());  // torn
+  absl::StatusOr<std::unique_ptr<PeakHistory>> reopened = PeakHistory::Open(path, {});
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->samples(), 1u);
+  UnitDemand demand = (*reopened)->Predict("unit-a", "family-1", 1);
+  EXPECT_EQ(demand.source, "history");
+  EXPECT_EQ(demand.peak_bytes, 700 * kMiB);
+}
+
+TEST(UnitKeysTest, IdentityIgnoresNothingButFamilyIgnoresTheSource) {
+  v1::CompileUnit a;
+  for (const char* arg : {"-O3", "-c", "a.cu", "-o", "a.o"}) a.add_arguments(arg);
+  auto* input = a.add_inputs();
+  input->set_path("a.cu");
+  input->mutable_digest()->set_hash(std::string(64, 'a'));
+  v1::CompileUnit b = a;
+  b.set_arguments(2, "b.cu");
+  b.set_arguments(4, "b.o");
+  b.mutable_inputs(0)->set_path("b.cu");
+  EXPECT_NE(UnitIdentity("tc", a), UnitIdentity("tc", b));
+  EXPECT_EQ(UnitFamily("tc", a, "set:x"), UnitFamily("tc", b, "set:x"));
+  EXPECT_NE(UnitFamily("tc", a, "set:x"), UnitFamily("tc", a, "set:y"));
+  EXPECT_NE(UnitIdentity("tc", a), UnitIdentity("other-toolchain", a));
+  v1::CompileUnit edited = a;
+  edited.mutable_inputs(0)->mutable_digest()->set_hash(std::string(64, 'b'));
+  EXPECT_NE(UnitIdentity("tc", a), UnitIdentity("tc", edited)) << "the source's content counts";
+}
+
+}  // namespace
+}  // namespace distcc_cuda::coordinator
