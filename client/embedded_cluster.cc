@@ -2,6 +2,7 @@
 #include "client/embedded_cluster.h"
 
 #include "common/host_resources.h"
+#include "common/memory_cap.h"
 #include "common/status.h"
 
 namespace distcc_cuda::client {
@@ -17,7 +18,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.coordinator_address = cluster->coordinator_->address();
   worker_options.name = "local";
   worker_options.slots = slots > 0 ? slots : UsableCores();
-  worker_options.memory_cap_bytes = DefaultMemoryCapBytes();
+  worker_options.memory_cap_bytes = DefaultMemoryCap().bytes;
   worker_options.nvcc_path = nvcc;
   worker_options.work_dir = state_dir + "/worker";
   ASSIGN_OR_RETURN(cluster->worker_, worker::Worker::Start(worker_options));

@@ -257,14 +257,18 @@ void RemoveStaleGroups(const std::string& parent, const std::string& name) {
   }
 }
 
-// Sets how far above its reservation a task's processes look to the OOM
-// killer: badness is usage + adj * limit / 1000, so adj = -1000 * reserved /
-// cap makes it usage less reservation. Best effort: lowering it needs
-// CAP_SYS_RESOURCE.
+// Makes the OOM killer's choice among a node's tasks the task furthest above
+// its reservation. Within a memory cgroup a process's badness is its usage
+// plus oom_score_adj * limit / 1000, so adj = 1000 * (cap - reserved) / cap
+// ranks tasks by usage less reservation (plus the same cap for all). Raised,
+// never lowered below 0: lowering needs CAP_SYS_RESOURCE, which containers
+// usually lack. Best effort.
 void BiasOomScore(pid_t pid, int64_t reserved_bytes, int64_t cap_bytes) {
-  if (reserved_bytes <= 0 || cap_bytes <= 0) return;
-  int64_t adj = std::min<int64_t>(999, reserved_bytes / std::max<int64_t>(1, cap_bytes / 1000));
-  WriteText(absl::StrCat("/proc/", pid, "/oom_score_adj"), absl::StrCat(-adj)).IgnoreError();
+  int64_t unreserved = cap_bytes - std::clamp<int64_t>(reserved_bytes, 0, cap_bytes);
+  int64_t adj = cap_bytes > 0 ? unreserved / std::max<int64_t>(1, cap_bytes / 1000) : 0;
+  WriteText(absl::StrCat("/proc/", pid, "/oom_score_adj"),
+            absl::StrCat(std::min<int64_t>(adj, 1000)))
+      .IgnoreError();
 }
 
 // ---------------------------------------------------------------------------
@@ -330,6 +334,12 @@ class CgroupNodeCap : public NodeMemoryCap {
   MemoryCapMechanism mechanism() const override { return version_; }
   int64_t cap_bytes() const override { return cap_bytes_; }
   std::string cgroup_path() const override { return dir_; }
+  int64_t PeakBytes() const override {
+    absl::StatusOr<std::string> text = ReadText(absl::StrCat(dir_, "/", FilesOf(version_).peak));
+    int64_t peak = 0;
+    if (text.ok()) absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &peak);
+    return peak;
+  }
   std::string Describe() const override {
     return absl::StrCat(MechanismName(version_), " at ", dir_, ", cap ",
                         FormatByteSize(cap_bytes_));
@@ -468,8 +478,12 @@ absl::StatusOr<std::unique_ptr<NodeMemoryCap>> CreateCgroupNode(MemoryCapMechani
 // The watchdog: samples the RSS of every task's process tree and kills the
 // task furthest above its reservation when the node's sum exceeds the cap.
 
+// Set in a process's flags from fork until it executes a program.
+constexpr uint64_t kForkedNoExec = 0x40;  // PF_FORKNOEXEC
+
 struct ProcStat {
   char state = '?';
+  uint64_t flags = 0;
   pid_t ppid = 0;
   pid_t pgrp = 0;
   uint64_t start_time = 0;  // clock ticks after boot; tells a reused pid apart
@@ -487,7 +501,8 @@ std::optional<ProcStat> ReadProcStat(pid_t pid) {
       absl::StrSplit(absl::string_view(*text).substr(paren + 1), ' ', absl::SkipEmpty());
   ProcStat stat;
   if (fields.size() < 22 || fields[0].empty() || !absl::SimpleAtoi(fields[1], &stat.ppid) ||
-      !absl::SimpleAtoi(fields[2], &stat.pgrp) || !absl::SimpleAtoi(fields[19], &stat.start_time) ||
+      !absl::SimpleAtoi(fields[2], &stat.pgrp) || !absl::SimpleAtoi(fields[6], &stat.flags) ||
+      !absl::SimpleAtoi(fields[19], &stat.start_time) ||
       !absl::SimpleAtoi(fields[21], &stat.rss_pages)) {
     return std::nullopt;
   }
@@ -550,6 +565,12 @@ class Watchdog {
     thread_.join();
   }
 
+  // The largest total of the tasks' memory sampled so far.
+  int64_t peak_total() const {
+    absl::MutexLock lock(&mu_);
+    return peak_total_;
+  }
+
   absl::Status Attach(const std::shared_ptr<WatchedTask>& task, pid_t pid) {
     std::optional<ProcStat> stat = ReadProcStat(pid);
     if (!stat.has_value()) {
@@ -595,6 +616,7 @@ class Watchdog {
       task->peak_bytes = std::max(task->peak_bytes, task->current_bytes);
       if (!task->killed) total += task->current_bytes;
     }
+    peak_total_ = std::max(peak_total_, total);
     if (total <= cap_bytes_) return;
     WatchedTask* victim = nullptr;
     for (const std::shared_ptr<WatchedTask>& task : tasks_) {
@@ -617,7 +639,13 @@ class Watchdog {
     int64_t pages = 0;
     auto visit = [&](pid_t pid, const ProcStat& stat) {
       seen[pid] = stat.start_time;
-      if (stat.state != 'Z') pages += stat.rss_pages;
+      if (stat.state == 'Z') return;
+      // A root that has not yet executed its program is a fork of this
+      // (possibly large) process whose pages it shares: not the task's.
+      bool root = std::any_of(task.roots.begin(), task.roots.end(),
+                              [pid](const auto& r) { return r.first == pid; });
+      if (root && (stat.flags & kForkedNoExec) != 0) return;
+      pages += stat.rss_pages;
     };
     while (!pending.empty()) {
       pid_t pid = pending.back();
@@ -670,9 +698,10 @@ class Watchdog {
   }
 
   const int64_t cap_bytes_;
+  int64_t peak_total_ ABSL_GUARDED_BY(mu_) = 0;
   const absl::Duration interval_;
   const int64_t page_bytes_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool scan_all_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::shared_ptr<WatchedTask>> tasks_ ABSL_GUARDED_BY(mu_);
@@ -724,6 +753,7 @@ class WatchdogNodeCap : public NodeMemoryCap {
   MemoryCapMechanism mechanism() const override { return MemoryCapMechanism::kRssWatchdog; }
   int64_t cap_bytes() const override { return cap_bytes_; }
   std::string cgroup_path() const override { return ""; }
+  int64_t PeakBytes() const override { return watchdog_->peak_total(); }
   std::string Describe() const override {
     return absl::StrCat("RSS watchdog every ", absl::FormatDuration(interval_), ", cap ",
                         FormatByteSize(cap_bytes_), " (", why_, ")");
@@ -778,8 +808,7 @@ absl::StatusOr<std::string> OwnCgroupDirectory(MemoryCapMechanism version,
   const std::string root = RootOf(version, paths);
   const std::string marker = absl::StrCat(root, v2 ? "/cgroup.controllers" : "/cgroup.procs");
   if (!Exists(marker)) {
-    return absl::NotFoundError(
-        absl::StrCat(MechanismName(version), " memory hierarchy is not mounted at ", root));
+    return absl::NotFoundError(absl::StrCat("no memory hierarchy mounted at ", root));
   }
   ASSIGN_OR_RETURN(std::string lines, ReadText(paths.proc_self_cgroup));
   std::optional<std::string> own;

@@ -71,7 +71,8 @@ struct MemoryCapOptions {
 struct TaskMemoryUsage {
   // The task's largest memory use: under cgroups its group's peak charge
   // (anonymous memory, page cache and tmpfs files it wrote), under the
-  // watchdog the largest sampled sum of its processes' RSS. 0 when the kernel
+  // watchdog the largest sampled sum of its processes' RSS (a spike shorter
+  // than the sampling interval can be missed). 0 when the kernel
   // cannot say (cgroup v2 before Linux 5.19 has no memory.peak); callers may
   // take the larger of this and ProcessResult::peak_rss_bytes.
   int64_t peak_bytes = 0;
@@ -90,9 +91,9 @@ class TaskMemoryScope {
 
   // Puts process `pid` (and so every process it starts) under the cap. Meant
   // for ProcessSpec::on_started, before the program executes. If it cannot,
-  // it kills `pid` (a task must not run uncapped) and returns why: INTERNAL or
-  // PERMISSION_DENIED naming the group file. May be called for several
-  // processes of one task.
+  // it kills `pid` (a task must not run uncapped) and returns why, naming the
+  // file it could not write or read (the code follows its errno). May be
+  // called for several processes of one task.
   virtual absl::Status Attach(pid_t pid) = 0;
 
   // Once the task's processes have exited: its peak and whether it was killed
@@ -131,10 +132,16 @@ class NodeMemoryCap {
   // The node group's directory; empty under the watchdog.
   virtual std::string cgroup_path() const = 0;
 
+  // The most memory the node's tasks held at once so far (cgroups: the node
+  // group's peak charge; the watchdog: its largest sampled total).
+  virtual int64_t PeakBytes() const = 0;
+
   // Starts accounting for one task. `reserved_bytes` is what the scheduler
   // reserved for it (0 if unknown): when the node goes over its cap, the task
-  // furthest above its reservation is the one killed (the watchdog by rule,
-  // cgroups through the task's oom_score_adj, best effort). INTERNAL if the
+  // furthest above its reservation is the one killed (the watchdog by rule;
+  // under cgroups, best effort, by raising the task's oom_score_adj to
+  // 1000 * (cap - reserved) / cap, which also makes tasks rather than the
+  // worker the host's first victims). INTERNAL if the
   // task's group cannot be created.
   virtual absl::StatusOr<std::unique_ptr<TaskMemoryScope>> StartTask(const std::string& task_id,
                                                                      int64_t reserved_bytes) = 0;

@@ -16,6 +16,9 @@ ABSL_FLAG(std::string, default_unit_memory, "2GiB",
           "peak memory predicted for a unit never measured and with no similar unit, per "
           "parallel compilation (-gencode targets run at once under --threads)");
 ABSL_FLAG(int, default_unit_seconds, 60, "wall time predicted for such a unit");
+ABSL_FLAG(std::string, admission, "memory",
+          "memory: start a unit only where its predicted peak fits (the default); static: "
+          "fill every worker slot regardless of memory, like ninja -j (for comparisons)");
 ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
@@ -38,6 +41,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.prediction.peak_bytes = *default_memory;
+  std::string admission = absl::GetFlag(FLAGS_admission);
+  if (admission != "memory" && admission != "static") {
+    std::cerr << "distcc-cuda-coordinator: --admission is 'memory' or 'static', not '" << admission
+              << "'\n";
+    return 2;
+  }
+  options.scheduler.memory_admission = admission == "memory";
   options.prediction.wall = absl::Seconds(absl::GetFlag(FLAGS_default_unit_seconds));
   auto coordinator = distcc_cuda::coordinator::Coordinator::Start(options);
   if (!coordinator.ok()) {

@@ -111,6 +111,9 @@ std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
                                                  const WorkerState& worker) const {
   WorkerLoad load{worker.info.memory_cap_bytes(), worker.reserved_bytes, worker.info.slots(),
                   static_cast<int>(worker.tasks.size())};
+  if (!options_.memory_admission) {
+    return load.running < load.slots ? std::optional<int64_t>(0) : std::nullopt;
+  }
   if (unit.needs_cap_above > 0 && load.cap_bytes <= unit.needs_cap_above) return std::nullopt;
   if (unit.alone) {
     // The whole worker, and only when nothing else runs there.
@@ -148,6 +151,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     task.set_task_id(task_id);
     *task.mutable_unit() = unit.planned.unit;
     task.set_timeout_ms(absl::ToInt64Milliseconds(options_.task_timeout));
+    task.set_reserved_bytes(*reservation);
     v1::BuildEvent event;
     auto* started = event.mutable_unit_started();
     started->set_unit_name(unit.planned.unit.name());
@@ -250,6 +254,15 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id,
   // The ladder: a larger reservation; then the whole of a worker; then a
   // worker with a larger cap; then give up, naming the peak and the caps.
   std::string next;
+  if (!options_.memory_admission) {
+    // A static job limit has no answer to a memory kill: the build fails, as
+    // it would under ninja -j.
+    EndTask(task_id);
+    v1::TaskResult failed = result;
+    failed.set_error_message(absl::StrCat(name, " ", killed, " under a static job limit"));
+    FinishUnit(build, task.unit_index, failed, false, deferred);
+    return;
+  }
   if (unit.memory_kills == 1 && unit.peak_seen * 5 / 4 < cap - AdmissionHeadroom(cap)) {
     unit.reservation_floor = unit.peak_seen * 5 / 4;
     next = absl::StrCat("retrying with ", FormatByteSize(unit.reservation_floor), " reserved");

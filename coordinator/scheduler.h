@@ -39,6 +39,9 @@ struct SchedulerOptions {
   absl::Duration task_timeout = absl::Minutes(30);
   // Attempts per unit for infrastructure failures (lost worker, failed start).
   int max_attempts = 3;
+  // False: a static job limit, as `ninja -j` (the worker's slots), with no
+  // regard for memory and no retry of memory kills. For comparisons only.
+  bool memory_admission = true;
 };
 
 // A unit ready to schedule: the key of its cached result, the keys of its

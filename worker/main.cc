@@ -11,6 +11,7 @@
 #include "common/byte_size.h"
 #include "common/command_line.h"
 #include "common/host_resources.h"
+#include "common/memory_cap.h"
 #include "common/signals.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
@@ -19,8 +20,11 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:3633", "HOST:PORT of the coordinator to work for");
 ABSL_FLAG(int, slots, 0, "units run at once (default: the usable cores)");
 ABSL_FLAG(std::string, memory_cap, "",
-          "memory this worker may use, e.g. 16GiB (default: available memory "
-          "less 10%)");
+          "memory all of this worker's units may use together, e.g. 16GiB (default: the "
+          "container's cgroup limit less 5%, else available memory less 10%)");
+ABSL_FLAG(std::string, memory_mechanism, "auto",
+          "how the cap is enforced: auto (a cgroup v2 or v1 memory group where one can be "
+          "made, else the RSS watchdog) or watchdog");
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc (default: $CUDA_HOME/bin/nvcc, else "
           "/usr/local/cuda/bin/nvcc)");
@@ -64,7 +68,10 @@ int main(int argc, char** argv) {
   if (options.slots <= 0) options.slots = distcc_cuda::UsableCores();
   std::string cap = absl::GetFlag(FLAGS_memory_cap);
   if (cap.empty()) {
-    options.memory_cap_bytes = distcc_cuda::DefaultMemoryCapBytes();
+    distcc_cuda::DefaultCap default_cap = distcc_cuda::DefaultMemoryCap();
+    options.memory_cap_bytes = default_cap.bytes;
+    std::cout << "memory cap " << distcc_cuda::FormatByteSize(default_cap.bytes) << ": "
+              << default_cap.source << std::endl;
   } else {
     auto parsed = distcc_cuda::ParseByteSize(cap);
     if (!parsed.ok()) {
@@ -78,11 +85,19 @@ int main(int argc, char** argv) {
     options.work_dir = absl::StrCat("/tmp/distcc-cuda-worker-", options.name);
   }
   options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
+  std::string mechanism = absl::GetFlag(FLAGS_memory_mechanism);
+  if (mechanism != "auto" && mechanism != "watchdog") {
+    std::cerr << "distcc-cuda-worker: --memory-mechanism is 'auto' or 'watchdog', not '"
+              << mechanism << "'\n";
+    return 2;
+  }
+  options.force_watchdog = mechanism == "watchdog";
   auto worker = distcc_cuda::worker::Worker::Start(options);
   if (!worker.ok()) {
     std::cerr << "distcc-cuda-worker: " << worker.status().message() << "\n";
     return 1;
   }
+  std::cout << "memory cap enforced by " << (*worker)->memory_mechanism() << std::endl;
   int signal = distcc_cuda::WaitForTerminationSignal();
   spdlog::info("worker {} stopping (signal {})", options.name, signal);
   return 0;

@@ -45,6 +45,11 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->options_ = options;
   ASSIGN_OR_RETURN(worker->toolchain_, ComputeToolchainFingerprint(options.nvcc_path));
   ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
+  MemoryCapOptions cap;
+  cap.cap_bytes = options.memory_cap_bytes;
+  cap.name = options.name;
+  cap.force_watchdog = options.force_watchdog;
+  ASSIGN_OR_RETURN(worker->memory_cap_, NodeMemoryCap::Create(cap));
   RETURN_IF_ERROR(MakeDirectories(options.work_dir + "/tasks"));
   worker->channel_ =
       grpc::CreateChannel(options.coordinator_address, grpc::InsecureChannelCredentials());
@@ -57,8 +62,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
   RETURN_IF_ERROR(worker->Register());
-  spdlog::info("worker {} registered with {}: {} slots, cap {}, {}", options.name,
-               options.coordinator_address, options.slots, FormatByteSize(options.memory_cap_bytes),
+  spdlog::info("worker {} registered with {}: {} slots, {}; {}", options.name,
+               options.coordinator_address, options.slots, worker->memory_cap_->Describe(),
                DescribeToolchain(worker->toolchain_));
   Worker* self = worker.get();
   worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
@@ -75,6 +80,9 @@ Worker::~Worker() {
     for (grpc::ClientContext* context : waiting_) context->TryCancel();
   }
   for (std::thread& thread : threads_) thread.join();
+  // For benchmarks and people: how close the node came to its cap.
+  spdlog::info("worker {}: node peak {} of cap {}", options_.name, memory_cap_->PeakBytes(),
+               memory_cap_->cap_bytes());
 }
 
 absl::Status Worker::Register() {
@@ -83,6 +91,7 @@ absl::Status Worker::Register() {
   *request.mutable_toolchain() = toolchain_;
   request.set_memory_cap_bytes(options_.memory_cap_bytes);
   request.set_slots(options_.slots);
+  request.set_memory_mechanism(memory_cap_->Describe());
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));
@@ -191,7 +200,15 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   for (const std::string& output : unit.output_paths()) {
     MakeDirectories(fs::path(cwd + "/" + output).parent_path().string()).IgnoreError();
   }
+  absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
+      memory_cap_->StartTask(task.task_id(), task.reserved_bytes());
+  if (!scope.ok()) {
+    cleanup();
+    return FailedToStart(std::string(scope.status().message()));
+  }
   ProcessSpec spec;
+  // The unit runs under the node's cap from its first instruction.
+  spec.on_started = [&scope](pid_t pid) { (*scope)->Attach(pid).IgnoreError(); };
   spec.argv.push_back(options_.nvcc_path);
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
   spec.working_directory = cwd;
@@ -202,6 +219,13 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     return FailedToStart(
         absl::StrCat("cannot run ", options_.nvcc_path, ": ", run.status().message()));
   }
+  // Finish reports Attach's failure too: the unit was killed before it ran.
+  absl::StatusOr<TaskMemoryUsage> usage = (*scope)->Finish();
+  scope->reset();
+  if (!usage.ok()) {
+    cleanup();
+    return FailedToStart(absl::StrCat("memory cap: ", usage.status().message()));
+  }
   v1::TaskResult result;
   result.set_outcome(run->timed_out ? v1::TASK_TIMED_OUT : v1::TASK_COMPLETED);
   result.set_exit_code(run->exit_code);
@@ -209,7 +233,17 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   result.set_stderr_text(run->stderr_text);
   result.set_wall_time_ms(absl::ToInt64Milliseconds(run->wall_time));
   result.set_cpu_time_ms(absl::ToInt64Milliseconds(run->user_cpu_time + run->system_cpu_time));
-  result.set_peak_memory_bytes(run->peak_rss_bytes);
+  // The watchdog samples; rusage has the largest single process exactly.
+  result.set_peak_memory_bytes(std::max(usage->peak_bytes, run->peak_rss_bytes));
+  if (usage->killed_for_memory) {
+    result.set_outcome(v1::TASK_KILLED_FOR_MEMORY);
+    result.set_error_message(absl::StrCat(
+        "killed for memory at ", FormatByteSize(result.peak_memory_bytes()), " (reserved ",
+        FormatByteSize(task.reserved_bytes()), ", cap ", FormatByteSize(memory_cap_->cap_bytes()),
+        ")"));
+    cleanup();
+    return result;
+  }
   result.set_worker_name(options_.name);
   if (run->exit_code != 0) {
     result.set_error_message(DescribeTermination(*run));

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/cas_client.h"
 #include "common/cas_store.h"
+#include "common/memory_cap.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
 
 namespace distcc_cuda::worker {
@@ -23,7 +24,8 @@ struct WorkerOptions {
   std::string coordinator_address;  // HOST:PORT
   std::string name;                 // shown in status and summaries
   int slots = 1;                    // units run at once
-  int64_t memory_cap_bytes = 0;     // advertised cap
+  int64_t memory_cap_bytes = 0;     // enforced on all running units together
+  bool force_watchdog = false;      // enforce with the RSS watchdog, not a cgroup
   std::string nvcc_path;            // the pinned nvcc every unit runs with
   std::string work_dir;             // sandboxes (tasks/) and the input cache (cas/)
   bool keep_sandboxes = false;      // leave task folders behind for debugging
@@ -33,15 +35,19 @@ struct WorkerOptions {
 
 class Worker {
  public:
-  // Computes the toolchain fingerprint, registers and starts the slots.
-  // NOT_FOUND if nvcc is missing; UNAVAILABLE naming the address if the
-  // coordinator cannot be reached within connect_timeout.
+  // Computes the toolchain fingerprint, puts the memory cap in force (a
+  // cgroup, else the RSS watchdog), registers and starts the slots.
+  // NOT_FOUND if nvcc is missing; INVALID_ARGUMENT for a cap above the
+  // machine's or the container's memory; UNAVAILABLE naming the address if
+  // the coordinator cannot be reached within connect_timeout.
   static absl::StatusOr<std::unique_ptr<Worker>> Start(const WorkerOptions& options);
   // Stops leasing, cancels waits and joins the slots (a running nvcc is
   // waited for).
   ~Worker();
 
   const v1::ToolchainFingerprint& toolchain() const { return toolchain_; }
+  // How the cap is enforced, for people: "cgroup v1 at ..., cap 4.0 GiB".
+  std::string memory_mechanism() const { return memory_cap_->Describe(); }
 
  private:
   Worker() = default;
@@ -59,6 +65,7 @@ class Worker {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::unique_ptr<CasClient> cas_client_;
   std::unique_ptr<CasStore> cache_;
+  std::unique_ptr<NodeMemoryCap> memory_cap_;
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

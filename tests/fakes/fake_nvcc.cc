@@ -9,8 +9,8 @@
 //   -shared -o LIB OBJS...    "links": concatenates the objects
 // Directives in the source steer a compile:
 //   FAKE_FAIL(message)   prints "SOURCE(LINE): error: message", exits 2
-//   FAKE_SLEEP_MS=N      sleeps N ms first
-//   FAKE_TOUCH_MIB=N     allocates and touches N MiB first
+//   FAKE_TOUCH_MIB=N     allocates and touches N MiB first, and holds it
+//   FAKE_SLEEP_MS=N      then sleeps N ms (so the peak lasts, as cicc's does)
 //   FAKE_CRASH           dies of SIGABRT
 //   FAKE_STDOUT(text)    prints text on stdout
 #include <unistd.h>
@@ -172,13 +172,13 @@ int main(int argc, char** argv) {
     std::cerr << "fake nvcc: expected -c SOURCE -o OBJECT\n";
     return 1;
   }
-  if (long ms = NumberAfter(text, "FAKE_SLEEP_MS")) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-  }
   if (long mib = NumberAfter(text, "FAKE_TOUCH_MIB")) {
     size_t bytes = static_cast<size_t>(mib) << 20;
     volatile char* memory = static_cast<volatile char*>(std::malloc(bytes));
     for (size_t i = 0; memory != nullptr && i < bytes; i += 4096) memory[i] = 1;
+  }
+  if (long ms = NumberAfter(text, "FAKE_SLEEP_MS")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
   if (text.find("FAKE_CRASH") != std::string::npos) std::abort();
   std::string printed = Directive(text, "FAKE_STDOUT", nullptr);

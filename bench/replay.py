@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Replays flash-attention-sized nvcc workloads through the real distcc-cuda
+coordinator and workers, with the fake compiler standing in for nvcc: each
+unit really touches its (scaled) peak memory and holds it for its (scaled)
+wall time. Compares distcc-cuda's memory-aware scheduler (cold, then warm
+with the cold run's history) with a static job limit k per node, for every
+k from 1 up to the first k that gets a memory kill. Prints a table and, last,
+one line of key=value pairs.
+
+Standard library only. Run through bench/scheduler.sh, which builds first.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def load_profiles(path):
+    rows = {}
+    with open(path) as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
+            rows[row["unit"]] = (float(row["wall_s"]), int(row["cgroup_peak_mib"]))
+    return rows
+
+
+def flash_attention_units(profiles):
+    """96 units: fwd, fwd_split, fwd_split_align and bwd x fp16/bf16 x head
+    dims 32..256 x causal, costed from the measured hdim128 bf16 profiles.
+    Smaller head dims cost less, larger more (a linear model around 128)."""
+    kinds = {
+        "fwd": profiles["flash_fwd_hdim128_bf16"],
+        "fwd_split": profiles["flash_fwd_split_hdim128_bf16"],
+        "fwd_split_align": profiles["flash_fwd_split_hdim128_bf16"],
+        "bwd": profiles["flash_bwd_hdim128_bf16"],
+    }
+    units = []
+    for kind, (wall, peak_mib) in kinds.items():
+        for dtype in ("fp16", "bf16"):
+            for hdim in (32, 64, 96, 128, 192, 256):
+                for causal in (False, True):
+                    size = hdim / 128.0
+                    units.append({
+                        "name": f"flash_{kind}_hdim{hdim}_{dtype}{'_causal' if causal else ''}",
+                        "wall_s": wall * (0.55 + 0.45 * size) * (1.05 if causal else 1.0),
+                        "peak_mib": peak_mib * (0.6 + 0.4 * size),
+                    })
+    return units
+
+
+def five_arch_units(units):
+    """The same set for five architectures with --threads 4: four cicc at
+    once (4x the memory) and two waves of targets (2x the time)."""
+    return [dict(u, name=u["name"] + "_x5", wall_s=u["wall_s"] * 2, peak_mib=u["peak_mib"] * 4,
+                 five=True) for u in units]
+
+
+def write_workload(root, units, fake, time_scale, memory_scale):
+    src = os.path.join(root, "src")
+    os.makedirs(src, exist_ok=True)
+    entries = []
+    for u in units:
+        path = os.path.join(src, u["name"] + ".cu")
+        touch = max(1, int(u["peak_mib"] / memory_scale))
+        sleep_ms = max(1, int(u["wall_s"] * 1000 / time_scale))
+        with open(path, "w") as f:
+            f.write(f"// {u['name']}: FAKE_TOUCH_MIB={touch} FAKE_SLEEP_MS={sleep_ms}\n")
+        args = [fake, "-O3", "-std=c++17"]
+        if u.get("five"):
+            for arch in (80, 90, 100, 110, 120):
+                args += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+            args += ["--threads", "4"]
+        else:
+            args += ["-gencode", "arch=compute_100,code=sm_100"]
+        args += ["-c", path, "-o", os.path.join(root, "obj", u["name"] + ".o")]
+        entries.append({"directory": root, "file": path, "arguments": args})
+        u["real_mib"] = touch
+        u["real_s"] = sleep_ms / 1000.0
+    db = os.path.join(root, "compile_commands.json")
+    with open(db, "w") as f:
+        json.dump(entries, f)
+    return db
+
+
+def vmstat_oom_kills():
+    with open("/proc/vmstat") as f:
+        for line in f:
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    return 0
+
+
+class Cluster:
+    def __init__(self, bin_dir, fake, root, nodes, slots, cap_bytes, admission, default_mem,
+                 mechanism):
+        self.procs = []
+        self.logs = []
+        state = os.path.join(root, "state")
+        log = open(os.path.join(root, "coordinator.log"), "w")
+        self.coordinator = subprocess.Popen(
+            [os.path.join(bin_dir, "distcc-cuda-coordinator"), "--listen", "127.0.0.1:0",
+             "--state-dir", state, "--admission", admission,
+             "--default-unit-memory", str(default_mem), "--default-unit-seconds", "2"],
+            stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(self.coordinator)
+        self.address = wait_for(os.path.join(root, "coordinator.log"),
+                                r"listening on (\S+)", 20)
+        for n in range(nodes):
+            path = os.path.join(root, f"node{n}.log")
+            self.logs.append(path)
+            cmd = [os.path.join(bin_dir, "distcc-cuda-worker"), "--coordinator", self.address,
+                   "--name", f"node{n}", "--slots", str(slots), "--memory-cap", str(cap_bytes),
+                   "--nvcc", fake, "--work-dir", os.path.join(root, f"node{n}")]
+            if mechanism:
+                cmd += ["--memory-mechanism", mechanism]
+            self.procs.append(subprocess.Popen(cmd, stdout=open(path, "w"),
+                                               stderr=subprocess.STDOUT))
+        for path in self.logs:
+            wait_for(path, r"registered", 30)
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def node_peaks(self):
+        peaks = []
+        for path in self.logs:
+            with open(path) as f:
+                m = re.findall(r"node peak (\d+) of cap (\d+)", f.read())
+            if m:
+                peaks.append((int(m[-1][0]), int(m[-1][1])))
+        return peaks
+
+
+def wait_for(path, pattern, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                m = re.search(pattern, f.read())
+            if m:
+                return m.group(1) if m.groups() else m.group(0)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"'{pattern}' did not appear in {path} within {timeout}s")
+
+
+def run_policy(args, label, units, db, root, admission, slots, state_from=None):
+    run_root = os.path.join(root, label)
+    os.makedirs(run_root)
+    if state_from:
+        shutil.copytree(os.path.join(state_from, "state"), os.path.join(run_root, "state"))
+        # Keep the history, not the results: a warm run must compile again.
+        shutil.rmtree(os.path.join(run_root, "state", "results"), ignore_errors=True)
+    default_mem = int(args.default_unit_mib * MIB / args.memory_scale)
+    cluster = Cluster(args.bin_dir, args.fake, run_root, args.nodes, slots, args.cap_bytes,
+                      admission, default_mem, args.mechanism)
+    ooms_before = vmstat_oom_kills()
+    start = time.time()
+    out = subprocess.run(
+        [os.path.join(args.bin_dir, "distcc-cuda"), "build", db, "--coordinator", cluster.address,
+         "--library", "libbench.so", "-o", os.path.join(run_root, "out"), "--nvcc", args.fake],
+        capture_output=True, text=True, timeout=3600)
+    makespan = time.time() - start
+    cluster.stop()
+    ooms_total = vmstat_oom_kills() - ooms_before
+    text = out.stdout + out.stderr
+    with open(os.path.join(run_root, "build.log"), "w") as f:
+        f.write(text)
+    kills = len(re.findall(r"killed for memory", text))
+    peaks = cluster.node_peaks()
+    peak_ratio = max((p / c for p, c in peaks), default=float("nan"))
+    m = re.search(r"compile\s+([\d.]+) s\)", text)
+    return {"label": label, "ok": out.returncode == 0, "makespan": makespan, "memory_kills": kills,
+            # Kills the node caps did not account for were the host's.
+            "host_ooms": max(0, ooms_total - kills), "peak_ratio": peak_ratio}
+
+
+def lower_bound(units, slots_total, cap_total):
+    work = sum(u["real_s"] for u in units)
+    area = sum(u["real_s"] * u["real_mib"] * MIB for u in units)
+    return max(work / slots_total, max(u["real_s"] for u in units), area / cap_total)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--fake", required=True)
+    parser.add_argument("--profiles", required=True)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--slots", type=int, default=8, help="cores per simulated node")
+    parser.add_argument("--node-memory-gib", type=float, default=32,
+                        help="simulated memory per node")
+    parser.add_argument("--time-scale", type=float, default=60, help="real s = measured s / this")
+    parser.add_argument("--memory-scale", type=float, default=32,
+                        help="real MiB = measured MiB / this")
+    parser.add_argument("--default-unit-mib", type=float, default=4096,
+                        help="cold-start prediction per compilation, simulated MiB")
+    parser.add_argument("--mechanism", default="", help="worker --memory-mechanism")
+    parser.add_argument("--max-k", type=int, default=16)
+    parser.add_argument("--workloads", default="fa96,fa96x5")
+    args = parser.parse_args()
+    args.cap_bytes = int(args.node_memory_gib * GIB / args.memory_scale)
+    profiles = load_profiles(args.profiles)
+    base = flash_attention_units(profiles)
+    workloads = {"fa96": base, "fa96x5": five_arch_units(base)}
+    root = tempfile.mkdtemp(prefix="distcc-bench-")
+    print(f"# {args.nodes} nodes x {args.slots} slots, {args.node_memory_gib:g} GiB each "
+          f"(real cap {args.cap_bytes / MIB:.0f} MiB); time /{args.time_scale:g}, "
+          f"memory /{args.memory_scale:g}; work in {root}")
+    summary = {}
+    for name in args.workloads.split(","):
+        units = [dict(u) for u in workloads[name]]
+        wroot = os.path.join(root, name)
+        os.makedirs(wroot)
+        db = write_workload(wroot, units, args.fake, args.time_scale, args.memory_scale)
+        lb = lower_bound(units, args.nodes * args.slots, args.nodes * args.cap_bytes)
+        print(f"\n## {name}: {len(units)} units, lower bound {lb:.1f} s")
+        print(f"{'policy':<22}{'makespan s':>11}{'/ LB':>8}{'mem kills':>11}{'host OOM':>10}"
+              f"{'peak/cap':>10}  result")
+        rows = []
+        cold = run_policy(args, "distcc-cold", units, db, wroot, "memory", args.slots)
+        warm = run_policy(args, "distcc-warm", units, db, wroot, "memory", args.slots,
+                          state_from=os.path.join(wroot, "distcc-cold"))
+        rows += [cold, warm]
+        best_static = None
+        for k in range(1, args.max_k + 1):
+            r = run_policy(args, f"static-k{k}", units, db, wroot, "static", k)
+            rows.append(r)
+            if r["memory_kills"] or r["host_ooms"] or not r["ok"]:
+                break
+            if best_static is None or r["makespan"] < best_static["makespan"]:
+                best_static = r
+        for r in rows:
+            print(f"{r['label']:<22}{r['makespan']:>11.1f}{r['makespan'] / lb:>8.2f}"
+                  f"{r['memory_kills']:>11}{r['host_ooms']:>10}{r['peak_ratio']:>10.2f}  "
+                  f"{'built' if r['ok'] else 'FAILED'}")
+        summary[name] = (lb, cold, warm, best_static, rows)
+    fa = summary.get("fa96")
+    fa5 = summary.get("fa96x5")
+    all_rows = [r for s in summary.values() for r in s[4] if r["label"].startswith("distcc")]
+    fields = []
+    if fa:
+        fields.append(f"fa96_ratio={fa[2]['makespan'] / fa[0]:.3f}")
+    if fa5:
+        fields.append(f"fa96x5_ratio={fa5[2]['makespan'] / fa5[0]:.3f}")
+    fields.append(f"oom={sum(r['host_ooms'] for r in all_rows)}")
+    fields.append(f"peak_over_cap={max(r['peak_ratio'] for r in all_rows):.3f}")
+    speedups = [s[3]["makespan"] / s[2]["makespan"] for s in summary.values() if s[3]]
+    fields.append(f"best_static_speedup={min(speedups):.3f}" if speedups else
+                  "best_static_speedup=nan")
+    print()
+    print(" ".join(fields))
+
+
+if __name__ == "__main__":
+    main()
