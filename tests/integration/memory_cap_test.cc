@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// Real memory caps: a unit too large for a worker's cap is killed inside the
+// worker's cgroup (or by its RSS watchdog), retried, and built on a worker
+// with a larger cap; and the learned history survives a coordinator restart.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "client/build_command.h"
+#include "client/commands.h"
+#include "common/files.h"
+#include "coordinator/coordinator.h"
+#include "tests/support/test_paths.h"
+#include "worker/worker.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+class MemoryCapTest : public ::testing::TestWithParam<bool /*force_watchdog*/> {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewTempDir("memory-cap-");
+    StartCoordinator();
+  }
+
+  void StartCoordinator() {
+    coordinator::CoordinatorOptions options;
+    options.state_dir = root_ + "/coordinator";
+    auto started = coordinator::Coordinator::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = std::move(*started);
+  }
+
+  worker::Worker* AddWorker(const std::string& name, int64_t cap) {
+    worker::WorkerOptions options;
+    options.coordinator_address = coordinator_->address();
+    options.name = name;
+    options.slots = 1;
+    options.memory_cap_bytes = cap;
+    options.force_watchdog = GetParam();
+    options.nvcc_path = testing::FakeNvccPath();
+    options.work_dir = root_ + "/" + name;
+    auto started = worker::Worker::Start(options);
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return nullptr;
+    workers_.push_back(std::move(*started));
+    return workers_.back().get();
+  }
+
+  void Write(const std::string& relative, const std::string& content) {
+    ASSERT_TRUE(WriteFileAtomically(root_ + "/" + relative, content).ok());
+  }
+
+  client::BuildOptions Options() {
+    client::BuildOptions options;
+    options.plan_path = root_ + "/src/kernels.toml";
+    options.coordinator_address = coordinator_->address();
+    options.output_dir = root_ + "/out";
+    options.nvcc_path = testing::FakeNvccPath();
+    return options;
+  }
+
+  // Polls the coordinator until `ready` holds (bounded).
+  bool WaitForStatus(const std::function<bool(const std::string&)>& ready) {
+    for (int i = 0; i < 200; ++i) {
+      std::ostringstream out;
+      client::RunStatus(coordinator_->address(), absl::Seconds(5), out).IgnoreError();
+      if (ready(out.str())) return true;
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    return false;
+  }
+
+  std::string root_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::vector<std::unique_ptr<worker::Worker>> workers_;
+};
+
+TEST_P(MemoryCapTest, UnitTooLargeForACapIsKilledThereAndBuiltOnALargerWorker) {
+  Write("src/kernels.toml",
+        "[build]\noutput = \"libbig.so\"\nsources = [\"busy.cu\", \"big.cu\"]\n");
+  Write("src/busy.cu", "// FAKE_TOUCH_MIB=50 FAKE_SLEEP_MS=3000\n");
+  Write("src/big.cu", "// FAKE_TOUCH_MIB=1536 FAKE_SLEEP_MS=200\n");
+  // The large worker takes the first unit and is busy for 3 s ...
+  worker::Worker* large = AddWorker("large", 2 * kGiB + kGiB / 2);
+  ASSERT_NE(large, nullptr);
+  if (!GetParam() && !absl::StartsWith(large->memory_mechanism(), "cgroup")) {
+    GTEST_SKIP() << "no writable memory cgroup here: " << large->memory_mechanism();
+  }
+  std::string out;
+  std::future<absl::Status> build = std::async(std::launch::async, [&] {
+    std::ostringstream stream;
+    absl::Status status = client::RunBuild(Options(), stream);
+    out = stream.str();
+    return status;
+  });
+  ASSERT_TRUE(WaitForStatus([](const std::string& status) {
+    return absl::StrContains(status, "running busy");
+  })) << "the large worker never took the first unit";
+  // ... so the 1.5 GiB unit goes to the 1 GiB worker, where the cap stops it.
+  worker::Worker* small = AddWorker("small", 1 * kGiB);
+  ASSERT_NE(small, nullptr);
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  absl::Status status = build.get();
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("re-queued big: killed for memory on small"));
+  EXPECT_THAT(out, HasSubstr("retrying on a worker with a cap above 1.0 GiB"));
+  EXPECT_THAT(out, HasSubstr("big                                          large"));
+  EXPECT_THAT(out, HasSubstr("units     2 (2 compiled, 0 cached, 0 failed)"));
+  // The host's OOM killer had nothing to do: this process is alive, and so is
+  // every worker, which still answers.
+  EXPECT_TRUE(WaitForStatus(
+      [](const std::string& status) { return absl::StrContains(status, "2 workers"); }));
+}
+
+TEST_P(MemoryCapTest, UnitLargerThanEveryCapFailsNamingItsPeakAndTheLargestCap) {
+  Write("src/kernels.toml", "[build]\noutput = \"libbig.so\"\nsources = [\"big.cu\"]\n");
+  Write("src/big.cu", "// FAKE_TOUCH_MIB=1536 FAKE_SLEEP_MS=200\n");
+  worker::Worker* small = AddWorker("small", 1 * kGiB);
+  ASSERT_NE(small, nullptr);
+  if (!GetParam() && !absl::StartsWith(small->memory_mechanism(), "cgroup")) {
+    GTEST_SKIP() << "no writable memory cgroup here: " << small->memory_mechanism();
+  }
+  std::ostringstream out;
+  absl::Status status = client::RunBuild(Options(), out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("unit big peaked at"));
+  EXPECT_THAT(out.str(), HasSubstr("above what every worker can give it (largest cap 1.0 GiB)"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, MemoryCapTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Watchdog" : "Cgroup"; });
+
+TEST(HistoryTest, SurvivesACoordinatorRestartAndChangesTheNextAdmission) {
+  std::string root = testing::NewTempDir("history-restart-");
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/kernels.toml",
+                                  "[build]\noutput = \"libx.so\"\nsources = [\"a.cu\"]\n")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/a.cu", "// FAKE_TOUCH_MIB=100\n").ok());
+  client::BuildOptions options;
+  options.plan_path = root + "/src/kernels.toml";
+  options.output_dir = root + "/out";
+  options.nvcc_path = testing::FakeNvccPath();
+  std::vector<std::string> outputs;
+  for (int run = 0; run < 2; ++run) {
+    coordinator::CoordinatorOptions coordinator_options;
+    coordinator_options.state_dir = root + "/state";
+    auto coordinator = coordinator::Coordinator::Start(coordinator_options);
+    ASSERT_TRUE(coordinator.ok());
+    worker::WorkerOptions worker_options;
+    worker_options.coordinator_address = (*coordinator)->address();
+    worker_options.name = "w";
+    worker_options.memory_cap_bytes = 4 * kGiB;
+    worker_options.nvcc_path = testing::FakeNvccPath();
+    worker_options.work_dir = root + "/worker";
+    auto worker = worker::Worker::Start(worker_options);
+    ASSERT_TRUE(worker.ok());
+    // The same unit again, not served from the result cache.
+    RemoveAll(root + "/state/results").IgnoreError();
+    options.coordinator_address = (*coordinator)->address();
+    std::ostringstream out;
+    ASSERT_TRUE(client::RunBuild(options, out).ok()) << out.str();
+    outputs.push_back(out.str());
+  }
+  EXPECT_THAT(outputs[0], HasSubstr("(predicted 2.0 GiB, default)"));
+  // The second coordinator is a new process's worth of state: only the
+  // history file carried the measurement over.
+  EXPECT_THAT(outputs[1], HasSubstr(", history)"));
+  EXPECT_THAT(outputs[1], ::testing::Not(HasSubstr("predicted 2.0 GiB")));
+}
+
+}  // namespace
+}  // namespace distcc_cuda
