@@ -90,7 +90,7 @@ std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUni
 }
 
 absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string& path,
-                                                                PredictionDefaults defaults) {
+                                                               PredictionDefaults defaults) {
   std::unique_ptr<PeakHistory> history(new PeakHistory(path, defaults));
   if (path.empty() || !IsRegularFile(path)) return history;
   std::ifstream in(path);
@@ -118,8 +118,8 @@ void PeakHistory::Add(const std::string& identity, const std::string& family, in
   ++count_;
 }
 
-void PeakHistory::Record(const std::string& identity, const std::string& family,
-                         int64_t peak_bytes, absl::Duration wall) {
+void PeakHistory::Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
+                         absl::Duration wall) {
   int64_t wall_ms = absl::ToInt64Milliseconds(wall);
   absl::MutexLock lock(&mu_);
   Add(identity, family, peak_bytes, wall_ms);
@@ -136,7 +136,8 @@ UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& 
        {std::make_pair(&by_identity_, "history"), std::make_pair(&by_family_, "similar units")}) {
     auto it = samples->find(samples == &by_identity_ ? identity : family);
     if (it != samples->end() && !it->second.peaks.empty()) {
-      return UnitDemand{Quantile(it->second.peaks, defaults_.quantile),
+      int64_t peak = Quantile(it->second.peaks, defaults_.quantile);
+      return UnitDemand{peak + static_cast<int64_t>(peak * defaults_.margin),
                         absl::Milliseconds(Quantile(it->second.wall_ms, defaults_.quantile)),
                         source};
     }

@@ -43,6 +43,8 @@ struct PredictionDefaults {
   absl::Duration wall = absl::Seconds(60);
   // Quantile of the measured peaks used as the prediction.
   double quantile = 0.95;
+  // Added to a measured peak: the same unit varies a little from run to run.
+  double margin = 0.05;
 };
 
 // Measured peaks and times per unit identity and family, appended to a file

@@ -11,9 +11,14 @@
 
 namespace distcc_cuda::coordinator {
 
-void BuildScheduler::Deferred::Run() {
-  for (auto& [callback, task] : leases) callback(std::move(task));
+void BuildScheduler::Deferred::DeliverEvents() {
   for (auto& [sink, event] : events) sink(event);
+  events.clear();
+}
+
+void BuildScheduler::Deferred::Run() {
+  DeliverEvents();
+  for (auto& [callback, task] : leases) callback(std::move(task));
 }
 
 BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
@@ -42,7 +47,7 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
 absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    LockedSection lock(&mu_, deferred);
     auto it = workers_.find(request.worker_id());
     if (it == workers_.end()) {
       return absl::NotFoundError(
@@ -75,7 +80,7 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
                                           LeaseCallback callback, absl::Time now) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    LockedSection lock(&mu_, deferred);
     if (!workers_.count(worker_id)) {
       return absl::NotFoundError(
           absl::StrCat("worker ", worker_id, " is not registered; register again"));
@@ -94,7 +99,7 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
 void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    LockedSection lock(&mu_, deferred);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (it->worker_id == worker_id) {
         deferred.leases.emplace_back(std::move(it->callback), std::nullopt);
@@ -126,19 +131,63 @@ std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
   return reservation;
 }
 
+std::optional<BuildScheduler::BackfillWindow> BuildScheduler::WindowFor(const UnitState& head,
+                                                                        const WorkerState& worker,
+                                                                        absl::Time now) const {
+  int64_t cap = worker.info.memory_cap_bytes();
+  if (!options_.memory_admission || head.alone ||
+      (head.needs_cap_above > 0 && cap <= head.needs_cap_above)) {
+    return std::nullopt;
+  }
+  WorkerLoad load{cap, worker.reserved_bytes, worker.info.slots(),
+                  static_cast<int>(worker.tasks.size())};
+  int64_t need =
+      ReservationOn(load, std::max(head.planned.demand.peak_bytes, head.reservation_floor));
+  int64_t usable = cap - AdmissionHeadroom(cap);
+  // The running units in the order their predicted ends free their memory.
+  std::vector<std::pair<absl::Time, int64_t>> ends;
+  for (const std::string& task_id : worker.tasks) {
+    const TaskState& task = tasks_.at(task_id);
+    auto build = builds_.find(task.build_id);
+    absl::Duration wall = build == builds_.end()
+                              ? absl::ZeroDuration()
+                              : build->second.units[task.unit_index].planned.demand.wall;
+    ends.emplace_back(std::max(now, task.leased_at + wall), task.reserved_bytes);
+  }
+  std::sort(ends.begin(), ends.end());
+  int64_t reserved = worker.reserved_bytes;
+  for (const auto& [end, bytes] : ends) {
+    reserved -= bytes;
+    if (usable - reserved >= need) return BackfillWindow{end, usable - reserved - need};
+  }
+  return std::nullopt;
+}
+
 std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
                                                     Deferred& deferred) {
   WorkerState& worker = workers_.at(worker_id);
   if (static_cast<int>(worker.tasks.size()) >= worker.info.slots()) return std::nullopt;
-  // The first unit in priority order that fits what the worker has left;
-  // smaller units fill in behind a large one that has to wait.
+  // The first unit in priority order that fits what the worker has left.
+  // When the first unit of all has to wait for memory here, smaller units
+  // fill in behind it only if they end before it could start, or leave it
+  // room (EASY backfilling): a large unit is not starved by small ones.
+  bool first = true;
+  std::optional<BackfillWindow> window;
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     BuildState& build = builds_.at(it->first);
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
     int index = it->second;
     UnitState& unit = build.units[index];
     std::optional<int64_t> reservation = Admission(unit, worker);
+    if (first) {
+      first = false;
+      if (!reservation) window = WindowFor(unit, worker, now);
+    }
     if (!reservation) continue;
+    if (window && now + unit.planned.demand.wall > window->start &&
+        *reservation > window->leftover_bytes) {
+      continue;
+    }
     queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
@@ -221,8 +270,8 @@ void BuildScheduler::Requeue(const std::string& task_id, const std::string& reas
   deferred.events.emplace_back(build.sink, std::move(event));
 }
 
-void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id,
-                                          const v1::TaskResult& result, Deferred& deferred) {
+void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::TaskResult& result,
+                                          Deferred& deferred) {
   const TaskState task = tasks_.at(task_id);
   const WorkerState& worker = workers_.at(task.worker_id);
   auto build_it = builds_.find(task.build_id);
@@ -238,7 +287,9 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id,
   unit.peak_seen = std::max({unit.peak_seen, result.peak_memory_bytes(), task.reserved_bytes});
   ++unit.memory_kills;
   if (history_ != nullptr) {
-    history_->Record(unit.planned.identity, unit.planned.family, unit.peak_seen,
+    // What it held when stopped is a lower bound of its need, not a peak of
+    // its own: the node may have been over its cap because of others.
+    history_->Record(unit.planned.identity, unit.planned.family, result.peak_memory_bytes(),
                      absl::Milliseconds(result.wall_time_ms()));
   }
   std::string killed =
@@ -289,7 +340,7 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id,
 absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    LockedSection lock(&mu_, deferred);
     auto task_it = tasks_.find(request.task_id());
     if (task_it == tasks_.end() || task_it->second.worker_id != request.worker_id()) {
       return absl::NotFoundError(absl::StrCat("task ", request.task_id(), " is not leased to ",
@@ -367,7 +418,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
   Deferred deferred;
   std::string id;
   {
-    absl::MutexLock lock(&mu_);
+    LockedSection lock(&mu_, deferred);
     int eligible = 0;
     std::vector<std::string> others;
     for (const auto& [worker_id, worker] : workers_) {
@@ -438,8 +489,8 @@ void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>
   // Longest first; among equal predictions, what came first stays first.
   std::stable_sort(fresh.begin(), fresh.end(), longer);
   std::deque<std::pair<std::string, int>> merged;
-  std::merge(queue_.begin(), queue_.end(), fresh.begin(), fresh.end(),
-             std::back_inserter(merged), longer);
+  std::merge(queue_.begin(), queue_.end(), fresh.begin(), fresh.end(), std::back_inserter(merged),
+             longer);
   queue_ = std::move(merged);
 }
 
@@ -467,7 +518,7 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
 void BuildScheduler::Tick(absl::Time now) {
   Deferred deferred;
   {
-    absl::MutexLock lock(&mu_);
+    LockedSection lock(&mu_, deferred);
     std::vector<std::string> silent;
     for (const auto& [id, worker] : workers_) {
       if (now - worker.last_heartbeat > options_.heartbeat_timeout) {

@@ -141,7 +141,22 @@ class BuildScheduler {
   struct Deferred {
     std::vector<std::pair<BuildEventSink, v1::BuildEvent>> events;
     std::vector<std::pair<LeaseCallback, std::optional<v1::Task>>> leases;
+    // Delivers the build events; called while mu_ is still held, so the
+    // events of one build reach its client in the order they happened.
+    void DeliverEvents();
+    // Answers the lease requests, after mu_ is released.
     void Run();
+  };
+  // Holds mu_ for one public call and delivers the call's events before
+  // releasing it.
+  class LockedSection {
+   public:
+    LockedSection(absl::Mutex* mu, Deferred& deferred) : lock_(mu), deferred_(deferred) {}
+    ~LockedSection() { deferred_.DeliverEvents(); }
+
+   private:
+    absl::MutexLock lock_;
+    Deferred& deferred_;
   };
 
   // Pops the first queued unit, in priority order, that the worker may take
@@ -150,6 +165,15 @@ class BuildScheduler {
                                       Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pairs parked lease requests with queued units.
   void Dispatch(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the first unit in the queue must wait for memory on a worker: the
+  // time it could start there, as the running units' predicted ends free
+  // their memory, and what would be left beside it then.
+  struct BackfillWindow {
+    absl::Time start;
+    int64_t leftover_bytes;
+  };
+  std::optional<BackfillWindow> WindowFor(const UnitState& head, const WorkerState& worker,
+                                          absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What the unit reserves on `worker`, or nullopt if it may not start there now.
   std::optional<int64_t> Admission(const UnitState& unit, const WorkerState& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -117,7 +117,7 @@ TEST(AdmissionTest, MultiTargetThreadedUnitsReserveTheirParallelCompilations) {
 
 TEST(PeakHistoryTest, PredictsFromOwnHistoryThenSimilarUnitsThenTheDefault) {
   absl::StatusOr<std::unique_ptr<PeakHistory>> history =
-      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95});
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
   ASSERT_TRUE(history.ok());
   for (int64_t peak : {100, 300, 200}) {
     (*history)->Record("unit-a", "family-1", peak * kMiB, absl::Seconds(peak / 100));
@@ -135,7 +135,8 @@ TEST(PeakHistoryTest, PredictsFromOwnHistoryThenSimilarUnitsThenTheDefault) {
 }
 
 TEST(PeakHistoryTest, HighQuantileIgnoresARareOutlier) {
-  absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open("", {});
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
   ASSERT_TRUE(history.ok());
   for (int i = 0; i < 99; ++i) (*history)->Record("u", "f", (500 + i) * kMiB, absl::Seconds(1));
   (*history)->Record("u", "f", 9 * kGiB, absl::Seconds(1));
@@ -157,7 +158,7 @@ TEST(PeakHistoryTest, SurvivesReopeningAndSkipsATornLine) {
   EXPECT_EQ((*reopened)->samples(), 1u);
   UnitDemand demand = (*reopened)->Predict("unit-a", "family-1", 1);
   EXPECT_EQ(demand.source, "history");
-  EXPECT_EQ(demand.peak_bytes, 700 * kMiB);
+  EXPECT_EQ(demand.peak_bytes, 735 * kMiB) << "700 MiB measured, plus the 5% margin";
 }
 
 TEST(UnitKeysTest, IdentityIgnoresNothingButFamilyIgnoresTheSource) {

@@ -320,6 +320,27 @@ TEST_F(SchedulerTest, LongestPredictedUnitsGoFirstAndSmallOnesFillIn) {
   EXPECT_THAT(order, ::testing::ElementsAre("unit1", "unit2", "unit0"));
 }
 
+TEST_F(SchedulerTest, SmallUnitsFillInBehindAWaitingLargeOneOnlyIfTheyDoNotDelayIt) {
+  // 1 GiB cap, 960 MiB usable. "running" holds 600 MiB for 10 s; "large"
+  // (800 MiB) must wait for it; "long" would hold 200 MiB past that time,
+  // leaving the large unit too little; "short" ends before it and may run.
+  std::string worker = AddWorker("w", "13.0", 4, 1 * kGiB);
+  std::vector<PlannedUnit> first = Units(1, 600 * kMiB, {10});
+  first[0].unit.set_name("running");
+  ASSERT_TRUE(SubmitUnits(first).ok());
+  ASSERT_TRUE(LeaseNow(worker));
+  std::vector<PlannedUnit> rest = Units(3, 200 * kMiB, {30, 20, 5});
+  rest[0].unit.set_name("large");
+  rest[0].demand.peak_bytes = 800 * kMiB;
+  rest[1].unit.set_name("long");
+  rest[2].unit.set_name("short");
+  ASSERT_TRUE(SubmitUnits(rest).ok());
+  std::optional<v1::Task> task = LeaseNow(worker);
+  ASSERT_TRUE(task);
+  EXPECT_EQ(task->unit().name(), "short");
+  EXPECT_FALSE(LeaseNow(worker)) << "'long' would delay 'large'";
+}
+
 TEST_F(SchedulerTest, MeasuredPeaksGoIntoTheHistory) {
   std::string worker = AddWorker("a");
   ASSERT_TRUE(Submit(1).ok());
@@ -330,7 +351,7 @@ TEST_F(SchedulerTest, MeasuredPeaksGoIntoTheHistory) {
   ASSERT_TRUE(Report(worker, *task, done).ok());
   UnitDemand demand = history_->Predict("identity0", "family", 1);
   EXPECT_EQ(demand.source, "history");
-  EXPECT_EQ(demand.peak_bytes, 321 * kMiB);
+  EXPECT_EQ(demand.peak_bytes, 321 * kMiB + 321 * kMiB / 20) << "plus the 5% margin";
   EXPECT_EQ(demand.wall, absl::Seconds(4));
 }
 
