@@ -87,8 +87,8 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
     plan.action_digest = ActionDigest(toolchain, unit);
     plan.identity = UnitIdentity(toolchain, unit);
     plan.family = UnitFamily(toolchain, unit, families[i]);
-    int parallel =
-        ParallelCompilations(std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
+    int parallel = ParallelCompilations(
+        std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
     plan.demand = history != nullptr ? history->Predict(plan.identity, plan.family, parallel)
                                      : UnitDemand{PredictionDefaults().peak_bytes * parallel,
                                                   PredictionDefaults().wall, "default"};

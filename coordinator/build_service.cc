@@ -150,8 +150,8 @@ grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerCon
 grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
     grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) {
   auto* stream = new BuildEventStream(scheduler_);
-  bool queued =
-      planner_->Submit([this, stream, request] { stream->Start(*request, cas_, results_, history_); });
+  bool queued = planner_->Submit(
+      [this, stream, request] { stream->Start(*request, cas_, results_, history_); });
   if (!queued) {
     stream->Reject(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment"));

@@ -237,10 +237,10 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   result.set_peak_memory_bytes(std::max(usage->peak_bytes, run->peak_rss_bytes));
   if (usage->killed_for_memory) {
     result.set_outcome(v1::TASK_KILLED_FOR_MEMORY);
-    result.set_error_message(absl::StrCat(
-        "killed for memory at ", FormatByteSize(result.peak_memory_bytes()), " (reserved ",
-        FormatByteSize(task.reserved_bytes()), ", cap ", FormatByteSize(memory_cap_->cap_bytes()),
-        ")"));
+    result.set_error_message(absl::StrCat("killed for memory at ",
+                                          FormatByteSize(result.peak_memory_bytes()), " (reserved ",
+                                          FormatByteSize(task.reserved_bytes()), ", cap ",
+                                          FormatByteSize(memory_cap_->cap_bytes()), ")"));
     cleanup();
     return result;
   }
