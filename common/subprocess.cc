@@ -226,6 +226,28 @@ struct ChildFailure {
   _exit(127);
 }
 
+// Closes descriptors [low, high], with close_range where the kernel has it.
+// Async-signal-safe.
+void CloseRange(unsigned low, unsigned high, int max_fd) {
+  if (low > high) return;
+  if (syscall(SYS_close_range, low, high, 0U) == 0) return;
+  for (unsigned fd = low; fd <= high && fd < static_cast<unsigned>(max_fd); ++fd) close(fd);
+}
+
+// Closes every descriptor from 3 up but those in `keep`. Async-signal-safe.
+void CloseAllExcept(int* keep, int count, int max_fd) {
+  for (int i = 1; i < count; ++i) {  // insertion sort: no allocation
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) std::swap(keep[j - 1], keep[j]);
+  }
+  unsigned low = 3;
+  for (int i = 0; i < count; ++i) {
+    if (keep[i] < static_cast<int>(low)) continue;
+    if (keep[i] > static_cast<int>(low)) CloseRange(low, keep[i] - 1, max_fd);
+    low = keep[i] + 1;
+  }
+  CloseRange(low, ~0U, max_fd);
+}
+
 // Runs in the forked child. The caller may have other threads, which may have
 // held locks (malloc's, stdio's) at the moment of fork, so only
 // async-signal-safe calls are made here.
@@ -246,6 +268,13 @@ struct ChildFailure {
   sigprocmask(SIG_SETMASK, &empty, nullptr);
 
   setpgid(0, 0);
+
+  // Other threads' children may be forking at the same time: copies of their
+  // gate sockets must not stay open here while this child waits at its own
+  // gate, or children of a parent that dies would wait for each other
+  // forever instead of seeing EOF.
+  int keep[] = {plan.stdin_fd, plan.stdout_fd, plan.stderr_fd, plan.gate_fd, plan.failure_fd};
+  CloseAllExcept(keep, sizeof(keep) / sizeof(keep[0]), plan.max_fd);
 
   char go;
   for (;;) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/build_command.h"
 #include "common/files.h"
 #include "coordinator/coordinator.h"
@@ -39,6 +40,21 @@ text = "template void Kern<{dtype}, {size}>(); // FAKE_SLEEP_MS=150"
 dtype = ["half", "float"]
 size = [1, 2, 3, 4]
 )";
+
+// How many processes have `argument` among their command-line arguments.
+int ProcessesWithArgument(const std::string& argument) {
+  int count = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it("/proc", error), end; !error && it != end;
+       it.increment(error)) {
+    absl::StatusOr<std::string> cmdline = ReadFile(it->path().string() + "/cmdline");
+    if (!cmdline.ok()) continue;
+    for (absl::string_view part : absl::StrSplit(*cmdline, '\0')) {
+      if (part == argument) ++count;
+    }
+  }
+  return count;
+}
 
 class ClusterTest : public ::testing::Test {
  protected:
@@ -235,6 +251,16 @@ TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
   EXPECT_THAT(out, HasSubstr("re-queued"));
   EXPECT_THAT(out, HasSubstr("doomed sent no heartbeat"));
   EXPECT_THAT(out, HasSubstr("workers   1 (rescuer: 9)"));
+  // Killing the frozen worker leaves nothing of it behind: a child it had
+  // forked but not yet started must not wait for it forever.
+  std::string marker = root_ + "/doomed";
+  doomed->reset();
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = ProcessesWithArgument(marker) == 0;
+    if (!gone) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << ProcessesWithArgument(marker) << " processes still name " << marker;
 }
 
 }  // namespace
