@@ -96,13 +96,22 @@ absl::StatusOr<std::string> AxisValue(const Context& context, const toml::node& 
 
 absl::StatusOr<v1::InstantiationSet> LoadInstantiationSet(const Context& context,
                                                           const toml::table& table) {
-  RETURN_IF_ERROR(
-      context.CheckKeys(table, "[[instantiations]]", {"name", "unit", "headers", "text", "axes"}));
+  RETURN_IF_ERROR(context.CheckKeys(table, "[[instantiations]]",
+                                    {"name", "unit", "headers", "text", "axes", "per_unit"}));
   v1::InstantiationSet set;
   set.set_manifest_location(context.Where(table.source()));
   ASSIGN_OR_RETURN(*set.mutable_name(), context.String(table, "name", true));
   ASSIGN_OR_RETURN(*set.mutable_unit_name_template(), context.String(table, "unit", false));
   ASSIGN_OR_RETURN(*set.mutable_text_template(), context.String(table, "text", true));
+  if (const toml::node* per_unit = table.get("per_unit")) {
+    std::optional<int64_t> value = per_unit->value_exact<int64_t>();
+    if (!value || *value < 1 || *value > 100000) {
+      return context.Error(*per_unit,
+                           "'per_unit' is a positive integer: how many grid points share one "
+                           "compile unit (leave it out to let the coordinator choose)");
+    }
+    set.set_instantiations_per_unit(static_cast<int32_t>(*value));
+  }
   ASSIGN_OR_RETURN(std::vector<std::string> headers, context.Strings(table, "headers"));
   for (std::string& header : headers) set.add_headers(std::move(header));
   const toml::node* axes_node = table.get("axes");

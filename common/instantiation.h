@@ -17,8 +17,10 @@ namespace distcc_cuda {
 // One point of an instantiation grid turned into source text.
 struct GeneratedUnit {
   std::string name;         // the rendered unit name template
-  std::string source_text;  // #include lines plus the rendered instantiation
-  std::map<std::string, std::string> axis_values;
+  std::string source_text;  // #include lines plus the rendered instantiation(s)
+  std::map<std::string, std::string> axis_values;  // of a single grid point
+  std::string instantiation_text;                  // the rendered text alone
+  int instantiations = 1;                          // grid points compiled in this unit
 };
 
 // Returns the placeholder names in `text`, in order of appearance. "{{" and
@@ -40,5 +42,12 @@ absl::Status ValidateInstantiationSet(const v1::InstantiationSet& set);
 // INVALID_ARGUMENT as ValidateInstantiationSet, or when two points render to
 // the same unit name.
 absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(const v1::InstantiationSet& set);
+
+// Joins consecutive grid points into units of at most `per_unit`
+// instantiations each, sized as evenly as possible: one source with the
+// headers' #include lines once, then every point's text. A group is named
+// "<set>_<k>of<n>". With `per_unit` <= 1 the points are returned unchanged.
+std::vector<GeneratedUnit> GroupInstantiations(const v1::InstantiationSet& set,
+                                               std::vector<GeneratedUnit> points, int per_unit);
 
 }  // namespace distcc_cuda

@@ -31,7 +31,17 @@ absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
 }  // namespace
 
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
-                                                   CasStore& cas, const PeakHistory* history) {
+                                                   CasStore& cas, const PeakHistory* history,
+                                                   const ClusterCapacity& capacity,
+                                                   UnitSizeChoices* choices) {
+  const std::string& toolchain = request.toolchain().digest();
+  auto predict = [history](const std::string& identity, const std::string& family, int parallel,
+                           int instantiations) {
+    return history != nullptr
+               ? history->Predict(identity, family, parallel, instantiations)
+               : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
+                            PredictionDefaults().wall * instantiations, "default"};
+  };
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
   // Similar units: those of one instantiation set, or ordinary units
   // compiled in the same folder.
@@ -39,8 +49,32 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
   for (const v1::CompileUnit& unit : units) {
     families.push_back(absl::StrCat("folder:", unit.working_directory()));
   }
+  std::vector<int> instantiations(units.size(), 1);
   for (const v1::InstantiationSet& set : request.instantiation_sets()) {
-    ASSIGN_OR_RETURN(std::vector<GeneratedUnit> generated, ExpandInstantiationSet(set));
+    ASSIGN_OR_RETURN(std::vector<GeneratedUnit> points, ExpandInstantiationSet(set));
+    std::vector<std::string> set_arguments(set.arguments().begin(), set.arguments().end());
+    int per_unit = set.instantiations_per_unit();
+    if (per_unit <= 0) {
+      // What one instantiation of this set costs, as a unit of its own.
+      v1::CompileUnit one;
+      one.set_working_directory(set.directory());
+      for (const std::string& argument : set_arguments) one.add_arguments(argument);
+      std::string family = UnitFamily(toolchain, one, absl::StrCat("set:", set.name()));
+      int64_t peak = predict("", family, ParallelCompilations(set_arguments), 1).peak_bytes;
+      std::string key = absl::StrCat(family, "/", points.size());
+      std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
+      int fits = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
+                                             /*total_slots=*/1);
+      if (kept && (*kept == 1 || *kept <= fits)) {
+        per_unit = *kept;
+      } else {
+        per_unit = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
+                                               capacity.total_slots);
+        // With no worker there is nothing to size for: do not remember.
+        if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, per_unit);
+      }
+    }
+    std::vector<GeneratedUnit> generated = GroupInstantiations(set, std::move(points), per_unit);
     for (GeneratedUnit& point : generated) {
       ASSIGN_OR_RETURN(Digest source, cas.PutBytes(point.source_text));
       v1::CompileUnit unit;
@@ -71,11 +105,11 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       *input->mutable_digest() = ToProto(source);
       units.push_back(std::move(unit));
       families.push_back(absl::StrCat("set:", set.name()));
+      instantiations.push_back(point.instantiations);
     }
   }
   std::set<std::string> names;
   std::vector<PlannedUnit> planned;
-  const std::string& toolchain = request.toolchain().digest();
   for (size_t i = 0; i < units.size(); ++i) {
     v1::CompileUnit& unit = units[i];
     RETURN_IF_ERROR(CheckUnit(unit, cas));
@@ -89,9 +123,8 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
     plan.family = UnitFamily(toolchain, unit, families[i]);
     int parallel = ParallelCompilations(
         std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
-    plan.demand = history != nullptr ? history->Predict(plan.identity, plan.family, parallel)
-                                     : UnitDemand{PredictionDefaults().peak_bytes * parallel,
-                                                  PredictionDefaults().wall, "default"};
+    plan.instantiations = instantiations[i];
+    plan.demand = predict(plan.identity, plan.family, parallel, plan.instantiations);
     plan.unit = std::move(unit);
     planned.push_back(std::move(plan));
   }

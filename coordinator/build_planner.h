@@ -15,10 +15,16 @@ namespace distcc_cuda::coordinator {
 
 // Returns the build's units in order: the ordinary units, then every
 // instantiation set's grid, each with its predicted cost from `history`
-// (null: the defaults). INVALID_ARGUMENT for a malformed set or unit
+// (null: the defaults). A set that leaves its unit size to the coordinator
+// gets ChooseInstantiationsPerUnit grid points per unit, from its learned
+// cost per instantiation and `capacity`; the choice is kept in `choices`
+// (may be null) and reused while it still fits the caps, so that a rebuild
+// keeps its units and their cached results. INVALID_ARGUMENT for a malformed set or unit
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
-                                                   CasStore& cas, const PeakHistory* history);
+                                                   CasStore& cas, const PeakHistory* history,
+                                                   const ClusterCapacity& capacity,
+                                                   UnitSizeChoices* choices);
 
 }  // namespace distcc_cuda::coordinator

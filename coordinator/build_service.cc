@@ -36,8 +36,9 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   // Plans the build and hands it to the scheduler. Runs on the planning
   // executor, not in a reactor; the call cannot end before it returns.
   void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results,
-             const PeakHistory* history) {
-    absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request, *cas, history);
+             const PeakHistory* history, UnitSizeChoices* unit_sizes) {
+    absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(
+        request, *cas, history, scheduler_->Capacity(request.toolchain().digest()), unit_sizes);
     if (!units.ok()) {
       StartDone("", units.status());
       return;
@@ -151,7 +152,7 @@ grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
     grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) {
   auto* stream = new BuildEventStream(scheduler_);
   bool queued = planner_->Submit(
-      [this, stream, request] { stream->Start(*request, cas_, results_, history_); });
+      [this, stream, request] { stream->Start(*request, cas_, results_, history_, unit_sizes_); });
   if (!queued) {
     stream->Reject(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment"));

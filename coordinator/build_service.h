@@ -14,8 +14,13 @@ class BuildService final : public v1::BuildService::CallbackService {
  public:
   // Builds are planned on `planner`, never inside a reactor.
   BuildService(CasStore* cas, ResultCache* results, const PeakHistory* history,
-               BuildScheduler* scheduler, BoundedExecutor* planner)
-      : cas_(cas), results_(results), history_(history), scheduler_(scheduler), planner_(planner) {}
+               UnitSizeChoices* unit_sizes, BuildScheduler* scheduler, BoundedExecutor* planner)
+      : cas_(cas),
+        results_(results),
+        history_(history),
+        unit_sizes_(unit_sizes),
+        scheduler_(scheduler),
+        planner_(planner) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const v1::GetClusterStatusRequest* request,
@@ -27,6 +32,7 @@ class BuildService final : public v1::BuildService::CallbackService {
   CasStore* cas_;
   ResultCache* results_;
   const PeakHistory* history_;
+  UnitSizeChoices* unit_sizes_;
   BuildScheduler* scheduler_;
   BoundedExecutor* planner_;
 };

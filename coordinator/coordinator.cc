@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   // Measured peaks and times, kept across restarts.
   ASSIGN_OR_RETURN(coordinator->history_,
                    PeakHistory::Open(state + "/history.tsv", options.prediction));
+  ASSIGN_OR_RETURN(coordinator->unit_sizes_, UnitSizeChoices::Open(state + "/unit_sizes.tsv"));
   coordinator->scheduler_ = std::make_unique<BuildScheduler>(
       options.scheduler,
       [results](const std::string& action, const v1::TaskResult& result) {
@@ -39,9 +40,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   coordinator->cas_service_ = std::make_unique<CasService>(coordinator->cas_.get());
   // Two planners: planning a build hashes and stores its generated units.
   coordinator->planner_ = std::make_unique<BoundedExecutor>(2, 64);
-  coordinator->build_service_ =
-      std::make_unique<BuildService>(coordinator->cas_.get(), results, coordinator->history_.get(),
-                                     coordinator->scheduler_.get(), coordinator->planner_.get());
+  coordinator->build_service_ = std::make_unique<BuildService>(
+      coordinator->cas_.get(), results, coordinator->history_.get(), coordinator->unit_sizes_.get(),
+      coordinator->scheduler_.get(), coordinator->planner_.get());
   coordinator->worker_service_ = std::make_unique<WorkerService>(
       coordinator->scheduler_.get(), options.scheduler.heartbeat_interval);
 

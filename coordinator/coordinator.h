@@ -54,6 +54,7 @@ class Coordinator {
   std::unique_ptr<CasStore> cas_;
   std::unique_ptr<ResultCache> results_;
   std::unique_ptr<PeakHistory> history_;
+  std::unique_ptr<UnitSizeChoices> unit_sizes_;
   std::unique_ptr<BuildScheduler> scheduler_;
   std::unique_ptr<BoundedExecutor> planner_;
   std::unique_ptr<CasService> cas_service_;

@@ -99,56 +99,108 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
   while (std::getline(in, line)) {
     std::vector<std::string> fields = absl::StrSplit(line, '\t');
     int64_t peak = 0, wall_ms = 0;
-    if (fields.size() != 4 || !absl::SimpleAtoi(fields[2], &peak) ||
-        !absl::SimpleAtoi(fields[3], &wall_ms)) {
+    int instantiations = 1;
+    if (fields.size() < 4 || fields.size() > 5 || !absl::SimpleAtoi(fields[2], &peak) ||
+        !absl::SimpleAtoi(fields[3], &wall_ms) ||
+        (fields.size() == 5 &&
+         (!absl::SimpleAtoi(fields[4], &instantiations) || instantiations < 1))) {
       continue;  // a torn last line after a crash
     }
-    history->Add(fields[0], fields[1], peak, wall_ms);
+    history->Add(fields[0], fields[1], peak, wall_ms, instantiations);
   }
   spdlog::info("loaded {} measured runs from {}", history->count_, path);
   return history;
 }
 
 void PeakHistory::Add(const std::string& identity, const std::string& family, int64_t peak,
-                      int64_t wall_ms) {
-  for (Samples* samples : {&by_identity_[identity], &by_family_[family]}) {
-    samples->peaks.push_back(peak);
-    samples->wall_ms.push_back(wall_ms);
-  }
+                      int64_t wall_ms, int instantiations) {
+  Samples& own = by_identity_[identity];
+  own.peaks.push_back(peak);
+  own.wall_ms.push_back(wall_ms);
+  Samples& similar = by_family_[family];
+  similar.peaks.push_back(peak / instantiations);
+  similar.wall_ms.push_back(wall_ms / instantiations);
   ++count_;
 }
 
 void PeakHistory::Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
-                         absl::Duration wall) {
+                         absl::Duration wall, int instantiations) {
   int64_t wall_ms = absl::ToInt64Milliseconds(wall);
+  instantiations = std::max(1, instantiations);
   absl::MutexLock lock(&mu_);
-  Add(identity, family, peak_bytes, wall_ms);
+  Add(identity, family, peak_bytes, wall_ms, instantiations);
   if (path_.empty()) return;
   std::ofstream out(path_, std::ios::app);
-  out << identity << '\t' << family << '\t' << peak_bytes << '\t' << wall_ms << '\n';
+  out << identity << '\t' << family << '\t' << peak_bytes << '\t' << wall_ms << '\t'
+      << instantiations << '\n';
   if (!out) spdlog::warn("cannot append to {}; the history stays in memory", path_);
 }
 
 UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& family,
-                                int parallel_compilations) const {
+                                int parallel_compilations, int instantiations) const {
+  instantiations = std::max(1, instantiations);
+  auto with_margin = [this](int64_t peak) {
+    return peak + static_cast<int64_t>(peak * defaults_.margin);
+  };
   absl::MutexLock lock(&mu_);
-  for (const auto& [samples, source] :
-       {std::make_pair(&by_identity_, "history"), std::make_pair(&by_family_, "similar units")}) {
-    auto it = samples->find(samples == &by_identity_ ? identity : family);
-    if (it != samples->end() && !it->second.peaks.empty()) {
-      int64_t peak = Quantile(it->second.peaks, defaults_.quantile);
-      return UnitDemand{peak + static_cast<int64_t>(peak * defaults_.margin),
-                        absl::Milliseconds(Quantile(it->second.wall_ms, defaults_.quantile)),
-                        source};
-    }
+  if (auto own = by_identity_.find(identity); own != by_identity_.end()) {
+    return UnitDemand{with_margin(Quantile(own->second.peaks, defaults_.quantile)),
+                      absl::Milliseconds(Quantile(own->second.wall_ms, defaults_.quantile)),
+                      "history"};
   }
-  int parallel = std::max(1, parallel_compilations);
-  return UnitDemand{defaults_.peak_bytes * parallel, defaults_.wall, "default"};
+  if (auto similar = by_family_.find(family); similar != by_family_.end()) {
+    return UnitDemand{
+        with_margin(Quantile(similar->second.peaks, defaults_.quantile) * instantiations),
+        absl::Milliseconds(Quantile(similar->second.wall_ms, defaults_.quantile) * instantiations),
+        "similar units"};
+  }
+  int64_t scale = std::max(1, parallel_compilations) * instantiations;
+  return UnitDemand{defaults_.peak_bytes * scale, defaults_.wall * instantiations, "default"};
 }
 
 size_t PeakHistory::samples() const {
   absl::MutexLock lock(&mu_);
   return count_;
+}
+
+int ChooseInstantiationsPerUnit(int points, int64_t peak_per_instantiation,
+                                int64_t smallest_usable_cap, int total_slots) {
+  if (points <= 1 || total_slots <= 0 || peak_per_instantiation <= 0) return 1;
+  int64_t by_memory = smallest_usable_cap / 2 / peak_per_instantiation;
+  int64_t by_balance = points / (2 * static_cast<int64_t>(total_slots));
+  return static_cast<int>(std::max<int64_t>(1, std::min(by_memory, by_balance)));
+}
+
+absl::StatusOr<std::unique_ptr<UnitSizeChoices>> UnitSizeChoices::Open(const std::string& path) {
+  std::unique_ptr<UnitSizeChoices> choices(new UnitSizeChoices(path));
+  if (path.empty() || !IsRegularFile(path)) return choices;
+  std::ifstream in(path);
+  std::string line;
+  absl::MutexLock lock(&choices->mu_);
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    int per_unit = 0;
+    if (fields.size() == 2 && absl::SimpleAtoi(fields[1], &per_unit) && per_unit >= 1) {
+      choices->choices_[fields[0]] = per_unit;  // the last choice wins
+    }
+  }
+  return choices;
+}
+
+std::optional<int> UnitSizeChoices::Find(const std::string& set_key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = choices_.find(set_key);
+  if (it == choices_.end()) return std::nullopt;
+  return it->second;
+}
+
+void UnitSizeChoices::Remember(const std::string& set_key, int per_unit) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = choices_.insert_or_assign(set_key, per_unit);
+  if (path_.empty()) return;
+  std::ofstream out(path_, std::ios::app);
+  out << set_key << '\t' << per_unit << '\n';
+  if (!out) spdlog::warn("cannot append to {}; the choice stays in memory", path_);
 }
 
 int64_t AdmissionHeadroom(int64_t cap_bytes) {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,13 +58,16 @@ class PeakHistory {
   static absl::StatusOr<std::unique_ptr<PeakHistory>> Open(const std::string& path,
                                                            PredictionDefaults defaults);
 
-  // Records one finished (or memory-killed) run.
+  // Records one finished (or memory-killed) run of a unit that compiled
+  // `instantiations` grid points. The family learns the cost per
+  // instantiation (peak and wall divided by their number).
   void Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
-              absl::Duration wall);
-  // A high quantile of the unit's own history, else of its family, else the
-  // default times `parallel_compilations`.
+              absl::Duration wall, int instantiations = 1);
+  // A high quantile of the unit's own history, else of its family's cost
+  // per instantiation times `instantiations`, else the default times
+  // `parallel_compilations` and `instantiations`; plus the margin.
   UnitDemand Predict(const std::string& identity, const std::string& family,
-                     int parallel_compilations) const;
+                     int parallel_compilations, int instantiations = 1) const;
 
   size_t samples() const;
 
@@ -73,8 +78,8 @@ class PeakHistory {
   };
   PeakHistory(std::string path, PredictionDefaults defaults)
       : path_(std::move(path)), defaults_(defaults) {}
-  void Add(const std::string& identity, const std::string& family, int64_t peak, int64_t wall_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Add(const std::string& identity, const std::string& family, int64_t peak, int64_t wall_ms,
+           int instantiations) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const PredictionDefaults defaults_;
@@ -82,6 +87,34 @@ class PeakHistory {
   std::map<std::string, Samples> by_identity_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Samples> by_family_ ABSL_GUARDED_BY(mu_);
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// How many grid points of an instantiation set share one compile unit, when
+// the manifest leaves it to the coordinator: as many as keep a unit's
+// predicted peak (`peak_per_instantiation` each) within half the smallest
+// usable cap, and leave at least two units per slot of the eligible
+// workers for balance. At least 1. Fewer units save nvcc's fixed cost per
+// unit (its host pass), which dominates small instantiations.
+int ChooseInstantiationsPerUnit(int points, int64_t peak_per_instantiation,
+                                int64_t smallest_usable_cap, int total_slots);
+
+// The number of instantiations per unit chosen for each instantiation set,
+// kept in a file so that the choice sticks: choosing anew renames every unit
+// of the set and so throws away its cached results. Thread-safe.
+class UnitSizeChoices {
+ public:
+  // Loads `path` if it exists and appends to it; empty: in memory only.
+  static absl::StatusOr<std::unique_ptr<UnitSizeChoices>> Open(const std::string& path);
+
+  // The choice made for `set_key` before, if any.
+  std::optional<int> Find(const std::string& set_key) const;
+  void Remember(const std::string& set_key, int per_unit);
+
+ private:
+  explicit UnitSizeChoices(std::string path) : path_(std::move(path)) {}
+  const std::string path_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, int> choices_ ABSL_GUARDED_BY(mu_);
 };
 
 // Memory a worker keeps free beyond its reservations: 2% of the cap, at

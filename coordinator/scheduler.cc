@@ -290,7 +290,7 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
     // What it held when stopped is a lower bound of its need, not a peak of
     // its own: the node may have been over its cap because of others.
     history_->Record(unit.planned.identity, unit.planned.family, result.peak_memory_bytes(),
-                     absl::Milliseconds(result.wall_time_ms()));
+                     absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations);
   }
   std::string killed =
       absl::StrCat("killed for memory on ", worker.info.name(), " at ",
@@ -361,7 +361,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
         const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
         if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
           history_->Record(planned.identity, planned.family, result.peak_memory_bytes(),
-                           absl::Milliseconds(result.wall_time_ms()));
+                           absl::Milliseconds(result.wall_time_ms()), planned.instantiations);
         }
         FinishUnit(build_it->second, task->unit_index, result, false, deferred);
       }
@@ -551,6 +551,20 @@ void BuildScheduler::Tick(absl::Time now) {
     Dispatch(now, deferred);
   }
   deferred.Run();
+}
+
+ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) const {
+  absl::MutexLock lock(&mu_);
+  ClusterCapacity capacity;
+  for (const auto& [id, worker] : workers_) {
+    if (worker.info.toolchain().digest() != toolchain_digest) continue;
+    int64_t cap = worker.info.memory_cap_bytes();
+    int64_t usable = cap - AdmissionHeadroom(cap);
+    capacity.smallest_usable_cap =
+        capacity.total_slots == 0 ? usable : std::min(capacity.smallest_usable_cap, usable);
+    capacity.total_slots += worker.info.slots();
+  }
+  return capacity;
 }
 
 v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {

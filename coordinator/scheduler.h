@@ -52,6 +52,13 @@ struct PlannedUnit {
   std::string identity;
   std::string family;
   UnitDemand demand;
+  int instantiations = 1;  // grid points compiled in this unit
+};
+
+// What the workers that can take a build offer, for choosing unit sizes.
+struct ClusterCapacity {
+  int64_t smallest_usable_cap = 0;  // cap less headroom of the smallest worker
+  int total_slots = 0;
 };
 
 class BuildScheduler {
@@ -91,6 +98,10 @@ class BuildScheduler {
   void Tick(absl::Time now);
 
   v1::ClusterStatus Status(absl::Time now) const;
+
+  // The workers with toolchain `toolchain_digest`: their smallest usable cap
+  // and their slots. Zero slots when none is connected.
+  ClusterCapacity Capacity(const std::string& toolchain_digest) const;
 
  private:
   enum class UnitPhase { kQueued, kRunning, kDone };

@@ -121,6 +121,33 @@ TEST(LoadKernelManifestTest, AxisValuesAreRenderedAsWritten) {
   EXPECT_THAT(AxisValues(set, "b"), ElementsAre("true", "false"));
 }
 
+TEST(LoadKernelManifestTest, PerUnitForcesTheUnitSizeOrIsLeftToTheCoordinator) {
+  const std::string set =
+      "[[instantiations]]\n"
+      "name = \"k\"\n"
+      "headers = [\"k.cuh\"]\n"
+      "text = \"template void K<{n}>();\"\n";
+  std::string forced = WriteManifest(
+      "[build]\noutput = \"libk.so\"\n" + set + "per_unit = 1\n[instantiations.axes]\nn = [1, 2]\n",
+      {{"k.cuh", "// k\n"}});
+  absl::StatusOr<KernelManifest> manifest = LoadKernelManifest(forced);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->instantiation_sets[0].instantiations_per_unit(), 1);
+  std::string chosen =
+      WriteManifest("[build]\noutput = \"libk.so\"\n" + set + "[instantiations.axes]\nn = [1, 2]\n",
+                    {{"k.cuh", "// k\n"}});
+  manifest = LoadKernelManifest(chosen);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->instantiation_sets[0].instantiations_per_unit(), 0);
+  std::string bad = WriteManifest(
+      "[build]\noutput = \"libk.so\"\n" + set + "per_unit = 0\n[instantiations.axes]\nn = [1, 2]\n",
+      {{"k.cuh", "// k\n"}});
+  manifest = LoadKernelManifest(bad);
+  EXPECT_EQ(manifest.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(manifest.status().message(), HasSubstr(":7:"));
+  EXPECT_THAT(manifest.status().message(), HasSubstr("'per_unit' is a positive integer"));
+}
+
 TEST(LoadKernelManifestTest, MissingManifestIsNotFound) {
   std::string path = NewTempDir("kernel_manifest") + "/absent.toml";
   absl::StatusOr<KernelManifest> manifest = LoadKernelManifest(path);

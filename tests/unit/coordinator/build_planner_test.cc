@@ -44,7 +44,8 @@ class BuildPlannerTest : public ::testing::Test {
 };
 
 TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   ASSERT_TRUE(units.ok()) << units.status();
   ASSERT_EQ(units->size(), 2u);
   const v1::CompileUnit& unit = (*units)[1].unit;
@@ -61,13 +62,13 @@ TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
 }
 
 TEST_F(BuildPlannerTest, ActionDigestDependsOnToolchainAndInputs) {
-  auto first = PlanBuild(request_, *cas_, nullptr);
+  auto first = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   request_.mutable_toolchain()->set_digest("toolchain-b");
-  auto other_toolchain = PlanBuild(request_, *cas_, nullptr);
+  auto other_toolchain = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   ASSERT_TRUE(first.ok() && other_toolchain.ok());
   EXPECT_NE((*first)[0].action_digest, (*other_toolchain)[0].action_digest);
   request_.mutable_toolchain()->set_digest("toolchain-a");
-  auto again = PlanBuild(request_, *cas_, nullptr);
+  auto again = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*first)[0].action_digest, (*again)[0].action_digest) << "stable";
 }
@@ -76,7 +77,8 @@ TEST_F(BuildPlannerTest, InputMissingFromTheStoreIsNamed) {
   auto* input = request_.mutable_instantiation_sets(0)->add_inputs();
   input->set_path("kernels/other.h");
   *input->mutable_digest() = ToProto(DigestOf("never uploaded"));
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(units.status().message(), HasSubstr("kernels/other.h"));
 }
@@ -86,23 +88,79 @@ TEST_F(BuildPlannerTest, UnitThatWritesOutsideTheSandboxIsRejected) {
   unit->set_name("escape");
   for (const char* arg : {"-c", "a.cu", "-o", "../../etc/x.o"}) unit->add_arguments(arg);
   unit->add_output_paths("../../etc/x.o");
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(units.status().message(), HasSubstr("unit escape"));
 }
 
 TEST_F(BuildPlannerTest, PlaceholderWithoutAxisIsRejected) {
   request_.mutable_instantiation_sets(0)->set_text_template("template void K<{n}, {m}>();");
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(units.status().message(), HasSubstr("{m}"));
 }
 
 TEST_F(BuildPlannerTest, DuplicateUnitNamesAreRejected) {
   request_.add_instantiation_sets()->CopyFrom(request_.instantiation_sets(0));
-  absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(request_, *cas_, nullptr);
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(units.status().message(), HasSubstr("k_1"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda::coordinator
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+class UnitSizeTest : public BuildPlannerTest {
+ protected:
+  void SetUp() override {
+    BuildPlannerTest::SetUp();
+    auto* axis = request_.mutable_instantiation_sets(0)->mutable_axes(0);
+    for (int n = 3; n <= 8; ++n) axis->add_values(std::to_string(n));  // 8 points
+  }
+  absl::StatusOr<std::vector<PlannedUnit>> Plan(ClusterCapacity capacity,
+                                                UnitSizeChoices* choices) {
+    return PlanBuild(request_, *cas_, nullptr, capacity, choices);
+  }
+};
+
+TEST_F(UnitSizeTest, CoordinatorGroupsInstantiationsToFitTheCapsAndBalance) {
+  // Default 2 GiB per instantiation; half of 16 GiB holds 4; one slot wants
+  // at least two units.
+  absl::StatusOr<std::vector<PlannedUnit>> units = Plan({16 * (int64_t{1} << 30), 1}, nullptr);
+  ASSERT_TRUE(units.ok()) << units.status();
+  ASSERT_EQ(units->size(), 2u);
+  EXPECT_EQ((*units)[0].unit.name(), "k_1of2");
+  EXPECT_EQ((*units)[0].instantiations, 4);
+  absl::StatusOr<std::string> source =
+      cas_->Get(FromProto((*units)[0].unit.inputs((*units)[0].unit.inputs_size() - 1).digest()));
+  ASSERT_TRUE(source.ok());
+  EXPECT_THAT(*source, HasSubstr("#include \"k.cuh\"\ntemplate void K<1>();\ntemplate void "
+                                 "K<2>();\ntemplate void K<3>();\ntemplate void K<4>();\n"));
+  EXPECT_EQ((*units)[0].demand.peak_bytes, 4 * PredictionDefaults().peak_bytes);
+}
+
+TEST_F(UnitSizeTest, ManifestCanForceOneInstantiationPerUnit) {
+  request_.mutable_instantiation_sets(0)->set_instantiations_per_unit(1);
+  absl::StatusOr<std::vector<PlannedUnit>> units = Plan({16 * (int64_t{1} << 30), 1}, nullptr);
+  ASSERT_TRUE(units.ok());
+  EXPECT_EQ(units->size(), 8u);
+}
+
+TEST_F(UnitSizeTest, ChoiceSticksWhileItFitsSoCachedUnitsKeepTheirNames) {
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> choices = UnitSizeChoices::Open("");
+  ASSERT_TRUE(choices.ok());
+  int64_t gib = int64_t{1} << 30;
+  ASSERT_EQ(Plan({16 * gib, 1}, choices->get())->size(), 2u);
+  // More slots would choose smaller units, but the units built before stay.
+  ASSERT_EQ(Plan({16 * gib, 4}, choices->get())->size(), 2u);
+  // Smaller workers: four instantiations no longer fit; choose again.
+  ASSERT_EQ(Plan({4 * gib, 4}, choices->get())->size(), 8u);
 }
 
 }  // namespace

@@ -182,3 +182,66 @@ TEST(UnitKeysTest, IdentityIgnoresNothingButFamilyIgnoresTheSource) {
 
 }  // namespace
 }  // namespace distcc_cuda::coordinator
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+struct UnitSizeCase {
+  const char* name;
+  int points;
+  int64_t peak_per_instantiation;
+  int64_t smallest_usable_cap;
+  int total_slots;
+  int per_unit;
+};
+
+class ChooseInstantiationsPerUnitTest : public ::testing::TestWithParam<UnitSizeCase> {};
+
+TEST_P(ChooseInstantiationsPerUnitTest, KeepsUnitsWithinHalfACapAndTwoPerSlot) {
+  const UnitSizeCase& c = GetParam();
+  EXPECT_EQ(ChooseInstantiationsPerUnit(c.points, c.peak_per_instantiation, c.smallest_usable_cap,
+                                        c.total_slots),
+            c.per_unit);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, ChooseInstantiationsPerUnitTest,
+                         ::testing::Values(
+                             // 96 small instantiations on 4 slots: balance allows 12, memory 40.
+                             UnitSizeCase{"BalanceLimits", 96, 200 * kMiB, 16 * kGiB, 4, 12},
+                             // Large instantiations: half of 16 GiB holds two of 4 GiB.
+                             UnitSizeCase{"MemoryLimits", 96, 4 * kGiB, 16 * kGiB, 4, 2},
+                             UnitSizeCase{"NeverBelowOne", 96, 20 * kGiB, 16 * kGiB, 4, 1},
+                             UnitSizeCase{"FewPointsManySlots", 8, 100 * kMiB, 16 * kGiB, 32, 1},
+                             UnitSizeCase{"NoWorkers", 96, 100 * kMiB, 0, 0, 1},
+                             UnitSizeCase{"OnePoint", 1, 100 * kMiB, 16 * kGiB, 1, 1}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(PeakHistoryTest, SimilarUnitsLearnTheCostPerInstantiation) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
+  ASSERT_TRUE(history.ok());
+  (*history)->Record("group-of-4", "family", 800 * kMiB, absl::Seconds(8), 4);
+  EXPECT_EQ((*history)->Predict("group-of-4", "family", 1, 4).peak_bytes, 800 * kMiB)
+      << "its own history, as measured";
+  UnitDemand one = (*history)->Predict("single", "family", 1, 1);
+  EXPECT_EQ(one.peak_bytes, 200 * kMiB);
+  EXPECT_EQ(one.wall, absl::Seconds(2));
+  EXPECT_EQ((*history)->Predict("pair", "family", 1, 2).peak_bytes, 400 * kMiB);
+}
+
+TEST(UnitSizeChoicesTest, ChoicesSurviveReopening) {
+  std::string path = testing::NewTempDir("unit-sizes-") + "/unit_sizes.tsv";
+  {
+    absl::StatusOr<std::unique_ptr<UnitSizeChoices>> choices = UnitSizeChoices::Open(path);
+    ASSERT_TRUE(choices.ok());
+    EXPECT_FALSE((*choices)->Find("set-a").has_value());
+    (*choices)->Remember("set-a", 6);
+    (*choices)->Remember("set-a", 3);
+  }
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> reopened = UnitSizeChoices::Open(path);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->Find("set-a"), 3) << "the last choice wins";
+}
+
+}  // namespace
+}  // namespace distcc_cuda::coordinator
