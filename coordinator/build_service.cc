@@ -72,6 +72,14 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     WriteNext();
   }
 
+  // The client went away or the server is stopping. A write in flight ends
+  // with OnWriteDone(false), which finishes the call; an idle stream has to
+  // be finished here, or the server would wait for it forever.
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "build cancelled"));
+  }
+
   void OnDone() override {
     {
       absl::MutexLock lock(&handle_->mu);

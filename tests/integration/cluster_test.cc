@@ -9,9 +9,11 @@
 #include <future>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/build_command.h"
+#include "client/commands.h"
 #include "common/files.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/background_process.h"
@@ -171,6 +173,28 @@ TEST_F(ClusterTest, UnreachableCoordinatorFailsWithinSecondsNamingTheAddress) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("127.0.0.1:1"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+TEST_F(ClusterTest, CoordinatorStopsPromptlyWithABuildInFlight) {
+  Write("src/common.h", "// FAKE_SLEEP_MS=3000\n");
+  std::string out;
+  std::future<absl::Status> build = std::async(std::launch::async, [&] { return Build(&out); });
+  // Wait until units run, then stop the coordinator as SIGTERM would.
+  std::string address = coordinator_->address();
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    std::ostringstream status;
+    client::RunStatus(address, absl::Seconds(5), status).IgnoreError();
+    running = absl::StrContains(status.str(), "  running ");
+    if (!running) absl::SleepFor(absl::Milliseconds(25));
+  }
+  ASSERT_TRUE(running) << "no unit started";
+  std::future<void> stopped = std::async(std::launch::async, [&] { coordinator_.reset(); });
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(15)), std::future_status::ready)
+      << "the coordinator did not stop";
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_FALSE(build.get().ok()) << "the client is told its build ended";
+  stopped.wait();
 }
 
 TEST_F(ClusterTest, EmbeddedDefaultBuildsWithoutACluster) {
