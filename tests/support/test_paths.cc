@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
 #include "common/files.h"
 
 namespace distcc_cuda::testing {
@@ -20,9 +23,46 @@ std::string RealNvccPath() {
   return IsExecutableFile(nvcc) ? nvcc : "";
 }
 
+namespace {
+
+// Removes the folders NewTempDir made once the test program's tests are done,
+// so repeated runs do not fill /tmp.
+class TempDirCleanup : public ::testing::Environment {
+ public:
+  void Add(const std::string& dir) {
+    absl::MutexLock lock(&mu_);
+    dirs_.push_back(dir);
+  }
+  void TearDown() override {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& dir : dirs_) RemoveAll(dir).IgnoreError();
+    dirs_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> dirs_;
+};
+
+TempDirCleanup* Cleanup() {
+  // Owned by GoogleTest once registered.
+  static TempDirCleanup* cleanup = [] {
+    auto* environment = new TempDirCleanup();
+    ::testing::AddGlobalTestEnvironment(environment);
+    return environment;
+  }();
+  return cleanup;
+}
+
+// Registers the environment before RUN_ALL_TESTS, so its TearDown runs.
+[[maybe_unused]] TempDirCleanup* const kRegistered = Cleanup();
+
+}  // namespace
+
 std::string NewTempDir(const std::string& prefix) {
   absl::StatusOr<std::string> dir = MakeTempDirectory(::testing::TempDir(), prefix);
   EXPECT_TRUE(dir.ok()) << dir.status();
+  if (dir.ok()) Cleanup()->Add(*dir);
   return dir.ok() ? *dir : "";
 }
 

@@ -14,7 +14,8 @@ std::string BinaryPath(const std::string& name);
 std::string FakeNvccPath();
 // /usr/local/cuda/bin/nvcc if it exists, else "".
 std::string RealNvccPath();
-// A new empty folder for one test, under the test temp dir.
+// A new empty folder for one test, under the test temp dir; removed when the
+// test program's tests are done.
 std::string NewTempDir(const std::string& prefix);
 
 }  // namespace distcc_cuda::testing

@@ -18,6 +18,7 @@
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
 namespace {
@@ -32,12 +33,7 @@ using ::testing::StartsWith;
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr char kPython[] = "/usr/bin/python3";
 
-std::string MakeTempDir() {
-  std::string pattern = absl::StrCat(::testing::TempDir(), "/memory_cap_XXXXXX");
-  char* made = mkdtemp(pattern.data());
-  EXPECT_NE(made, nullptr) << "mkdtemp " << pattern;
-  return pattern;
-}
+std::string MakeTempDir() { return ::distcc_cuda::testing::NewTempDir("memory_cap_"); }
 
 void WriteFile(const std::string& path, const std::string& text) {
   std::string dir = path.substr(0, path.find_last_of('/'));

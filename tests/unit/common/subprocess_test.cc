@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
 namespace {
@@ -35,12 +36,7 @@ ProcessSpec Shell(const std::string& script) {
 }
 
 // A fresh directory under the test's temporary directory.
-std::string MakeTempDir() {
-  std::string pattern = absl::StrCat(testing::TempDir(), "/subprocess_XXXXXX");
-  char* made = mkdtemp(pattern.data());
-  EXPECT_NE(made, nullptr) << "mkdtemp " << pattern;
-  return pattern;
-}
+std::string MakeTempDir() { return ::distcc_cuda::testing::NewTempDir("subprocess_"); }
 
 void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
   std::ofstream(path) << text;
@@ -58,7 +54,7 @@ struct EndCase {
   std::string description;
 };
 
-class RunProcessEndTest : public testing::TestWithParam<EndCase> {};
+class RunProcessEndTest : public ::testing::TestWithParam<EndCase> {};
 
 TEST_P(RunProcessEndTest, ReportsHowItEnded) {
   const EndCase& c = GetParam();
@@ -78,7 +74,7 @@ TEST_P(RunProcessEndTest, ReportsHowItEnded) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, RunProcessEndTest,
-    testing::Values(
+    ::testing::Values(
         EndCase{"Stdout", {"sh", "-c", "echo hello"}, 0, 0, "hello\n", "", "exit code 0"},
         EndCase{"Stderr", {"sh", "-c", "echo oops >&2"}, 0, 0, "", "oops\n", "exit code 0"},
         EndCase{"StreamsKeptApart",
@@ -131,7 +127,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n",
                 "",
                 "exit code 0"}),
-    [](const testing::TestParamInfo<EndCase>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<EndCase>& info) { return info.param.name; });
 
 TEST(RunProcessTest, SignalStateIsReset) {
   // Leaks a descriptor and ignores/blocks signals the way a server might.
@@ -171,7 +167,7 @@ struct StartErrorCase {
   std::string message_part;
 };
 
-class RunProcessStartErrorTest : public testing::TestWithParam<StartErrorCase> {};
+class RunProcessStartErrorTest : public ::testing::TestWithParam<StartErrorCase> {};
 
 TEST_P(RunProcessStartErrorTest, ReturnsError) {
   const StartErrorCase& c = GetParam();
@@ -184,72 +180,72 @@ TEST_P(RunProcessStartErrorTest, ReturnsError) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, RunProcessStartErrorTest,
-    testing::Values(StartErrorCase{"EmptyArgv", [](const std::string&) { return ProcessSpec(); },
-                                   absl::StatusCode::kInvalidArgument, "empty argv"},
-                    StartErrorCase{"MissingInPath",
-                                   [](const std::string&) {
-                                     ProcessSpec spec;
-                                     spec.argv = {"distcc-cuda-no-such-program", "-v"};
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kNotFound, "distcc-cuda-no-such-program"},
-                    StartErrorCase{"MissingAbsolute",
-                                   [](const std::string& dir) {
-                                     ProcessSpec spec;
-                                     spec.argv = {dir + "/nvcc"};
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kNotFound, "/nvcc"},
-                    StartErrorCase{"NotExecutable",
-                                   [](const std::string& dir) {
-                                     WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
-                                     ProcessSpec spec;
-                                     spec.argv = {dir + "/tool"};
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kPermissionDenied, "/tool"},
-                    StartErrorCase{"NotExecutableInPath",
-                                   [](const std::string& dir) {
-                                     WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
-                                     ProcessSpec spec;
-                                     spec.argv = {"tool"};
-                                     spec.environment["PATH"] = dir;
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kPermissionDenied, "not executable"},
-                    StartErrorCase{"NotAnExecutableFormat",
-                                   [](const std::string& dir) {
-                                     WriteFile(dir + "/tool",
-                                               "\x7f"
-                                               "ELFgarbage",
-                                               0755);
-                                     ProcessSpec spec;
-                                     spec.argv = {dir + "/tool"};
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kFailedPrecondition, "/tool"},
-                    StartErrorCase{"MissingWorkingDirectory",
-                                   [](const std::string& dir) {
-                                     ProcessSpec spec = Shell("true");
-                                     spec.working_directory = dir + "/absent";
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kNotFound, "/absent"},
-                    StartErrorCase{"BadEnvironmentName",
-                                   [](const std::string&) {
-                                     ProcessSpec spec = Shell("true");
-                                     spec.environment["A=B"] = "1";
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kInvalidArgument, "A=B"},
-                    StartErrorCase{"ZeroTimeout",
-                                   [](const std::string&) {
-                                     ProcessSpec spec = Shell("true");
-                                     spec.timeout = absl::ZeroDuration();
-                                     return spec;
-                                   },
-                                   absl::StatusCode::kInvalidArgument, "timeout"}),
-    [](const testing::TestParamInfo<StartErrorCase>& info) { return info.param.name; });
+    ::testing::Values(StartErrorCase{"EmptyArgv", [](const std::string&) { return ProcessSpec(); },
+                                     absl::StatusCode::kInvalidArgument, "empty argv"},
+                      StartErrorCase{"MissingInPath",
+                                     [](const std::string&) {
+                                       ProcessSpec spec;
+                                       spec.argv = {"distcc-cuda-no-such-program", "-v"};
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kNotFound, "distcc-cuda-no-such-program"},
+                      StartErrorCase{"MissingAbsolute",
+                                     [](const std::string& dir) {
+                                       ProcessSpec spec;
+                                       spec.argv = {dir + "/nvcc"};
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kNotFound, "/nvcc"},
+                      StartErrorCase{"NotExecutable",
+                                     [](const std::string& dir) {
+                                       WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
+                                       ProcessSpec spec;
+                                       spec.argv = {dir + "/tool"};
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kPermissionDenied, "/tool"},
+                      StartErrorCase{"NotExecutableInPath",
+                                     [](const std::string& dir) {
+                                       WriteFile(dir + "/tool", "#!/bin/sh\n", 0644);
+                                       ProcessSpec spec;
+                                       spec.argv = {"tool"};
+                                       spec.environment["PATH"] = dir;
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kPermissionDenied, "not executable"},
+                      StartErrorCase{"NotAnExecutableFormat",
+                                     [](const std::string& dir) {
+                                       WriteFile(dir + "/tool",
+                                                 "\x7f"
+                                                 "ELFgarbage",
+                                                 0755);
+                                       ProcessSpec spec;
+                                       spec.argv = {dir + "/tool"};
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kFailedPrecondition, "/tool"},
+                      StartErrorCase{"MissingWorkingDirectory",
+                                     [](const std::string& dir) {
+                                       ProcessSpec spec = Shell("true");
+                                       spec.working_directory = dir + "/absent";
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kNotFound, "/absent"},
+                      StartErrorCase{"BadEnvironmentName",
+                                     [](const std::string&) {
+                                       ProcessSpec spec = Shell("true");
+                                       spec.environment["A=B"] = "1";
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kInvalidArgument, "A=B"},
+                      StartErrorCase{"ZeroTimeout",
+                                     [](const std::string&) {
+                                       ProcessSpec spec = Shell("true");
+                                       spec.timeout = absl::ZeroDuration();
+                                       return spec;
+                                     },
+                                     absl::StatusCode::kInvalidArgument, "timeout"}),
+    [](const ::testing::TestParamInfo<StartErrorCase>& info) { return info.param.name; });
 
 TEST(RunProcessTest, TimeoutKillsProgram) {
   ProcessSpec spec;
