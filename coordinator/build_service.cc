@@ -31,8 +31,6 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     handle_->stream = this;
   }
 
-  std::shared_ptr<Handle> handle() { return handle_; }
-
   // Plans the build and hands it to the scheduler. Runs on the planning
   // executor, not in a reactor; the call cannot end before it returns.
   void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results,
