@@ -238,6 +238,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
                    ComputeToolchainFingerprint(options.nvcc_path));
+  RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
   bool is_compdb = absl::EndsWith(options.plan_path, ".json");
   if (is_compdb && options.library_name.empty()) {
     return absl::InvalidArgumentError(
@@ -386,6 +387,16 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       }
       if (!result.stdout_text().empty() || !result.stderr_text().empty()) {
         out << result.stdout_text() << result.stderr_text();
+      }
+      if (result.toolchain_digest() != toolchain.digest()) {
+        // Never link an object of another toolchain into this library.
+        if (download_error.ok()) {
+          download_error = absl::FailedPreconditionError(
+              absl::StrCat("unit ", done.unit_name(), " came back compiled with toolchain [",
+                           result.toolchain_digest().substr(0, 12), "], not this build's ",
+                           DescribeToolchain(toolchain), "; not linking it"));
+        }
+        continue;
       }
       // Objects land in the order the plan names them, whoever compiled them.
       std::string local = local_objects.count(done.unit_name())

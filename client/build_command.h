@@ -11,13 +11,14 @@
 namespace distcc_cuda::client {
 
 struct BuildOptions {
-  std::string plan_path;            // kernel manifest (.toml) or compile_commands.json
-  std::string coordinator_address;  // empty: start the embedded default
-  std::string output_dir;           // objects in obj/, the library beside them
-  std::string library_name;         // compile_commands.json only
-  std::string nvcc_path;            // the client's pinned nvcc (scan and link)
-  std::string state_dir;            // embedded default's CAS, cache, sandboxes
-  int embedded_slots = 0;           // 0: the usable cores
+  std::string plan_path;              // kernel manifest (.toml) or compile_commands.json
+  std::string coordinator_address;    // empty: start the embedded default
+  std::string output_dir;             // objects in obj/, the library beside them
+  std::string library_name;           // compile_commands.json only
+  std::string nvcc_path;              // the client's pinned nvcc (scan and link)
+  std::string required_nvcc_release;  // "12.8": refuse to build with another release
+  std::string state_dir;              // embedded default's CAS, cache, sandboxes
+  int embedded_slots = 0;             // 0: the usable cores
   absl::Duration connect_timeout = absl::Seconds(5);
 };
 

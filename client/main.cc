@@ -21,6 +21,8 @@ ABSL_FLAG(std::string, library, "", "library file name to link (compile_commands
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc for scanning and linking (default: "
           "$CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc)");
+ABSL_FLAG(std::string, require_nvcc, "",
+          "refuse to build unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
 ABSL_FLAG(std::string, state_dir, "",
           "embedded default's store (default: $XDG_CACHE_HOME/distcc-cuda or "
           "~/.cache/distcc-cuda)");
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
     if (!nvcc.ok()) return Fail(nvcc.status());
     options.nvcc_path = *nvcc;
+    options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
     options.state_dir = absl::GetFlag(FLAGS_state_dir);
     if (options.state_dir.empty()) {
       std::string cache = Env("XDG_CACHE_HOME");

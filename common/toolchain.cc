@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/toolchain.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 
@@ -64,6 +65,11 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   if (std::regex_search(version.stdout_text, match, kBuild)) {
     fingerprint.set_nvcc_build(match[1]);
   }
+  static const std::regex kVersion("release [0-9.]+, V([0-9.]+)");
+  if (std::regex_search(version.stdout_text, match, kVersion)) {
+    fingerprint.set_nvcc_version(match[1]);
+  }
+  fingerprint.set_nvcc_path(AbsolutePath(nvcc_path));
   // The toolkit root is the folder above bin/, following a symlinked nvcc.
   std::error_code error;
   fs::path real = fs::weakly_canonical(nvcc_path, error);
@@ -92,6 +98,25 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
                             "\n", fingerprint.host_compiler()))
           .hash);
   return fingerprint;
+}
+
+absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
+                                  const std::string& required) {
+  if (required.empty()) return absl::OkStatus();
+  static const std::regex kRequired("[0-9]+\\.[0-9]+(\\.[0-9]+)?");
+  if (!std::regex_match(required, kRequired)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--require-nvcc '", required, "' is not a CUDA release; write it as 12.8 or 12.8.93"));
+  }
+  bool patch = std::count(required.begin(), required.end(), '.') == 2;
+  const std::string& found = patch ? toolchain.nvcc_version() : toolchain.nvcc_release();
+  if (found == required) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "nvcc ", required, " is required, but ", toolchain.nvcc_path(), " is release ",
+      toolchain.nvcc_release(), " (V", toolchain.nvcc_version(), ", ", toolchain.nvcc_build(),
+      "). Point at a CUDA ", required, " toolkit with --nvcc /path/to/cuda-", required,
+      "/bin/nvcc or CUDA_HOME=/path/to/cuda-", required,
+      ", or change --require-nvcc if the build really wants ", toolchain.nvcc_release()));
 }
 
 std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain) {

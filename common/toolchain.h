@@ -18,6 +18,13 @@ namespace distcc_cuda {
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler = "g++");
 
+// OK if `required` is empty or names the fingerprint's release: "12.8"
+// matches any 12.8.x, "12.8.93" only that version. Else FAILED_PRECONDITION
+// naming the release found, where, and how to point at the right one;
+// INVALID_ARGUMENT for a `required` that is not MAJOR.MINOR[.PATCH].
+absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
+                                  const std::string& required);
+
 // One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest
 // 1a2b3c4d]".
 std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain);

@@ -353,6 +353,16 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
               deferred);
     } else if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) {
       RetryAfterMemoryKill(request.task_id(), result, deferred);
+    } else if (auto build = builds_.find(task_it->second.build_id);
+               build != builds_.end() &&
+               result.toolchain_digest() != build->second.toolchain_digest) {
+      // The worker's toolchain is no longer the one it registered with (or
+      // it never said): its object must not be linked or cached.
+      Requeue(
+          request.task_id(),
+          absl::StrCat("compiled with toolchain [", result.toolchain_digest().substr(0, 12),
+                       "], not the build's [", build->second.toolchain_digest.substr(0, 12), "]"),
+          deferred);
     } else {
       std::optional<TaskState> task = EndTask(request.task_id());
       ++workers_.at(task->worker_id).completed;
@@ -469,6 +479,8 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       }
       Enqueue(id, ready);
       for (auto& [index, result] : cached) {
+        // Cached under an action digest that includes the toolchain.
+        result.set_toolchain_digest(toolchain.digest());
         // FinishUnit may erase the build after its last unit.
         FinishUnit(builds_.at(id), index, result, true, deferred);
       }
@@ -512,7 +524,39 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
   for (const std::string& task_id : tasks) {
     Requeue(task_id, absl::StrCat("worker ", it->second.info.name(), " ", reason), deferred);
   }
+  std::string name = it->second.info.name();
   workers_.erase(worker_id);
+  // A build whose toolchain no connected worker has any more cannot go on:
+  // fail its units now rather than leave the client waiting.
+  std::vector<std::string> stranded;
+  for (const auto& [build_id, build] : builds_) {
+    bool served = std::any_of(workers_.begin(), workers_.end(), [&](const auto& worker) {
+      return worker.second.info.toolchain().digest() == build.toolchain_digest;
+    });
+    if (!served) stranded.push_back(build_id);
+  }
+  for (const std::string& build_id : stranded) {
+    std::vector<int> queued;
+    for (auto q = queue_.begin(); q != queue_.end();) {
+      if (q->first == build_id) {
+        queued.push_back(q->second);
+        q = queue_.erase(q);
+      } else {
+        ++q;
+      }
+    }
+    v1::TaskResult result;
+    result.set_outcome(v1::TASK_FAILED_TO_START);
+    result.set_error_message(
+        absl::StrCat("no connected worker has the build's toolchain any more (the last, ", name,
+                     ", ", reason, "); start a worker with that nvcc and build again"));
+    for (int index : queued) {
+      // FinishUnit erases the build after its last unit.
+      auto build = builds_.find(build_id);
+      if (build == builds_.end()) break;
+      FinishUnit(build->second, index, result, false, deferred);
+    }
+  }
 }
 
 void BuildScheduler::Tick(absl::Time now) {

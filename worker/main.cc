@@ -28,6 +28,8 @@ ABSL_FLAG(std::string, memory_mechanism, "auto",
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc (default: $CUDA_HOME/bin/nvcc, else "
           "/usr/local/cuda/bin/nvcc)");
+ABSL_FLAG(std::string, require_nvcc, "",
+          "refuse to start unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
 ABSL_FLAG(std::string, name, "", "name shown in status (default: HOST-PID)");
 ABSL_FLAG(std::string, work_dir, "",
           "folder for sandboxes and the input cache (default: "
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   distcc_cuda::worker::WorkerOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.nvcc_path = *nvcc;
+  options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
   options.name = absl::GetFlag(FLAGS_name);
   if (options.name.empty()) {
     options.name = absl::StrCat(distcc_cuda::HostName(), "-", getpid());

@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   std::unique_ptr<Worker> worker(new Worker());
   worker->options_ = options;
   ASSIGN_OR_RETURN(worker->toolchain_, ComputeToolchainFingerprint(options.nvcc_path));
+  RETURN_IF_ERROR(CheckRequiredRelease(worker->toolchain_, options.required_nvcc_release));
   ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
   MemoryCapOptions cap;
   cap.cap_bytes = options.memory_cap_bytes;
@@ -80,9 +81,12 @@ Worker::~Worker() {
     for (grpc::ClientContext* context : waiting_) context->TryCancel();
   }
   for (std::thread& thread : threads_) thread.join();
-  // For benchmarks and people: how close the node came to its cap.
-  spdlog::info("worker {}: node peak {} of cap {}", options_.name, memory_cap_->PeakBytes(),
-               memory_cap_->cap_bytes());
+  // For benchmarks and people: how close the node came to its cap. (A
+  // worker whose start failed early has no cap in force.)
+  if (memory_cap_ != nullptr) {
+    spdlog::info("worker {}: node peak {} of cap {}", options_.name, memory_cap_->PeakBytes(),
+                 memory_cap_->cap_bytes());
+  }
 }
 
 absl::Status Worker::Register() {
@@ -281,6 +285,7 @@ absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) 
     request.set_worker_id(worker_id());
     request.set_task_id(task.task_id());
     *request.mutable_result() = result;
+    request.mutable_result()->set_toolchain_digest(toolchain_.digest());
     v1::ReportResultResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(10)));

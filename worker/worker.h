@@ -21,14 +21,15 @@
 namespace distcc_cuda::worker {
 
 struct WorkerOptions {
-  std::string coordinator_address;  // HOST:PORT
-  std::string name;                 // shown in status and summaries
-  int slots = 1;                    // units run at once
-  int64_t memory_cap_bytes = 0;     // enforced on all running units together
-  bool force_watchdog = false;      // enforce with the RSS watchdog, not a cgroup
-  std::string nvcc_path;            // the pinned nvcc every unit runs with
-  std::string work_dir;             // sandboxes (tasks/) and the input cache (cas/)
-  bool keep_sandboxes = false;      // leave task folders behind for debugging
+  std::string coordinator_address;    // HOST:PORT
+  std::string name;                   // shown in status and summaries
+  int slots = 1;                      // units run at once
+  int64_t memory_cap_bytes = 0;       // enforced on all running units together
+  bool force_watchdog = false;        // enforce with the RSS watchdog, not a cgroup
+  std::string nvcc_path;              // the pinned nvcc every unit runs with
+  std::string required_nvcc_release;  // "12.8": refuse to start with another release
+  std::string work_dir;               // sandboxes (tasks/) and the input cache (cas/)
+  bool keep_sandboxes = false;        // leave task folders behind for debugging
   // How long to keep trying to reach the coordinator at start.
   absl::Duration connect_timeout = absl::Seconds(30);
 };
@@ -37,7 +38,8 @@ class Worker {
  public:
   // Computes the toolchain fingerprint, puts the memory cap in force (a
   // cgroup, else the RSS watchdog), registers and starts the slots.
-  // NOT_FOUND if nvcc is missing; INVALID_ARGUMENT for a cap above the
+  // NOT_FOUND if nvcc is missing; FAILED_PRECONDITION if it is not the
+  // required release; INVALID_ARGUMENT for a cap above the
   // machine's or the container's memory; UNAVAILABLE naming the address if
   // the coordinator cannot be reached within connect_timeout.
   static absl::StatusOr<std::unique_ptr<Worker>> Start(const WorkerOptions& options);

@@ -75,7 +75,7 @@ class ClusterTest : public ::testing::Test {
     Write("src/kernels.toml", kManifest);
   }
 
-  void AddWorker(const std::string& name) {
+  worker::WorkerOptions WorkerOptionsFor(const std::string& name) {
     worker::WorkerOptions options;
     options.coordinator_address = coordinator_->address();
     options.name = name;
@@ -83,6 +83,12 @@ class ClusterTest : public ::testing::Test {
     options.memory_cap_bytes = int64_t{4} << 30;
     options.nvcc_path = testing::FakeNvccPath();
     options.work_dir = root_ + "/" + name;
+    return options;
+  }
+
+  void AddWorker(const std::string& name, const std::string& nvcc = "") {
+    worker::WorkerOptions options = WorkerOptionsFor(name);
+    if (!nvcc.empty()) options.nvcc_path = nvcc;
     auto started = worker::Worker::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     workers_.push_back(std::move(*started));
@@ -92,12 +98,14 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(WriteFileAtomically(root_ + "/" + relative, content).ok());
   }
 
-  absl::Status Build(std::string* output, const std::string& address = "") {
+  absl::Status Build(std::string* output, const std::string& address = "",
+                     const std::string& nvcc = "", const std::string& required_release = "") {
     client::BuildOptions options;
     options.plan_path = root_ + "/src/kernels.toml";
     options.coordinator_address = address.empty() ? coordinator_->address() : address;
     options.output_dir = root_ + "/out";
-    options.nvcc_path = testing::FakeNvccPath();
+    options.nvcc_path = nvcc.empty() ? testing::FakeNvccPath() : nvcc;
+    options.required_nvcc_release = required_release;
     options.state_dir = root_ + "/embedded";
     std::ostringstream out;
     absl::Status status = client::RunBuild(options, out);
@@ -256,6 +264,60 @@ TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
   EXPECT_THAT(*b, HasSubstr("int b();"));
   EXPECT_THAT(*a, Not(HasSubstr(root_))) << "absolute paths were rewritten";
   EXPECT_TRUE(IsRegularFile(root_ + "/proj/build/libproj.so"));
+}
+
+TEST_F(ClusterTest, WorkerWithAnotherReleaseThanRequiredRefusesToStart) {
+  worker::WorkerOptions options = WorkerOptionsFor("pinned");
+  options.nvcc_path = testing::FakeNvccWithRelease(root_, "13.1");
+  options.required_nvcc_release = "12.8";
+  auto started = worker::Worker::Start(options);
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(started.status().message(), HasSubstr("nvcc 12.8 is required"));
+  EXPECT_THAT(started.status().message(), HasSubstr(root_ + "/cuda-13.1/bin/nvcc is release 13.1"));
+  options.nvcc_path = testing::FakeNvccWithRelease(root_, "12.8");
+  started = worker::Worker::Start(options);
+  EXPECT_TRUE(started.ok()) << started.status();
+}
+
+TEST_F(ClusterTest, ClientWithAnotherReleaseThanRequiredSendsNothing) {
+  std::string out;
+  absl::Status status = Build(&out, "", testing::FakeNvccPath(), "12.8");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("is release 13.0"));
+  EXPECT_THAT(out, Not(HasSubstr("units on"))) << "nothing was submitted";
+}
+
+TEST_F(ClusterTest, UnitsGoOnlyToWorkersWithTheClientsToolchain) {
+  std::string nvcc128 = testing::FakeNvccWithRelease(root_, "12.8");
+  AddWorker("worker-128", nvcc128);
+  std::string out;
+  ASSERT_TRUE(Build(&out, "", testing::FakeNvccPath(), "13.0").ok()) << out;
+  EXPECT_THAT(out, HasSubstr("(2 workers with this toolchain)"));
+  EXPECT_THAT(out, Not(HasSubstr("worker-128")));
+  // The same plan pinned to 12.8 compiles again (the cache is keyed by the
+  // toolchain), on the 12.8 worker alone.
+  ASSERT_TRUE(Build(&out, "", nvcc128, "12.8").ok()) << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (9 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(out, HasSubstr("workers   1 (worker-128: 9)"));
+  // With the 12.8 worker gone (dropped once its heartbeats stop), a 12.8
+  // build fails at once naming both sides.
+  workers_.pop_back();
+  bool dropped = false;
+  for (int i = 0; i < 100 && !dropped; ++i) {
+    std::ostringstream status;
+    ASSERT_TRUE(client::RunStatus(coordinator_->address(), absl::Seconds(5), status).ok());
+    dropped = !absl::StrContains(status.str(), "worker-128");
+    if (!dropped) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(dropped);
+  Write("src/common.h", "// changed\n");
+  absl::Time start = absl::Now();
+  absl::Status status = Build(&out, "", nvcc128, "12.8");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "not after a timeout";
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("no connected worker has the build's toolchain nvcc 12.8"));
+  EXPECT_THAT(status.message(), HasSubstr("worker-a: nvcc 13.0"));
 }
 
 TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {

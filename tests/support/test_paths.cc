@@ -2,9 +2,11 @@
 #include "tests/support/test_paths.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/files.h"
 
@@ -17,6 +19,17 @@ std::string BinaryPath(const std::string& name) {
 }
 
 std::string FakeNvccPath() { return std::string(DISTCC_BINARY_DIR) + "/tests/fake_nvcc"; }
+
+std::string FakeNvccWithRelease(const std::string& dir, const std::string& release) {
+  std::string nvcc = dir + "/cuda-" + release + "/bin/nvcc";
+  absl::Status written =
+      WriteFileAtomically(nvcc, absl::StrCat("#!/bin/sh\nFAKE_NVCC_RELEASE=", release, " exec ",
+                                             FakeNvccPath(), " \"$@\"\n"));
+  if (!written.ok() || chmod(nvcc.c_str(), 0755) != 0) {
+    ADD_FAILURE() << "cannot write " << nvcc << ": " << written;
+  }
+  return nvcc;
+}
 
 std::string RealNvccPath() {
   const std::string nvcc = "/usr/local/cuda/bin/nvcc";

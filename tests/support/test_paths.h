@@ -12,6 +12,10 @@ std::string SourceDir();
 std::string BinaryPath(const std::string& name);
 // build/tests/fake_nvcc, the fake compiler.
 std::string FakeNvccPath();
+// A toolkit folder in `dir` whose bin/nvcc is the fake compiler reporting
+// `release` (a script around it): a second toolchain with its own
+// fingerprint. Returns the path of that bin/nvcc.
+std::string FakeNvccWithRelease(const std::string& dir, const std::string& release);
 // /usr/local/cuda/bin/nvcc if it exists, else "".
 std::string RealNvccPath();
 // A new empty folder for one test, under the test temp dir; removed when the

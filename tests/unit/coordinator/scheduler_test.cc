@@ -116,6 +116,11 @@ class SchedulerTest : public ::testing::Test {
     request.set_worker_id(worker);
     request.set_task_id(task.task_id());
     *request.mutable_result() = result;
+    // Workers stamp their toolchain; the tests' workers have 13.0 unless the
+    // result says otherwise.
+    if (result.toolchain_digest().empty()) {
+      request.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
+    }
     return scheduler_.ReportResult(request, now);
   }
 
@@ -194,6 +199,51 @@ TEST_F(SchedulerTest, OnlyMatchingWorkersGetUnits) {
   ASSERT_TRUE(Submit(1).ok());
   EXPECT_FALSE(LeaseNow(other));
   EXPECT_TRUE(LeaseNow(match));
+}
+
+TEST_F(SchedulerTest, ResultOfAnotherToolchainIsNeitherCachedNorPassedOn) {
+  // A worker whose nvcc was swapped under it after it registered.
+  std::string swapped = AddWorker("swapped", "13.0", 1);
+  ASSERT_TRUE(Submit(1).ok());
+  std::optional<v1::Task> task = LeaseNow(swapped);
+  ASSERT_TRUE(task);
+  v1::TaskResult result = Completed(0);
+  result.set_toolchain_digest(Toolchain("12.8").digest());
+  ASSERT_TRUE(Report(swapped, *task, result).ok());
+  EXPECT_TRUE(recorded_.empty());
+  EXPECT_THAT(LastRequeueReason(), HasSubstr("compiled with toolchain [digest-12.8"));
+  for (const v1::BuildEvent& event : events_) EXPECT_FALSE(event.has_unit_finished());
+  // The unit runs again and its right result is taken.
+  task = LeaseNow(swapped);
+  ASSERT_TRUE(task);
+  ASSERT_TRUE(Report(swapped, *task, Completed(0)).ok());
+  EXPECT_THAT(recorded_, ::testing::ElementsAre("action0"));
+}
+
+TEST_F(SchedulerTest, LastWorkerOfTheToolchainLeavingFailsTheBuildAtOnce) {
+  std::string other = AddWorker("other", "12.8");
+  std::string last = AddWorker("last", "13.0");
+  ASSERT_TRUE(Submit(2).ok());
+  ASSERT_TRUE(LeaseNow(last));
+  // Heartbeats only from the 12.8 worker: the 13.0 one is dropped.
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(other);
+  ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Seconds(4)).ok());
+  scheduler_.Tick(kStart + absl::Seconds(6));
+  ASSERT_FALSE(events_.empty());
+  ASSERT_TRUE(events_.back().has_finished());
+  EXPECT_FALSE(events_.back().finished().success());
+  EXPECT_EQ(events_.back().finished().units_failed(), 2);
+  int failed = 0;
+  for (const v1::BuildEvent& event : events_) {
+    if (!event.has_unit_finished()) continue;
+    ++failed;
+    EXPECT_THAT(event.unit_finished().result().error_message(),
+                HasSubstr("no connected worker has the build's toolchain any more (the last, "
+                          "last, sent no heartbeat"));
+  }
+  EXPECT_EQ(failed, 2);
+  EXPECT_EQ(scheduler_.Status(kStart + absl::Seconds(6)).queued_units(), 0);
 }
 
 TEST_F(SchedulerTest, SilentWorkerLosesItsLeasesAndTheUnitRunsElsewhere) {

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/toolchain.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::ToolchainFingerprint Found(const std::string& release, const std::string& version) {
+  v1::ToolchainFingerprint toolchain;
+  toolchain.set_nvcc_release(release);
+  toolchain.set_nvcc_version(version);
+  toolchain.set_nvcc_build("cuda_" + release + ".r" + release + "/compiler.1_0");
+  toolchain.set_nvcc_path("/usr/local/cuda/bin/nvcc");
+  return toolchain;
+}
+
+TEST(RequiredReleaseTest, MatchesReleaseOrExactVersion) {
+  struct Case {
+    std::string required;
+    bool ok;
+  };
+  const v1::ToolchainFingerprint toolchain = Found("12.8", "12.8.93");
+  for (const Case& c : std::vector<Case>{{"", true},
+                                         {"12.8", true},
+                                         {"12.8.93", true},
+                                         {"12.8.61", false},
+                                         {"13.0", false},
+                                         {"12", false},
+                                         {"12.80", false}}) {
+    absl::Status status = CheckRequiredRelease(toolchain, c.required);
+    EXPECT_EQ(status.ok(), c.ok) << c.required << ": " << status;
+  }
+}
+
+TEST(RequiredReleaseTest, MismatchNamesWhatWasFoundWhereAndHowToFixIt) {
+  absl::Status status = CheckRequiredRelease(Found("13.0", "13.0.88"), "12.8");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("nvcc 12.8 is required"));
+  EXPECT_THAT(status.message(), HasSubstr("/usr/local/cuda/bin/nvcc is release 13.0 (V13.0.88"));
+  EXPECT_THAT(status.message(), HasSubstr("--nvcc"));
+  EXPECT_THAT(status.message(), HasSubstr("CUDA_HOME"));
+}
+
+TEST(RequiredReleaseTest, MalformedRequirementIsRejected) {
+  for (const char* bad : {"12", "cuda-12.8", "12.8.x", "twelve"}) {
+    absl::Status status = CheckRequiredRelease(Found("12.8", "12.8.93"), bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("write it as 12.8")) << bad;
+  }
+}
+
+TEST(ToolchainFingerprintTest, ReadsReleaseVersionAndPathAndDiffersByRelease) {
+  std::string dir = testing::NewTempDir("toolchain-");
+  auto a = ComputeToolchainFingerprint(testing::FakeNvccWithRelease(dir, "12.8"));
+  auto b = ComputeToolchainFingerprint(testing::FakeNvccWithRelease(dir, "13.1"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->nvcc_release(), "12.8");
+  EXPECT_EQ(a->nvcc_version(), "12.8.0");
+  EXPECT_EQ(a->nvcc_build(), "fake_cuda_12.8");
+  EXPECT_EQ(a->nvcc_path(), dir + "/cuda-12.8/bin/nvcc");
+  EXPECT_NE(a->digest(), b->digest());
+  EXPECT_TRUE(CheckRequiredRelease(*a, "12.8").ok());
+  EXPECT_FALSE(CheckRequiredRelease(*b, "12.8").ok());
+}
+
+TEST(ToolchainFingerprintTest, MissingNvccIsNamed) {
+  auto missing = ComputeToolchainFingerprint("/nonexistent/bin/nvcc");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/bin/nvcc"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda
