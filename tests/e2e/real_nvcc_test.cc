@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <future>
 
@@ -14,6 +15,7 @@
 #include "common/files.h"
 #include "common/instantiation.h"
 #include "common/subprocess.h"
+#include "common/toolchain.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_paths.h"
 
@@ -170,6 +172,81 @@ TEST_F(RealNvccTest, StatusListsBothWorkersWithTheirToolchain) {
   EXPECT_THAT(status.stdout_text, HasSubstr("2 workers"));
   EXPECT_THAT(status.stdout_text, HasSubstr("e2e-a"));
   EXPECT_THAT(status.stdout_text, HasSubstr("nvcc 13.0"));
+}
+
+// A second real nvcc of another CUDA release (scripts/second_nvcc installs
+// one from PyPI's wheels; scripts/test exports DISTCC_SECOND_NVCC).
+TEST_F(RealNvccTest, SecondReleaseTakesOnlyBuildsPinnedToIt) {
+  const char* env = std::getenv("DISTCC_SECOND_NVCC");
+  std::string second = env ? env : "";
+  if (second.empty() || !IsExecutableFile(second)) {
+    GTEST_SKIP() << "needs a second nvcc release: run ./scripts/second_nvcc and set "
+                    "DISTCC_SECOND_NVCC to the path it prints (scripts/test does)";
+  }
+  absl::StatusOr<v1::ToolchainFingerprint> theirs = ComputeToolchainFingerprint(second);
+  absl::StatusOr<v1::ToolchainFingerprint> ours = ComputeToolchainFingerprint(nvcc_);
+  ASSERT_TRUE(theirs.ok() && ours.ok());
+  ASSERT_NE(theirs->nvcc_release(), ours->nvcc_release()) << "not a second release";
+  const std::string release = theirs->nvcc_release();
+
+  // Pinned to this machine's release, the second nvcc's worker refuses to start.
+  auto refused = testing::BackgroundProcess::Start(
+      {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", address_, "--name", "refused",
+       "--nvcc", second, "--require-nvcc", ours->nvcc_release(), "--work-dir", root_ + "/refused"},
+      root_ + "/refused.log");
+  ASSERT_TRUE(refused.ok());
+  absl::StatusOr<std::string> line = (*refused)->WaitForLog("is required", absl::Seconds(60));
+  ASSERT_TRUE(line.ok()) << (*refused)->Log();
+  EXPECT_THAT((*refused)->Log(),
+              HasSubstr(absl::StrCat("nvcc ", ours->nvcc_release(), " is required, but ", second,
+                                     " is release ", release)));
+  // Pinned to its own release, it joins.
+  auto joined = testing::BackgroundProcess::Start(
+      {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", address_, "--name", "second",
+       "--slots", "1", "--memory-cap", "4GiB", "--nvcc", second, "--require-nvcc", release,
+       "--work-dir", root_ + "/second"},
+      root_ + "/second.log");
+  ASSERT_TRUE(joined.ok());
+  ASSERT_TRUE((*joined)->WaitForLog("registered", absl::Seconds(60)).ok()) << (*joined)->Log();
+
+  std::string dir = root_ + "/pinned";
+  ASSERT_TRUE(WriteFileAtomically(dir + "/kernels.toml", R"(
+[build]
+output = "libpinned.so"
+flags = ["-O3", "-std=c++17"]
+
+[[instantiations]]
+name = "scale"
+unit = "scale_{n}"
+headers = ["scale.cuh"]
+text = "template __global__ void Scale<{n}>(float*);"
+per_unit = 1
+
+[instantiations.axes]
+n = [1, 2, 3]
+)")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/scale.cuh",
+                                  "template <int N> __global__ void Scale(float* x) {\n"
+                                  "  x[threadIdx.x] *= N;\n}\n")
+                  .ok());
+  // A build pinned to this machine's nvcc never reaches the second release.
+  ProcessResult ours_build =
+      Client({"build", dir + "/kernels.toml", "--coordinator", address_, "-o", root_ + "/ours",
+              "--nvcc", nvcc_, "--require-nvcc", ours->nvcc_release()});
+  ASSERT_EQ(ours_build.exit_code, 0) << ours_build.stdout_text << ours_build.stderr_text;
+  EXPECT_THAT(ours_build.stdout_text, HasSubstr("(2 workers with this toolchain)"));
+  EXPECT_THAT(ours_build.stdout_text, ::testing::Not(HasSubstr("second")));
+  // Pinned to the second release, it compiles there and nowhere else.
+  ProcessResult theirs_build =
+      Client({"build", dir + "/kernels.toml", "--coordinator", address_, "-o", root_ + "/theirs",
+              "--nvcc", second, "--require-nvcc", release});
+  ASSERT_EQ(theirs_build.exit_code, 0) << theirs_build.stdout_text << theirs_build.stderr_text;
+  EXPECT_THAT(theirs_build.stdout_text, HasSubstr("units     3 (3 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(theirs_build.stdout_text, HasSubstr("workers   1 (second: 3)"));
+  ProcessResult inspect = Client({"inspect", root_ + "/theirs/libpinned.so"});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.stderr_text;
+  EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n"));
 }
 
 }  // namespace
