@@ -1,0 +1,46 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Starts distcc-cuda-coordinator with flags taken from the environment, so
+# that a Compose file or `docker run -e` configures it. Works outside Docker
+# too (point DISTCC_CUDA_BIN_DIR at build/bin).
+#
+#   DISTCC_CUDA_LISTEN               --listen HOST:PORT (default 0.0.0.0:3633)
+#   DISTCC_CUDA_STATE_DIR            --state-dir DIR (default /var/lib/distcc-cuda):
+#                                    content store, result cache, history.tsv;
+#                                    keep it on a volume
+#   DISTCC_CUDA_DEFAULT_UNIT_MEMORY  --default-unit-memory SIZE
+#   DISTCC_CUDA_HEARTBEAT_TIMEOUT_S  --heartbeat-timeout-s N
+#   DISTCC_CUDA_BIN_DIR              where the binaries are (default /usr/local/bin)
+#
+# Unset and empty variables are the same: the binary's default applies.
+# Arguments are passed on after these flags, so one given there wins
+# (`docker run IMAGE --listen 0.0.0.0:4000`). A first argument that is not a
+# flag is run as a command instead (`docker run IMAGE distcc-cuda --help`).
+set -eu
+
+case "${1:-}" in
+  "" | -*) ;;
+  *) exec "$@" ;;
+esac
+
+binary="${DISTCC_CUDA_BIN_DIR:-/usr/local/bin}/distcc-cuda-coordinator"
+if [ ! -x "$binary" ]; then
+  echo "entrypoint-coordinator: no executable $binary (set DISTCC_CUDA_BIN_DIR)" >&2
+  exit 127
+fi
+
+# Prepended one by one, so that "$@" (the caller's arguments) stays last.
+# The --flag=VALUE form keeps a value that starts with '-' a value.
+if [ -n "${DISTCC_CUDA_HEARTBEAT_TIMEOUT_S:-}" ]; then
+  set -- "--heartbeat-timeout-s=$DISTCC_CUDA_HEARTBEAT_TIMEOUT_S" "$@"
+fi
+if [ -n "${DISTCC_CUDA_DEFAULT_UNIT_MEMORY:-}" ]; then
+  set -- "--default-unit-memory=$DISTCC_CUDA_DEFAULT_UNIT_MEMORY" "$@"
+fi
+set -- "--listen=${DISTCC_CUDA_LISTEN:-0.0.0.0:3633}" \
+  "--state-dir=${DISTCC_CUDA_STATE_DIR:-/var/lib/distcc-cuda}" "$@"
+
+echo "entrypoint-coordinator: $binary $*" >&2
+# exec: the coordinator takes this process's place (PID 1 in a container), so
+# `docker stop`'s SIGTERM reaches it and it shuts down cleanly.
+exec "$binary" "$@"
