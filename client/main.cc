@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // distcc-cuda: build CUDA kernel sets across workers, check status, inspect
 // fatbinaries.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "client/build_command.h"
 #include "client/commands.h"
 #include "common/command_line.h"
@@ -57,15 +59,22 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<std::string> positional = distcc_cuda::ParseFlags(argc, argv);
+  std::vector<std::string> positional = distcc_cuda::ParseFlags(argc, argv, "client");
   if (positional.size() < 2) {
     std::cerr << kUsage;
     return 2;
   }
   std::string command = positional[1];
   spdlog::set_level(absl::GetFlag(FLAGS_verbose) ? spdlog::level::info : spdlog::level::warn);
+  // Priority: the command line, then $DISTCC_CUDA_COORDINATOR, then the
+  // config file (which ParseFlags merged into the flag's value).
+  bool on_command_line = std::any_of(argv + 1, argv + argc, [](const char* arg) {
+    return absl::StartsWith(arg, "--coordinator") || absl::StartsWith(arg, "-coordinator");
+  });
   std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (coordinator.empty()) coordinator = Env("DISTCC_CUDA_COORDINATOR");
+  if (!on_command_line && !Env("DISTCC_CUDA_COORDINATOR").empty()) {
+    coordinator = Env("DISTCC_CUDA_COORDINATOR");
+  }
   absl::Duration connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   if (command == "inspect" && positional.size() == 3) {
     absl::Status status = distcc_cuda::client::RunInspect(positional[2], std::cout);

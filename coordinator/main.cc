@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
       "Accepts distcc-cuda builds and schedules their compile units on the "
       "workers that connect to it.\n"
       "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR");
-  distcc_cuda::ParseFlags(argc, argv);
+  distcc_cuda::ParseFlags(argc, argv, "coordinator");
   distcc_cuda::BlockTerminationSignals();
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);

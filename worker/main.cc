@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
       "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
       "[--memory-cap SIZE] [--nvcc PATH]");
-  distcc_cuda::ParseFlags(argc, argv);
+  distcc_cuda::ParseFlags(argc, argv, "worker");
   distcc_cuda::BlockTerminationSignals();
   const char* cuda_home = std::getenv("CUDA_HOME");
   auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");

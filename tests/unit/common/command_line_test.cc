@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/command_line.h"
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -78,6 +79,42 @@ TEST(NormalizeFlagNamesTest, ReturnedPointersLiveInStorage) {
   // The caller's argv is left as it was.
   EXPECT_EQ(flag, "--state-dir=x");
 }
+
+struct ConfigFlagCase {
+  std::string name;
+  std::vector<std::string> args;
+  std::optional<std::string> value;
+};
+
+void PrintTo(const ConfigFlagCase& c, std::ostream* os) { *os << c.name; }
+
+class ConfigFlagValueTest : public ::testing::TestWithParam<ConfigFlagCase> {};
+
+TEST_P(ConfigFlagValueTest, FindsTheConfigFlag) {
+  EXPECT_EQ(ConfigFlagValue(GetParam().args), GetParam().value);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigFlagValueTest,
+    ::testing::Values(
+        ConfigFlagCase{"None", {"prog", "--slots=2", "a.toml"}, std::nullopt},
+        ConfigFlagCase{"OnlyProgram", {"prog"}, std::nullopt},
+        ConfigFlagCase{"WithEquals", {"prog", "--config=a.toml"}, "a.toml"},
+        ConfigFlagCase{"SeparateValue", {"prog", "--config", "a.toml", "b"}, "a.toml"},
+        ConfigFlagCase{"OneDash", {"prog", "-config=a.toml"}, "a.toml"},
+        ConfigFlagCase{"OneDashSeparateValue", {"prog", "-config", "a.toml"}, "a.toml"},
+        ConfigFlagCase{"Empty", {"prog", "--config="}, ""},
+        ConfigFlagCase{"LastWins", {"prog", "--config=a.toml", "--config", "b.toml"}, "b.toml"},
+        ConfigFlagCase{"ValueThatLooksLikeAFlag", {"prog", "--config", "--config=x"}, "--config=x"},
+        ConfigFlagCase{"MissingValue", {"prog", "--config"}, std::nullopt},
+        ConfigFlagCase{"ProgramNameIgnored", {"--config=a.toml"}, std::nullopt},
+        ConfigFlagCase{
+            "OtherFlagWithThePrefix", {"prog", "--configure=a", "--config_x=b"}, std::nullopt},
+        ConfigFlagCase{"PositionalIgnored", {"prog", "config=a.toml", "config"}, std::nullopt},
+        ConfigFlagCase{"AfterBareDoubleDashIgnored",
+                       {"prog", "--config=a.toml", "--", "--config=b.toml"},
+                       "a.toml"}),
+    [](const ::testing::TestParamInfo<ConfigFlagCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace distcc_cuda
