@@ -3,8 +3,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/files.h"
 #include "common/status.h"
 
 extern char** environ;
@@ -197,6 +200,8 @@ struct ChildPlan {
   char* const* argv;
   char* const* envp;
   const char* working_directory;  // nullptr: keep the parent's
+  const char* bind_source;        // nullptr: no mount namespace
+  const char* bind_target;
   int stdin_fd;
   int stdout_fd;
   int stderr_fd;
@@ -205,7 +210,7 @@ struct ChildPlan {
   int max_fd;
 };
 
-enum class ChildStage : int { kRedirect = 1, kChdir = 2, kExec = 3 };
+enum class ChildStage : int { kRedirect = 1, kChdir = 2, kExec = 3, kMount = 4 };
 
 struct ChildFailure {
   int stage;
@@ -291,6 +296,14 @@ void CloseAllExcept(int* keep, int count, int max_fd) {
   if (failure_fd < 3) {
     failure_fd = fcntl(failure_fd, F_DUPFD_CLOEXEC, 3);
     if (failure_fd < 0) _exit(127);
+  }
+  if (plan.bind_source != nullptr) {
+    // A mount namespace of its own, where nothing it mounts propagates back.
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount(plan.bind_source, plan.bind_target, nullptr, MS_BIND, nullptr) != 0) {
+      ReportAndExit(failure_fd, ChildStage::kMount, errno);
+    }
   }
   if (plan.working_directory != nullptr && chdir(plan.working_directory) != 0) {
     ReportAndExit(failure_fd, ChildStage::kChdir, errno);
@@ -450,6 +463,8 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   plan.envp = envp.data();
   plan.working_directory =
       spec.working_directory.empty() ? nullptr : spec.working_directory.c_str();
+  plan.bind_source = spec.bind_source.empty() ? nullptr : spec.bind_source.c_str();
+  plan.bind_target = spec.bind_target.c_str();
   plan.stdin_fd = dev_null.get();
   plan.stdout_fd = out.child_end.get();
   plan.stderr_fd = err.child_end.get();
@@ -512,6 +527,10 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
         return StartError(child_failure.error,
                           absl::StrCat("cannot enter working directory '", spec.working_directory,
                                        "' to run '", program, "'"));
+      case ChildStage::kMount:
+        return StartError(child_failure.error,
+                          absl::StrCat("cannot mount '", spec.bind_source, "' at '",
+                                       spec.bind_target, "' in a mount namespace of its own"));
       case ChildStage::kRedirect:
         return StartError(child_failure.error,
                           absl::StrCat("cannot set up stdin/stdout/stderr of '", program, "'"));
@@ -637,6 +656,25 @@ std::string DescribeTermination(const ProcessResult& result) {
     return absl::StrCat("exit code ", result.exit_code);
   }
   return "did not run to completion";
+}
+
+absl::Status MountNamespacesWork(const std::string& target) {
+  RETURN_IF_ERROR(MakeDirectories(target));
+  ASSIGN_OR_RETURN(std::string probe, MakeTempDirectory("/tmp", "distcc-cuda-mount-probe-"));
+  ProcessSpec spec;
+  spec.argv = {"true"};
+  spec.bind_source = probe;
+  spec.bind_target = target;
+  spec.working_directory = target;
+  spec.timeout = absl::Seconds(10);
+  absl::StatusOr<ProcessResult> run = RunProcess(spec);
+  RemoveAll(probe).IgnoreError();
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    return absl::InternalError(absl::StrCat("`true` in a mount namespace exited with ",
+                                            run->exit_code, ": ", run->stderr_text));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace distcc_cuda

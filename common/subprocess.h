@@ -39,6 +39,13 @@ struct ProcessSpec {
   // read and dropped (the child never blocks on a full pipe) and the result
   // says `output_truncated`.
   size_t output_limit_bytes = 16 << 20;
+  // Optional: the child gets a mount namespace of its own in which the folder
+  // `bind_source` is mounted at `bind_target` (an existing folder), before it
+  // enters `working_directory` (which may lie under `bind_target`). Nothing
+  // outside the child sees it. Needs CAP_SYS_ADMIN; without it the run fails
+  // with PERMISSION_DENIED (see MountNamespacesWork).
+  std::string bind_source;
+  std::string bind_target;
   // Optional. Called on the calling thread with the child's pid once the child
   // exists, in its own process group, and before it executes the program: the
   // program does not start until this returns (so a cgroup set here accounts
@@ -79,6 +86,10 @@ struct ProcessResult {
 // handlers and waits only for its own child. The calling process must not set
 // SIGCHLD to SIG_IGN (the kernel would then reap the child behind its back).
 absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec);
+
+// OK if children can be given a mount namespace with a folder mounted at
+// `target` (made if missing): tries it once with `true`. Else why not.
+absl::Status MountNamespacesWork(const std::string& target);
 
 // A short description of how `result` ended, for messages: "exit code 2",
 // "killed by signal 9 (Killed)", "timed out after 5s".

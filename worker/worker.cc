@@ -45,6 +45,17 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->options_ = options;
   ASSIGN_OR_RETURN(worker->toolchain_, ComputeToolchainFingerprint(options.nvcc_path));
   RETURN_IF_ERROR(CheckRequiredRelease(worker->toolchain_, options.required_nvcc_release));
+  if (options.stable_compile_path) {
+    absl::Status mounts = MountNamespacesWork(kUnitRoot);
+    if (mounts.ok()) {
+      worker->unit_root_ = kUnitRoot;
+    } else {
+      spdlog::info(
+          "worker {}: units compile at their sandbox paths (no mount namespace: {}); objects of "
+          "units with anonymous namespaces then differ from worker to worker",
+          options.name, std::string(mounts.message()));
+    }
+  }
   ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
   MemoryCapOptions cap;
   cap.cap_bytes = options.memory_cap_bytes;
@@ -63,9 +74,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
   RETURN_IF_ERROR(worker->Register());
-  spdlog::info("worker {} registered with {}: {} slots, {}; {}", options.name,
+  spdlog::info("worker {} registered with {}: {} slots, {}; {}; units compile at {}", options.name,
                options.coordinator_address, options.slots, worker->memory_cap_->Describe(),
-               DescribeToolchain(worker->toolchain_));
+               DescribeToolchain(worker->toolchain_),
+               worker->unit_root_.empty() ? "their sandbox paths" : worker->unit_root_);
   Worker* self = worker.get();
   worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
   for (int slot = 0; slot < options.slots; ++slot) {
@@ -200,6 +212,14 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   }
   std::string cwd =
       unit.working_directory().empty() ? *sandbox : *sandbox + "/" + unit.working_directory();
+  // Where nvcc sees it: the same path for every task on every worker where
+  // mount namespaces work (nvcc hashes the source's absolute path into
+  // symbol names), else the sandbox itself.
+  std::string run_cwd = cwd;
+  if (!unit_root_.empty()) {
+    run_cwd =
+        unit.working_directory().empty() ? unit_root_ : unit_root_ + "/" + unit.working_directory();
+  }
   MakeDirectories(cwd).IgnoreError();
   for (const std::string& output : unit.output_paths()) {
     MakeDirectories(fs::path(cwd + "/" + output).parent_path().string()).IgnoreError();
@@ -215,7 +235,11 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   spec.on_started = [&scope](pid_t pid) { (*scope)->Attach(pid).IgnoreError(); };
   spec.argv.push_back(options_.nvcc_path);
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
-  spec.working_directory = cwd;
+  spec.working_directory = run_cwd;
+  if (!unit_root_.empty()) {
+    spec.bind_source = *sandbox;
+    spec.bind_target = unit_root_;
+  }
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
   absl::StatusOr<ProcessResult> run = RunProcess(spec);
   if (!run.ok()) {

@@ -30,9 +30,16 @@ struct WorkerOptions {
   std::string required_nvcc_release;  // "12.8": refuse to start with another release
   std::string work_dir;               // sandboxes (tasks/) and the input cache (cas/)
   bool keep_sandboxes = false;        // leave task folders behind for debugging
+  // Compile every unit at the same path (kUnitRoot, through a mount
+  // namespace per task) where the kernel allows it, so objects do not depend
+  // on which worker or sandbox compiled them.
+  bool stable_compile_path = true;
   // How long to keep trying to reach the coordinator at start.
   absl::Duration connect_timeout = absl::Seconds(30);
 };
+
+// Where each unit's sandbox appears to nvcc when mount namespaces work.
+inline constexpr char kUnitRoot[] = "/tmp/distcc-cuda-unit";
 
 class Worker {
  public:
@@ -63,6 +70,7 @@ class Worker {
 
   WorkerOptions options_;
   v1::ToolchainFingerprint toolchain_;
+  std::string unit_root_;  // where nvcc sees a task's sandbox; empty: at its own path
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::unique_ptr<CasClient> cas_client_;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_paths.h"
@@ -490,6 +492,39 @@ TEST(RunProcessTest, ConcurrentCallsFromSeveralThreads) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(RunProcessTest, BindMountIsSeenByTheChildAlone) {
+  std::string root = testing::NewTempDir("bind-");
+  std::string target = root + "/target";
+  absl::Status works = MountNamespacesWork(target);
+  if (!works.ok()) GTEST_SKIP() << "no mount namespaces here (needs root): " << works;
+  ASSERT_TRUE(WriteFileAtomically(root + "/sandbox/sub/marker", "from the sandbox").ok());
+  ProcessSpec spec;
+  spec.argv = {"sh", "-c", "pwd; cat marker; echo written > out"};
+  spec.bind_source = root + "/sandbox";
+  spec.bind_target = target;
+  spec.working_directory = target + "/sub";
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0) << result->stderr_text;
+  EXPECT_EQ(result->stdout_text, target + "/sub\nfrom the sandbox");
+  // What it wrote is in the sandbox; the target stays an empty folder here.
+  EXPECT_EQ(*ReadFile(root + "/sandbox/sub/out"), "written\n");
+  EXPECT_TRUE(std::filesystem::is_empty(target));
+}
+
+TEST(RunProcessTest, BindMountOntoAMissingFolderSaysWhat) {
+  std::string root = testing::NewTempDir("bind-");
+  if (!MountNamespacesWork(root + "/probe").ok()) GTEST_SKIP() << "no mount namespaces here";
+  ProcessSpec spec;
+  spec.argv = {"true"};
+  spec.bind_source = root;
+  spec.bind_target = root + "/missing";
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(std::string(result.status().message()),
+              ::testing::HasSubstr("cannot mount '" + root + "' at '" + root + "/missing'"));
 }
 
 TEST(DescribeTerminationTest, Cases) {
