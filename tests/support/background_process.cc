@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<BackgroundProcess>> BackgroundProcess::Start(
     sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(log, 1);
     dup2(log, 2);
-    execv(args[0], args.data());
+    execvp(args[0], args.data());
     _exit(127);
   }
   close(log);
