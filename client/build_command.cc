@@ -349,6 +349,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       out << "distcc-cuda: build " << event.accepted().build_id() << ": " << total << " units on "
           << address << " (" << event.accepted().eligible_workers()
           << " workers with this toolchain)\n";
+    } else if (event.has_unit_split()) {
+      const auto& split = event.unit_split();
+      total += split.into_size() - 1;
+      out << "  split " << split.unit_name() << " into " << absl::StrJoin(split.into(), ", ")
+          << ": " << split.reason() << "\n";
     } else if (event.has_unit_requeued()) {
       out << "  re-queued " << event.unit_requeued().unit_name() << ": "
           << event.unit_requeued().reason() << "\n";

@@ -197,6 +197,7 @@ std::vector<GeneratedUnit> GroupInstantiations(const v1::InstantiationSet& set,
       names.push_back(points[i].name);
       unit.instantiation_text += points[i].instantiation_text;
       ++unit.instantiations;
+      unit.members.push_back(points[i]);
     }
     next += size;
     unit.source_text =

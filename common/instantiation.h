@@ -21,6 +21,7 @@ struct GeneratedUnit {
   std::map<std::string, std::string> axis_values;  // of a single grid point
   std::string instantiation_text;                  // the rendered text alone
   int instantiations = 1;                          // grid points compiled in this unit
+  std::vector<GeneratedUnit> members;              // of a group: its grid points
 };
 
 // Returns the placeholder names in `text`, in order of appearance. "{{" and
@@ -46,7 +47,8 @@ absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(const v1::Inst
 // Joins consecutive grid points into units of at most `per_unit`
 // instantiations each, sized as evenly as possible: one source with the
 // headers' #include lines once, then every point's text. A group is named
-// "<set>_<k>of<n>". With `per_unit` <= 1 the points are returned unchanged.
+// "<set>_<k>of<n>" and keeps its points in `members`. With `per_unit` <= 1 the
+// points are returned unchanged.
 std::vector<GeneratedUnit> GroupInstantiations(const v1::InstantiationSet& set,
                                                std::vector<GeneratedUnit> points, int per_unit);
 

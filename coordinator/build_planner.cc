@@ -2,6 +2,7 @@
 #include "coordinator/build_planner.h"
 
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,98 @@ absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
   return absl::OkStatus();
 }
 
+UnitDemand Predict(const PeakHistory* history, const std::string& identity,
+                   const std::string& family, int parallel, int instantiations) {
+  return history != nullptr
+             ? history->Predict(identity, family, parallel, instantiations)
+             : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
+                          PredictionDefaults().wall * instantiations, "default"};
+}
+
+// The compile unit of a generated source (one grid point or a group of
+// them), its source put into the CAS.
+absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet& set,
+                                                     const GeneratedUnit& point, CasStore& cas) {
+  ASSIGN_OR_RETURN(Digest source, cas.PutBytes(point.source_text));
+  v1::CompileUnit unit;
+  unit.set_name(point.name);
+  unit.set_working_directory(set.directory());
+  std::string source_name = point.name + ".cu";
+  std::string object_name = point.name + ".o";
+  for (const auto& argument : set.arguments()) unit.add_arguments(argument);
+  unit.add_arguments("-c");
+  unit.add_arguments(source_name);
+  unit.add_arguments("-o");
+  unit.add_arguments(object_name);
+  unit.add_output_paths(object_name);
+  *unit.mutable_inputs() = set.inputs();
+  std::string source_path = set.directory().empty()
+                                ? source_name
+                                : (std::filesystem::path(set.directory()) / source_name).string();
+  for (const auto& input : set.inputs()) {
+    if (input.path() == source_path) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(set.manifest_location(), ": generated unit ", source_path,
+                       " would replace an input file of the same name; rename the unit "
+                       "template"));
+    }
+  }
+  auto* input = unit.add_inputs();
+  input->set_path(source_path);
+  *input->mutable_digest() = ToProto(source);
+  return unit;
+}
+
+// Keys and predicts one unit.
+PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const std::string& family,
+                 int instantiations, const PeakHistory* history) {
+  PlannedUnit plan;
+  plan.action_digest = ActionDigest(toolchain, unit);
+  plan.identity = UnitIdentity(toolchain, unit);
+  plan.family = UnitFamily(toolchain, unit, family);
+  int parallel = ParallelCompilations(
+      std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
+  plan.instantiations = instantiations;
+  plan.demand = Predict(history, plan.identity, plan.family, parallel, instantiations);
+  plan.unit = std::move(unit);
+  return plan;
+}
+
+// What splitting a group of instantiations needs; shared by its halves.
+struct SplitContext {
+  v1::InstantiationSet set;
+  std::string toolchain;
+  CasStore* cas;
+  const PeakHistory* history;
+};
+
+// Gives a group of several grid points the means to split itself in two
+// halves named "<group>_1of2" and "<group>_2of2" (a half of one point takes
+// the point's own name), which can split again.
+void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
+                std::shared_ptr<const SplitContext> context) {
+  if (group.members.size() < 2) return;
+  plan.split = [group = std::move(group), context]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    int half = (group.members.size() + 1) / 2;
+    std::vector<PlannedUnit> halves;
+    for (GeneratedUnit& part : GroupInstantiations(context->set, group.members, half)) {
+      // A group keeps its parent's name with "_<k>of2"; a single point is
+      // named as it would be with one instantiation per unit.
+      if (!part.members.empty()) {
+        part.name = group.name + part.name.substr(context->set.name().size());
+      }
+      ASSIGN_OR_RETURN(v1::CompileUnit unit,
+                       GeneratedCompileUnit(context->set, part, *context->cas));
+      RETURN_IF_ERROR(ValidateCompileUnit(unit));
+      halves.push_back(Plan(context->toolchain, std::move(unit),
+                            absl::StrCat("set:", context->set.name()), part.instantiations,
+                            context->history));
+      AllowSplit(halves.back(), std::move(part), context);
+    }
+    return halves;
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
@@ -35,13 +128,6 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
                                                    const ClusterCapacity& capacity,
                                                    UnitSizeChoices* choices) {
   const std::string& toolchain = request.toolchain().digest();
-  auto predict = [history](const std::string& identity, const std::string& family, int parallel,
-                           int instantiations) {
-    return history != nullptr
-               ? history->Predict(identity, family, parallel, instantiations)
-               : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
-                            PredictionDefaults().wall * instantiations, "default"};
-  };
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
   // Similar units: those of one instantiation set, or ordinary units
   // compiled in the same folder.
@@ -50,6 +136,8 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
     families.push_back(absl::StrCat("folder:", unit.working_directory()));
   }
   std::vector<int> instantiations(units.size(), 1);
+  // Per unit: the generated group it compiles, for splitting it later.
+  std::vector<std::pair<GeneratedUnit, std::shared_ptr<const SplitContext>>> groups(units.size());
   for (const v1::InstantiationSet& set : request.instantiation_sets()) {
     ASSIGN_OR_RETURN(std::vector<GeneratedUnit> points, ExpandInstantiationSet(set));
     std::vector<std::string> set_arguments(set.arguments().begin(), set.arguments().end());
@@ -60,7 +148,8 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       one.set_working_directory(set.directory());
       for (const std::string& argument : set_arguments) one.add_arguments(argument);
       std::string family = UnitFamily(toolchain, one, absl::StrCat("set:", set.name()));
-      int64_t peak = predict("", family, ParallelCompilations(set_arguments), 1).peak_bytes;
+      int64_t peak =
+          Predict(history, "", family, ParallelCompilations(set_arguments), 1).peak_bytes;
       std::string key = absl::StrCat(family, "/", points.size());
       std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
       int fits = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
@@ -75,37 +164,14 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       }
     }
     std::vector<GeneratedUnit> generated = GroupInstantiations(set, std::move(points), per_unit);
+    auto context =
+        std::make_shared<const SplitContext>(SplitContext{set, toolchain, &cas, history});
     for (GeneratedUnit& point : generated) {
-      ASSIGN_OR_RETURN(Digest source, cas.PutBytes(point.source_text));
-      v1::CompileUnit unit;
-      unit.set_name(point.name);
-      unit.set_working_directory(set.directory());
-      std::string source_name = point.name + ".cu";
-      std::string object_name = point.name + ".o";
-      for (const auto& argument : set.arguments()) unit.add_arguments(argument);
-      for (const char* argument : {"-c"}) unit.add_arguments(argument);
-      unit.add_arguments(source_name);
-      unit.add_arguments("-o");
-      unit.add_arguments(object_name);
-      unit.add_output_paths(object_name);
-      *unit.mutable_inputs() = set.inputs();
-      std::string source_path =
-          set.directory().empty() ? source_name
-                                  : (std::filesystem::path(set.directory()) / source_name).string();
-      for (const auto& input : set.inputs()) {
-        if (input.path() == source_path) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(set.manifest_location(), ": generated unit ", source_path,
-                           " would replace an input file of the same name; rename the unit "
-                           "template"));
-        }
-      }
-      auto* input = unit.add_inputs();
-      input->set_path(source_path);
-      *input->mutable_digest() = ToProto(source);
+      ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, point, cas));
       units.push_back(std::move(unit));
       families.push_back(absl::StrCat("set:", set.name()));
       instantiations.push_back(point.instantiations);
+      groups.emplace_back(std::move(point), context);
     }
   }
   std::set<std::string> names;
@@ -117,16 +183,10 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       return absl::InvalidArgumentError(
           absl::StrCat("two units are named '", unit.name(), "'; unit names must be unique"));
     }
-    PlannedUnit plan;
-    plan.action_digest = ActionDigest(toolchain, unit);
-    plan.identity = UnitIdentity(toolchain, unit);
-    plan.family = UnitFamily(toolchain, unit, families[i]);
-    int parallel = ParallelCompilations(
-        std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
-    plan.instantiations = instantiations[i];
-    plan.demand = predict(plan.identity, plan.family, parallel, plan.instantiations);
-    plan.unit = std::move(unit);
-    planned.push_back(std::move(plan));
+    planned.push_back(Plan(toolchain, std::move(unit), families[i], instantiations[i], history));
+    if (groups[i].second != nullptr) {
+      AllowSplit(planned.back(), std::move(groups[i].first), groups[i].second);
+    }
   }
   return planned;
 }

@@ -324,6 +324,24 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
     unit.needs_cap_above = std::max(cap, unit.needs_cap_above);
     next = absl::StrCat("retrying on a worker with a cap above ", FormatByteSize(cap));
   } else {
+    if (unit.planned.split) {
+      // Fewer instantiations per unit: the halves may fit where it did not.
+      absl::StatusOr<std::vector<PlannedUnit>> parts = unit.planned.split();
+      bool unique = parts.ok();
+      for (size_t i = 0; unique && i < parts->size(); ++i) {
+        for (const UnitState& other : build.units) {
+          unique = unique && other.planned.unit.name() != (*parts)[i].unit.name();
+        }
+      }
+      if (parts.ok() && parts->size() > 1 && unique) {
+        SplitUnit(task_id, std::move(*parts),
+                  absl::StrCat(killed, "; no worker has more memory, so its ",
+                               unit.planned.instantiations, " instantiations are split"),
+                  deferred);
+        return;
+      }
+      if (!parts.ok()) spdlog::warn("cannot split unit {}: {}", name, parts.status().ToString());
+    }
     EndTask(task_id);
     v1::TaskResult failed = result;
     failed.set_error_message(absl::StrCat(
@@ -407,13 +425,14 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   v1::BuildEvent done;
   auto* summary = done.mutable_finished();
   summary->set_success(build.failed == 0);
-  summary->set_units_total(build.units.size());
+  summary->set_units_total(build.units.size() - build.splits);
   summary->set_units_failed(build.failed);
   summary->set_units_cached(build.cached);
   for (const std::string& name : build.workers_used) summary->add_workers_used(name);
   summary->set_message(
-      build.failed == 0 ? "all units compiled"
-                        : absl::StrCat(build.failed, " of ", build.units.size(), " units failed"));
+      build.failed == 0
+          ? "all units compiled"
+          : absl::StrCat(build.failed, " of ", build.units.size() - build.splits, " units failed"));
   deferred.events.emplace_back(build.sink, std::move(done));
   spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
                build.failed, build.cached);
@@ -489,6 +508,32 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
   }
   deferred.Run();
   return id;
+}
+
+void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
+                               const std::string& reason, Deferred& deferred) {
+  std::optional<TaskState> task = EndTask(task_id);
+  if (!task) return;
+  BuildState& build = builds_.at(task->build_id);
+  UnitState& old = build.units[task->unit_index];
+  old.phase = UnitPhase::kDone;
+  old.split = true;
+  ++build.splits;
+  v1::BuildEvent event;
+  auto* split = event.mutable_unit_split();
+  split->set_unit_name(old.planned.unit.name());
+  split->set_reason(reason);
+  spdlog::warn("splitting unit {} into {} units: {}", old.planned.unit.name(), parts.size(),
+               reason);
+  std::vector<int> fresh;
+  for (PlannedUnit& part : parts) {  // `old` is not used past here: units grows
+    split->add_into(part.unit.name());
+    fresh.push_back(build.units.size());
+    build.units.push_back(UnitState{std::move(part)});
+  }
+  build.remaining += static_cast<int>(fresh.size()) - 1;
+  deferred.events.emplace_back(build.sink, std::move(event));
+  Enqueue(build.id, fresh);
 }
 
 void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {

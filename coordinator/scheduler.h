@@ -53,6 +53,10 @@ struct PlannedUnit {
   std::string family;
   UnitDemand demand;
   int instantiations = 1;  // grid points compiled in this unit
+  // For a unit of several instantiations: makes smaller units of the same
+  // points (named after this one), the last rung of the memory retry ladder.
+  // Called under the scheduler's lock.
+  std::function<absl::StatusOr<std::vector<PlannedUnit>>()> split;
 };
 
 // What the workers that can take a build offer, for choosing unit sizes.
@@ -117,6 +121,7 @@ class BuildScheduler {
     int64_t reservation_floor = 0;  // reserve at least this much
     bool alone = false;             // only on an otherwise idle worker
     int64_t needs_cap_above = 0;    // only on a worker with a larger cap
+    bool split = false;             // replaced by smaller units
   };
   struct BuildState {
     std::string id;
@@ -125,6 +130,7 @@ class BuildScheduler {
     int remaining = 0;
     int failed = 0;
     int cached = 0;
+    int splits = 0;  // units replaced by smaller ones (not in the totals)
     std::set<std::string> workers_used;
     BuildEventSink sink;
   };
@@ -197,6 +203,9 @@ class BuildScheduler {
   // The memory retry ladder for a unit its worker's cap stopped.
   void RetryAfterMemoryKill(const std::string& task_id, const v1::TaskResult& result,
                             Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces a killed task's unit by `parts` (the ladder's last rung).
+  void SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
+                 const std::string& reason, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts units in priority order: longest predicted wall time first.
   void Enqueue(const std::string& build_id, const std::vector<int>& units)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,6 +10,8 @@
 // Directives in the source steer a compile:
 //   FAKE_FAIL(message)   prints "SOURCE(LINE): error: message", exits 2
 //   FAKE_TOUCH_MIB=N     allocates and touches N MiB first, and holds it
+//   FAKE_TOUCH_MIB_EACH=N  adds N MiB per occurrence: a unit of several
+//                        instantiations, each with this, touches their sum
 //   FAKE_SLEEP_MS=N      then sleeps N ms (so the peak lasts, as cicc's does)
 //   FAKE_CRASH           dies of SIGABRT
 //   FAKE_STDOUT(text)    prints text on stdout
@@ -101,6 +103,15 @@ long NumberAfter(const std::string& text, const std::string& name) {
   return at == std::string::npos ? 0 : std::atol(text.c_str() + at + name.size() + 1);
 }
 
+long SumAfter(const std::string& text, const std::string& name) {
+  long sum = 0;
+  for (size_t at = text.find(name + "="); at != std::string::npos;
+       at = text.find(name + "=", at + 1)) {
+    sum += std::atol(text.c_str() + at + name.size() + 1);
+  }
+  return sum;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,7 +183,7 @@ int main(int argc, char** argv) {
     std::cerr << "fake nvcc: expected -c SOURCE -o OBJECT\n";
     return 1;
   }
-  if (long mib = NumberAfter(text, "FAKE_TOUCH_MIB")) {
+  if (long mib = NumberAfter(text, "FAKE_TOUCH_MIB") + SumAfter(text, "FAKE_TOUCH_MIB_EACH")) {
     size_t bytes = static_cast<size_t>(mib) << 20;
     volatile char* memory = static_cast<volatile char*>(std::malloc(bytes));
     for (size_t i = 0; memory != nullptr && i < bytes; i += 4096) memory[i] = 1;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/build_command.h"
 #include "client/commands.h"
 #include "common/files.h"
@@ -132,6 +133,46 @@ TEST_P(MemoryCapTest, UnitLargerThanEveryCapFailsNamingItsPeakAndTheLargestCap) 
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << out.str();
   EXPECT_THAT(out.str(), HasSubstr("unit big peaked at"));
   EXPECT_THAT(out.str(), HasSubstr("above what every worker can give it (largest cap 1.0 GiB)"));
+}
+
+TEST_P(MemoryCapTest, UnitOfSeveralInstantiationsAboveEveryCapIsSplitAndBuilt) {
+  // Four instantiations of 300 MiB in one unit: 1.2 GiB, above the only
+  // worker's 1 GiB cap; two of them fit.
+  Write("src/kernels.toml", R"([build]
+output = "libsplit.so"
+
+[[instantiations]]
+name = "kern"
+unit = "kern_{n}"
+headers = ["kern.cuh"]
+text = "template void Kern<{n}>(); // FAKE_TOUCH_MIB_EACH=300 FAKE_SLEEP_MS=100"
+per_unit = 4
+
+[instantiations.axes]
+n = [1, 2, 3, 4]
+)");
+  Write("src/kern.cuh", "template <int N> void Kern() {}\n");
+  worker::Worker* small = AddWorker("small", 1 * kGiB);
+  ASSERT_NE(small, nullptr);
+  if (!GetParam() && !absl::StartsWith(small->memory_mechanism(), "cgroup")) {
+    GTEST_SKIP() << "no writable memory cgroup here: " << small->memory_mechanism();
+  }
+  std::ostringstream out;
+  absl::Status status = client::RunBuild(Options(), out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("split kern_1of1 into kern_1of1_1of2, kern_1of1_2of2: killed "
+                                   "for memory on small"));
+  EXPECT_THAT(out.str(), HasSubstr("its 4 instantiations are split"));
+  EXPECT_THAT(out.str(), HasSubstr("units     2 (2 compiled, 0 cached, 0 failed)"));
+  // Every instantiation reached the library, once.
+  absl::StatusOr<std::string> library = ReadFile(root_ + "/out/libsplit.so");
+  ASSERT_TRUE(library.ok());
+  for (int n = 1; n <= 4; ++n) {
+    std::string text = absl::StrCat("template void Kern<", n, ">();");
+    size_t first = library->find(text);
+    EXPECT_NE(first, std::string::npos) << text;
+    EXPECT_EQ(library->find(text, first + 1), std::string::npos) << text << " twice";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mechanisms, MemoryCapTest, ::testing::Values(false, true),

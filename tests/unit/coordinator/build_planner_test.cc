@@ -145,6 +145,39 @@ TEST_F(UnitSizeTest, CoordinatorGroupsInstantiationsToFitTheCapsAndBalance) {
   EXPECT_EQ((*units)[0].demand.peak_bytes, 4 * PredictionDefaults().peak_bytes);
 }
 
+TEST_F(UnitSizeTest, GroupSplitsIntoHalvesThatSplitAgainDownToOnePoint) {
+  absl::StatusOr<std::vector<PlannedUnit>> units = Plan({16 * (int64_t{1} << 30), 1}, nullptr);
+  ASSERT_TRUE(units.ok()) << units.status();
+  const PlannedUnit& group = (*units)[1];  // K<5> .. K<8>
+  ASSERT_TRUE(group.split);
+  absl::StatusOr<std::vector<PlannedUnit>> halves = group.split();
+  ASSERT_TRUE(halves.ok()) << halves.status();
+  ASSERT_EQ(halves->size(), 2u);
+  EXPECT_EQ((*halves)[0].unit.name(), "k_2of2_1of2");
+  EXPECT_EQ((*halves)[1].unit.name(), "k_2of2_2of2");
+  EXPECT_EQ((*halves)[1].instantiations, 2);
+  EXPECT_EQ((*halves)[1].demand.peak_bytes, 2 * PredictionDefaults().peak_bytes);
+  EXPECT_THAT(std::vector<std::string>((*halves)[1].unit.arguments().begin(),
+                                       (*halves)[1].unit.arguments().end()),
+              ::testing::ElementsAre("-O3", "-c", "k_2of2_2of2.cu", "-o", "k_2of2_2of2.o"));
+  const auto& input = (*halves)[1].unit.inputs((*halves)[1].unit.inputs_size() - 1);
+  EXPECT_EQ(input.path(), "kernels/k_2of2_2of2.cu");
+  absl::StatusOr<std::string> source = cas_->Get(FromProto(input.digest()));
+  ASSERT_TRUE(source.ok());
+  EXPECT_THAT(*source, HasSubstr("#include \"k.cuh\"\ntemplate void K<7>();\ntemplate void "
+                                 "K<8>();\n"));
+  EXPECT_THAT(*source, ::testing::Not(HasSubstr("K<6>")));
+  EXPECT_NE((*halves)[0].action_digest, group.action_digest);
+  // A half of two splits once more; a single point cannot.
+  ASSERT_TRUE((*halves)[1].split);
+  absl::StatusOr<std::vector<PlannedUnit>> quarters = (*halves)[1].split();
+  ASSERT_TRUE(quarters.ok());
+  ASSERT_EQ(quarters->size(), 2u);
+  EXPECT_EQ((*quarters)[0].unit.name(), "k_7") << "a single point has its own name";
+  EXPECT_EQ((*quarters)[0].instantiations, 1);
+  EXPECT_FALSE((*quarters)[0].split);
+}
+
 TEST_F(UnitSizeTest, ManifestCanForceOneInstantiationPerUnit) {
   request_.mutable_instantiation_sets(0)->set_instantiations_per_unit(1);
   absl::StatusOr<std::vector<PlannedUnit>> units = Plan({16 * (int64_t{1} << 30), 1}, nullptr);

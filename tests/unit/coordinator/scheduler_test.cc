@@ -445,6 +445,75 @@ TEST_F(SchedulerTest, MemoryKillClimbsTheRetryLadderAndFailsNamingThePeak) {
   EXPECT_TRUE(recorded_.empty()) << "no result to cache";
 }
 
+TEST_F(SchedulerTest, UnitOfSeveralInstantiationsKilledOnTheLargestWorkerIsSplit) {
+  std::string only = AddWorker("only", "13.0", 2, 1 * kGiB);
+  std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
+  units[0].unit.set_name("set_1of1");
+  units[0].instantiations = 4;
+  int splits = 0;
+  units[0].split = [&splits]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    ++splits;
+    std::vector<PlannedUnit> halves = Units(2, 300 * kMiB);
+    for (int i = 0; i < 2; ++i) {
+      halves[i].unit.set_name(absl::StrCat("set_1of1_", i + 1, "of2"));
+      halves[i].action_digest = absl::StrCat("half", i);
+      halves[i].instantiations = 2;
+    }
+    return halves;
+  };
+  ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
+  // A larger reservation, then alone; no worker has a larger cap.
+  for (int64_t peak : {300 * kMiB, 900 * kMiB}) {
+    std::optional<v1::Task> task = LeaseNow(only);
+    ASSERT_TRUE(task);
+    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
+    EXPECT_EQ(splits, 0);
+  }
+  std::optional<v1::Task> task = LeaseNow(only);
+  ASSERT_TRUE(task);
+  ASSERT_TRUE(Report(only, *task, KilledForMemory(950 * kMiB)).ok());
+  EXPECT_EQ(splits, 1);
+  const v1::BuildEvent::UnitSplit* split = nullptr;
+  for (const auto& event : events_) {
+    if (event.has_unit_split()) split = &event.unit_split();
+  }
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(split->unit_name(), "set_1of1");
+  EXPECT_THAT(split->into(), ::testing::ElementsAre("set_1of1_1of2", "set_1of1_2of2"));
+  EXPECT_THAT(split->reason(), HasSubstr("its 4 instantiations are split"));
+  EXPECT_EQ(Finished(), nullptr) << "the build goes on";
+  // Both halves fit the worker together and finish the build.
+  std::optional<v1::Task> first = LeaseNow(only);
+  std::optional<v1::Task> second = LeaseNow(only);
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(Report(only, *first, Completed(0)).ok());
+  ASSERT_TRUE(Report(only, *second, Completed(0)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_TRUE(Finished()->success());
+  EXPECT_EQ(Finished()->units_total(), 2);
+  EXPECT_THAT(recorded_, ::testing::UnorderedElementsAre("half0", "half1"));
+}
+
+TEST_F(SchedulerTest, UnitOfOneInstantiationIsNotSplit) {
+  std::string only = AddWorker("only", "13.0", 1, 1 * kGiB);
+  std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
+  bool called = false;
+  units[0].split = [&called]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    called = true;
+    return absl::InternalError("a unit of one instantiation has nothing to split");
+  };
+  ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
+  for (int64_t peak : {300 * kMiB, 900 * kMiB, 950 * kMiB}) {
+    std::optional<v1::Task> task = LeaseNow(only);
+    ASSERT_TRUE(task);
+    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
+  }
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_FALSE(Finished()->success());
+  EXPECT_TRUE(called) << "the splitter decides; it said no";
+  EXPECT_EQ(Count(v1::BuildEvent::kUnitSplit), 0);
+}
+
 TEST_F(SchedulerTest, MemoryKillsDoNotCountAsLostLeases) {
   std::string worker = AddWorker("a", "13.0", 1, 16 * kGiB);
   ASSERT_TRUE(SubmitUnits(Units(1, 100 * kMiB)).ok());
