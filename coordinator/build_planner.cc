@@ -92,7 +92,12 @@ struct SplitContext {
   std::string toolchain;
   CasStore* cas;
   const PeakHistory* history;
+  UnitSizeChoices* choices;  // remembers splits; may be null
 };
+
+std::string SplitKey(const std::string& action_digest) {
+  return absl::StrCat("split:", action_digest);
+}
 
 // Gives a group of several grid points the means to split itself in two
 // halves named "<group>_1of2" and "<group>_2of2" (a half of one point takes
@@ -100,7 +105,12 @@ struct SplitContext {
 void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
                 std::shared_ptr<const SplitContext> context) {
   if (group.members.size() < 2) return;
-  plan.split = [group = std::move(group), context]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+  plan.split = [group = std::move(group), context,
+                parent = plan.action_digest]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    // The next build of the same group starts from its halves.
+    if (context->choices != nullptr && !context->choices->Find(SplitKey(parent))) {
+      context->choices->Remember(SplitKey(parent), 2);
+    }
     int half = (group.members.size() + 1) / 2;
     std::vector<PlannedUnit> halves;
     for (GeneratedUnit& part : GroupInstantiations(context->set, group.members, half)) {
@@ -119,6 +129,22 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
     }
     return halves;
   };
+}
+
+// Appends `plan`, or the units a split in an earlier build made of it
+// (recursively), so that a rebuild neither repeats the memory kills that led
+// to the split nor misses the halves' cached results.
+absl::Status AppendWithRememberedSplits(PlannedUnit plan, const UnitSizeChoices* choices,
+                                        std::vector<PlannedUnit>& out) {
+  if (choices != nullptr && plan.split && choices->Find(SplitKey(plan.action_digest))) {
+    ASSIGN_OR_RETURN(std::vector<PlannedUnit> parts, plan.split());
+    for (PlannedUnit& part : parts) {
+      RETURN_IF_ERROR(AppendWithRememberedSplits(std::move(part), choices, out));
+    }
+    return absl::OkStatus();
+  }
+  out.push_back(std::move(plan));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -165,7 +191,7 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
     }
     std::vector<GeneratedUnit> generated = GroupInstantiations(set, std::move(points), per_unit);
     auto context =
-        std::make_shared<const SplitContext>(SplitContext{set, toolchain, &cas, history});
+        std::make_shared<const SplitContext>(SplitContext{set, toolchain, &cas, history, choices});
     for (GeneratedUnit& point : generated) {
       ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, point, cas));
       units.push_back(std::move(unit));
@@ -174,18 +200,21 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       groups.emplace_back(std::move(point), context);
     }
   }
-  std::set<std::string> names;
   std::vector<PlannedUnit> planned;
   for (size_t i = 0; i < units.size(); ++i) {
-    v1::CompileUnit& unit = units[i];
-    RETURN_IF_ERROR(CheckUnit(unit, cas));
-    if (!names.insert(unit.name()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("two units are named '", unit.name(), "'; unit names must be unique"));
-    }
-    planned.push_back(Plan(toolchain, std::move(unit), families[i], instantiations[i], history));
+    RETURN_IF_ERROR(CheckUnit(units[i], cas));
+    PlannedUnit plan =
+        Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history);
     if (groups[i].second != nullptr) {
-      AllowSplit(planned.back(), std::move(groups[i].first), groups[i].second);
+      AllowSplit(plan, std::move(groups[i].first), groups[i].second);
+    }
+    RETURN_IF_ERROR(AppendWithRememberedSplits(std::move(plan), choices, planned));
+  }
+  std::set<std::string> names;
+  for (const PlannedUnit& plan : planned) {
+    if (!names.insert(plan.unit.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("two units are named '", plan.unit.name(), "'; unit names must be unique"));
     }
   }
   return planned;

@@ -19,7 +19,10 @@ namespace distcc_cuda::coordinator {
 // gets ChooseInstantiationsPerUnit grid points per unit, from its learned
 // cost per instantiation and `capacity`; the choice is kept in `choices`
 // (may be null) and reused while it still fits the caps, so that a rebuild
-// keeps its units and their cached results. INVALID_ARGUMENT for a malformed set or unit
+// keeps its units and their cached results. A group that a memory kill made
+// the scheduler split in an earlier build is planned as its halves (the
+// split is remembered in `choices` too). Every group of several points can
+// split itself (PlannedUnit::split). INVALID_ARGUMENT for a malformed set or unit
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,

@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       [results](const std::string& action, const v1::TaskResult& result) {
         results->Record(action, result);
       },
-      coordinator->history_.get());
+      coordinator->history_.get(),
+      [results](const std::string& action) { return results->Lookup(action); });
   coordinator->cas_service_ = std::make_unique<CasService>(coordinator->cas_.get());
   // Two planners: planning a build hashes and stores its generated units.
   coordinator->planner_ = std::make_unique<BoundedExecutor>(2, 64);

@@ -22,8 +22,11 @@ void BuildScheduler::Deferred::Run() {
 }
 
 BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
-                               PeakHistory* history)
-    : options_(options), record_result_(std::move(record_result)), history_(history) {}
+                               PeakHistory* history, ResultLookup lookup_result)
+    : options_(options),
+      record_result_(std::move(record_result)),
+      lookup_result_(std::move(lookup_result)),
+      history_(history) {}
 
 absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWorkerRequest& request,
                                                            absl::Time now) {
@@ -39,6 +42,9 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
   absl::MutexLock lock(&mu_);
   std::string id = absl::StrCat("w", next_id_++, "-", request.name());
   workers_[id] = WorkerState{request, now, {}, 0};
+  for (auto& [build_id, build] : builds_) {
+    if (build.toolchain_digest == request.toolchain().digest()) build.stranded_since.reset();
+  }
   spdlog::info("worker {} joined: {} slots, cap {} bytes, {}", id, request.slots(),
                request.memory_cap_bytes(), DescribeToolchain(request.toolchain()));
   return id;
@@ -375,12 +381,15 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
                build != builds_.end() &&
                result.toolchain_digest() != build->second.toolchain_digest) {
       // The worker's toolchain is no longer the one it registered with (or
-      // it never said): its object must not be linked or cached.
-      Requeue(
-          request.task_id(),
+      // it never said): its object must not be linked or cached, and the
+      // worker is dropped, so that it registers again with what it has now
+      // and gets only builds of that toolchain.
+      std::string worker_id = task_it->second.worker_id;
+      std::string reason =
           absl::StrCat("compiled with toolchain [", result.toolchain_digest().substr(0, 12),
-                       "], not the build's [", build->second.toolchain_digest.substr(0, 12), "]"),
-          deferred);
+                       "], not the build's [", build->second.toolchain_digest.substr(0, 12), "]");
+      Requeue(request.task_id(), reason, deferred, /*count_as_loss=*/false);
+      DropWorker(worker_id, absl::StrCat("reported a unit ", reason), now, deferred);
     } else {
       std::optional<TaskState> task = EndTask(request.task_id());
       ++workers_.at(task->worker_id).completed;
@@ -525,15 +534,38 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
   split->set_reason(reason);
   spdlog::warn("splitting unit {} into {} units: {}", old.planned.unit.name(), parts.size(),
                reason);
+  // What the parent taught: a half needs at least its share of the peak
+  // seen, and the parent already failed alone on the largest worker.
+  int64_t peak_seen = old.peak_seen;
+  int parent_instantiations = std::max(1, old.planned.instantiations);
   std::vector<int> fresh;
+  std::vector<std::pair<int, v1::TaskResult>> cached;
   for (PlannedUnit& part : parts) {  // `old` is not used past here: units grows
     split->add_into(part.unit.name());
-    fresh.push_back(build.units.size());
-    build.units.push_back(UnitState{std::move(part)});
+    int index = build.units.size();
+    std::optional<v1::TaskResult> hit =
+        lookup_result_ ? lookup_result_(part.action_digest) : std::nullopt;
+    UnitState state{std::move(part)};
+    state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations;
+    build.units.push_back(std::move(state));
+    if (hit) {
+      hit->set_toolchain_digest(build.toolchain_digest);
+      cached.emplace_back(index, std::move(*hit));
+    } else {
+      fresh.push_back(index);
+    }
   }
-  build.remaining += static_cast<int>(fresh.size()) - 1;
+  // The parent is done; its parts remain.
+  build.remaining += static_cast<int>(parts.size()) - 1;
   deferred.events.emplace_back(build.sink, std::move(event));
   Enqueue(build.id, fresh);
+  // Halves built before (a rebuild splits the same way) come from the cache.
+  std::string build_id = build.id;
+  for (auto& [index, result] : cached) {
+    auto found = builds_.find(build_id);  // FinishUnit erases it after its last unit
+    if (found == builds_.end()) break;
+    FinishUnit(found->second, index, result, true, deferred);
+  }
 }
 
 void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
@@ -561,7 +593,7 @@ void BuildScheduler::CancelBuild(const std::string& build_id) {
 }
 
 void BuildScheduler::DropWorker(const std::string& worker_id, const std::string& reason,
-                                Deferred& deferred) {
+                                absl::Time now, Deferred& deferred) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
   spdlog::warn("worker {} dropped: {}", worker_id, reason);
@@ -571,14 +603,26 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
   }
   std::string name = it->second.info.name();
   workers_.erase(worker_id);
-  // A build whose toolchain no connected worker has any more cannot go on:
-  // fail its units now rather than leave the client waiting.
-  std::vector<std::string> stranded;
-  for (const auto& [build_id, build] : builds_) {
+  // A build whose toolchain no connected worker has any more waits a grace
+  // period for one to come back (a worker that was only paused registers
+  // again), then fails rather than leave the client waiting.
+  for (auto& [build_id, build] : builds_) {
     bool served = std::any_of(workers_.begin(), workers_.end(), [&](const auto& worker) {
       return worker.second.info.toolchain().digest() == build.toolchain_digest;
     });
-    if (!served) stranded.push_back(build_id);
+    if (!served && !build.stranded_since) {
+      build.stranded_since = now;
+      build.stranded_reason = absl::StrCat("the last, ", name, ", ", reason);
+    }
+  }
+}
+
+void BuildScheduler::FailStrandedBuilds(absl::Time now, Deferred& deferred) {
+  std::vector<std::string> stranded;
+  for (const auto& [build_id, build] : builds_) {
+    if (build.stranded_since && now - *build.stranded_since > 2 * options_.heartbeat_timeout) {
+      stranded.push_back(build_id);
+    }
   }
   for (const std::string& build_id : stranded) {
     std::vector<int> queued;
@@ -590,16 +634,18 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
         ++q;
       }
     }
+    const BuildState& build = builds_.at(build_id);
     v1::TaskResult result;
     result.set_outcome(v1::TASK_FAILED_TO_START);
-    result.set_error_message(
-        absl::StrCat("no connected worker has the build's toolchain any more (the last, ", name,
-                     ", ", reason, "); start a worker with that nvcc and build again"));
+    result.set_error_message(absl::StrCat(
+        "no connected worker has the build's toolchain any more (", build.stranded_reason,
+        ", and none came back within ", absl::FormatDuration(2 * options_.heartbeat_timeout),
+        "); start a worker with that nvcc and build again"));
     for (int index : queued) {
       // FinishUnit erases the build after its last unit.
-      auto build = builds_.find(build_id);
-      if (build == builds_.end()) break;
-      FinishUnit(build->second, index, result, false, deferred);
+      auto found = builds_.find(build_id);
+      if (found == builds_.end()) break;
+      FinishUnit(found->second, index, result, false, deferred);
     }
   }
 }
@@ -618,8 +664,9 @@ void BuildScheduler::Tick(absl::Time now) {
       DropWorker(
           id,
           absl::StrCat("sent no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout)),
-          deferred);
+          now, deferred);
     }
+    FailStrandedBuilds(now, deferred);
     std::vector<std::string> overdue;
     for (const auto& [task_id, task] : tasks_) {
       if (now - task.leased_at > options_.task_timeout + options_.heartbeat_timeout) {

@@ -31,6 +31,8 @@ using LeaseCallback = std::function<void(std::optional<v1::Task>)>;
 
 // Stores a successful unit's result under its action digest.
 using ResultRecorder = std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
+// Finds a stored result by action digest (for units made during a build).
+using ResultLookup = std::function<std::optional<v1::TaskResult>(const std::string& action_digest)>;
 
 struct SchedulerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -69,7 +71,7 @@ class BuildScheduler {
  public:
   // Measured peaks and times go into `history` (may be null).
   BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
-                 PeakHistory* history = nullptr);
+                 PeakHistory* history = nullptr, ResultLookup lookup_result = nullptr);
 
   // Adds a worker; returns its id. INVALID_ARGUMENT for zero slots or cap.
   absl::StatusOr<std::string> RegisterWorker(const v1::RegisterWorkerRequest& request,
@@ -131,6 +133,10 @@ class BuildScheduler {
     int failed = 0;
     int cached = 0;
     int splits = 0;  // units replaced by smaller ones (not in the totals)
+    // Since when no connected worker has the build's toolchain (the last one
+    // left), and what happened to it; cleared when one registers.
+    std::optional<absl::Time> stranded_since;
+    std::string stranded_reason;
     std::set<std::string> workers_used;
     BuildEventSink sink;
   };
@@ -211,11 +217,15 @@ class BuildScheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result, bool cached,
                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropWorker(const std::string& worker_id, const std::string& reason, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropWorker(const std::string& worker_id, const std::string& reason, absl::Time now,
+                  Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the queued units of builds that have had no worker with their
+  // toolchain for longer than a grace period (one may come back).
+  void FailStrandedBuilds(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   const ResultRecorder record_result_;
+  const ResultLookup lookup_result_;
   PeakHistory* const history_;
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

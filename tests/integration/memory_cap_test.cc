@@ -173,6 +173,12 @@ n = [1, 2, 3, 4]
     EXPECT_NE(first, std::string::npos) << text;
     EXPECT_EQ(library->find(text, first + 1), std::string::npos) << text << " twice";
   }
+  // A rebuild starts from the halves, which are cached: no kill, no compile.
+  std::ostringstream again;
+  status = client::RunBuild(Options(), again);
+  ASSERT_TRUE(status.ok()) << status << "\n" << again.str();
+  EXPECT_THAT(again.str(), HasSubstr("units     2 (0 compiled, 2 cached, 0 failed)"));
+  EXPECT_THAT(again.str(), ::testing::Not(HasSubstr("killed for memory")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Mechanisms, MemoryCapTest, ::testing::Values(false, true),

@@ -213,14 +213,17 @@ TEST_F(SchedulerTest, ResultOfAnotherToolchainIsNeitherCachedNorPassedOn) {
   EXPECT_TRUE(recorded_.empty());
   EXPECT_THAT(LastRequeueReason(), HasSubstr("compiled with toolchain [digest-12.8"));
   for (const v1::BuildEvent& event : events_) EXPECT_FALSE(event.has_unit_finished());
-  // The unit runs again and its right result is taken.
-  task = LeaseNow(swapped);
+  // The worker is dropped (it registers again with its new toolchain); the
+  // unit runs again on a worker of the build's and its result is taken.
+  EXPECT_EQ(scheduler_.Status(kStart).workers_size(), 0);
+  std::string right = AddWorker("right", "13.0", 1);
+  task = LeaseNow(right);
   ASSERT_TRUE(task);
-  ASSERT_TRUE(Report(swapped, *task, Completed(0)).ok());
+  ASSERT_TRUE(Report(right, *task, Completed(0)).ok());
   EXPECT_THAT(recorded_, ::testing::ElementsAre("action0"));
 }
 
-TEST_F(SchedulerTest, LastWorkerOfTheToolchainLeavingFailsTheBuildAtOnce) {
+TEST_F(SchedulerTest, LastWorkerOfTheToolchainLeavingFailsTheBuildAfterAGracePeriod) {
   std::string other = AddWorker("other", "12.8");
   std::string last = AddWorker("last", "13.0");
   ASSERT_TRUE(Submit(2).ok());
@@ -228,8 +231,12 @@ TEST_F(SchedulerTest, LastWorkerOfTheToolchainLeavingFailsTheBuildAtOnce) {
   // Heartbeats only from the 12.8 worker: the 13.0 one is dropped.
   v1::HeartbeatRequest beat;
   beat.set_worker_id(other);
-  ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Seconds(4)).ok());
+  for (int s : {4, 8, 12, 16}) {
+    ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Seconds(s)).ok());
+  }
   scheduler_.Tick(kStart + absl::Seconds(6));
+  EXPECT_EQ(Finished(), nullptr) << "a worker may come back within twice the heartbeat timeout";
+  scheduler_.Tick(kStart + absl::Seconds(17));
   ASSERT_FALSE(events_.empty());
   ASSERT_TRUE(events_.back().has_finished());
   EXPECT_FALSE(events_.back().finished().success());
@@ -240,10 +247,40 @@ TEST_F(SchedulerTest, LastWorkerOfTheToolchainLeavingFailsTheBuildAtOnce) {
     ++failed;
     EXPECT_THAT(event.unit_finished().result().error_message(),
                 HasSubstr("no connected worker has the build's toolchain any more (the last, "
-                          "last, sent no heartbeat"));
+                          "last, sent no heartbeat for 5s, and none came back within 10s)"));
   }
   EXPECT_EQ(failed, 2);
-  EXPECT_EQ(scheduler_.Status(kStart + absl::Seconds(6)).queued_units(), 0);
+  EXPECT_EQ(scheduler_.Status(kStart + absl::Seconds(17)).queued_units(), 0);
+}
+
+TEST_F(SchedulerTest, BuildWaitsForAWorkerThatComesBackWithinTheGracePeriod) {
+  std::string paused = AddWorker("paused", "13.0");
+  ASSERT_TRUE(Submit(1).ok());
+  ASSERT_TRUE(LeaseNow(paused));
+  scheduler_.Tick(kStart + absl::Seconds(6));  // dropped: its unit is queued again
+  // It registers again (a laptop woke up) and the build goes on.
+  v1::RegisterWorkerRequest again;
+  again.set_name("paused");
+  *again.mutable_toolchain() = Toolchain("13.0");
+  again.set_memory_cap_bytes(8 * kGiB);
+  again.set_slots(1);
+  absl::StatusOr<std::string> back = scheduler_.RegisterWorker(again, kStart + absl::Seconds(8));
+  ASSERT_TRUE(back.ok());
+  scheduler_.Tick(kStart + absl::Seconds(9));
+  std::optional<v1::Task> task = LeaseNow(*back, kStart + absl::Seconds(9));
+  ASSERT_TRUE(task);
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(*back);
+  beat.add_running_task_ids(task->task_id());
+  for (int s : {12, 16}) {
+    ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Seconds(s)).ok());
+  }
+  // Past the grace period counted from the drop: the build was not failed.
+  scheduler_.Tick(kStart + absl::Seconds(17));
+  EXPECT_EQ(Finished(), nullptr);
+  ASSERT_TRUE(Report(*back, *task, Completed(0), kStart + absl::Seconds(17)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_TRUE(Finished()->success());
 }
 
 TEST_F(SchedulerTest, SilentWorkerLosesItsLeasesAndTheUnitRunsElsewhere) {
@@ -482,16 +519,112 @@ TEST_F(SchedulerTest, UnitOfSeveralInstantiationsKilledOnTheLargestWorkerIsSplit
   EXPECT_THAT(split->into(), ::testing::ElementsAre("set_1of1_1of2", "set_1of1_2of2"));
   EXPECT_THAT(split->reason(), HasSubstr("its 4 instantiations are split"));
   EXPECT_EQ(Finished(), nullptr) << "the build goes on";
-  // Both halves fit the worker together and finish the build.
+  // Both halves fit the worker together and finish the build. Each reserves
+  // at least its share of what the parent was seen to need (960 MiB alone).
   std::optional<v1::Task> first = LeaseNow(only);
   std::optional<v1::Task> second = LeaseNow(only);
   ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->reserved_bytes(), 480 * kMiB);
+  EXPECT_EQ(second->reserved_bytes(), 480 * kMiB);
   ASSERT_TRUE(Report(only, *first, Completed(0)).ok());
   ASSERT_TRUE(Report(only, *second, Completed(0)).ok());
   ASSERT_NE(Finished(), nullptr);
   EXPECT_TRUE(Finished()->success());
   EXPECT_EQ(Finished()->units_total(), 2);
   EXPECT_THAT(recorded_, ::testing::UnorderedElementsAre("half0", "half1"));
+}
+
+TEST_F(SchedulerTest, HalfThatFailsToCompileFailsTheBuildOnce) {
+  std::string only = AddWorker("only", "13.0", 2, 1 * kGiB);
+  std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
+  units[0].instantiations = 2;
+  units[0].split = []() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    std::vector<PlannedUnit> halves = Units(2, 100 * kMiB);
+    for (int i = 0; i < 2; ++i) halves[i].unit.set_name(absl::StrCat("half", i));
+    return halves;
+  };
+  ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
+  for (int64_t peak : {300 * kMiB, 900 * kMiB, 950 * kMiB}) {
+    std::optional<v1::Task> task = LeaseNow(only);
+    ASSERT_TRUE(task);
+    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
+  }
+  std::optional<v1::Task> first = LeaseNow(only);
+  std::optional<v1::Task> second = LeaseNow(only);
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(Report(only, *first, Completed(2)).ok());  // a compile error
+  EXPECT_EQ(Finished(), nullptr);
+  ASSERT_TRUE(Report(only, *second, Completed(0)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_FALSE(Finished()->success());
+  EXPECT_EQ(Finished()->units_total(), 2);
+  EXPECT_EQ(Finished()->units_failed(), 1);
+  EXPECT_EQ(Finished()->message(), "1 of 2 units failed");
+  EXPECT_EQ(Count(v1::BuildEvent::kFinished), 1);
+}
+
+TEST(SchedulerSplitTest, HalvesBuiltBeforeComeFromTheResultCache) {
+  std::vector<std::string> looked_up;
+  std::vector<v1::BuildEvent> events;
+  BuildScheduler scheduler(SchedulerOptions{}, nullptr, nullptr,
+                           [&](const std::string& action) -> std::optional<v1::TaskResult> {
+                             looked_up.push_back(action);
+                             if (action != "half0") return std::nullopt;
+                             v1::TaskResult result = Completed(0);
+                             result.set_worker_name("earlier");
+                             return result;
+                           });
+  v1::RegisterWorkerRequest request;
+  request.set_name("only");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(1 * kGiB);
+  request.set_slots(1);
+  std::string worker = *scheduler.RegisterWorker(request, kStart);
+  std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
+  units[0].instantiations = 2;
+  units[0].split = []() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    std::vector<PlannedUnit> halves = Units(2, 100 * kMiB);
+    for (int i = 0; i < 2; ++i) halves[i].action_digest = absl::StrCat("half", i);
+    for (int i = 0; i < 2; ++i) halves[i].unit.set_name(absl::StrCat("half", i));
+    return halves;
+  };
+  ASSERT_TRUE(scheduler
+                  .SubmitBuild(
+                      "test", Toolchain("13.0"), std::move(units), {},
+                      [&](const v1::BuildEvent& event) { events.push_back(event); }, kStart)
+                  .ok());
+  auto lease = [&]() {
+    std::optional<v1::Task> got;
+    EXPECT_TRUE(scheduler
+                    .RequestLease(
+                        worker, kStart, [&](std::optional<v1::Task> task) { got = task; }, kStart)
+                    .ok());
+    return got;
+  };
+  auto report = [&](const v1::Task& task, const v1::TaskResult& result) {
+    v1::ReportResultRequest done;
+    done.set_worker_id(worker);
+    done.set_task_id(task.task_id());
+    *done.mutable_result() = result;
+    done.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
+    return scheduler.ReportResult(done, kStart);
+  };
+  for (int64_t peak : {300 * kMiB, 900 * kMiB, 950 * kMiB}) {
+    std::optional<v1::Task> task = lease();
+    ASSERT_TRUE(task);
+    ASSERT_TRUE(report(*task, KilledForMemory(peak)).ok());
+  }
+  EXPECT_THAT(looked_up, ::testing::ElementsAre("half0", "half1"));
+  // half0 was answered from the cache; only half1 runs.
+  std::optional<v1::Task> task = lease();
+  ASSERT_TRUE(task);
+  EXPECT_EQ(task->unit().name(), "half1");
+  EXPECT_FALSE(lease()) << "nothing else is queued";
+  ASSERT_TRUE(report(*task, Completed(0)).ok());
+  ASSERT_TRUE(events.back().has_finished());
+  EXPECT_TRUE(events.back().finished().success());
+  EXPECT_EQ(events.back().finished().units_total(), 2);
+  EXPECT_EQ(events.back().finished().units_cached(), 1);
 }
 
 TEST_F(SchedulerTest, UnitOfOneInstantiationIsNotSplit) {
