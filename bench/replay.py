@@ -102,7 +102,7 @@ def vmstat_oom_kills():
 
 class Cluster:
     def __init__(self, bin_dir, fake, root, nodes, slots, cap_bytes, admission, default_mem,
-                 mechanism):
+                 mechanism, worker_args=()):
         self.procs = []
         self.logs = []
         state = os.path.join(root, "state")
@@ -123,6 +123,7 @@ class Cluster:
                    "--nvcc", fake, "--work-dir", os.path.join(root, f"node{n}")]
             if mechanism:
                 cmd += ["--memory-mechanism", mechanism]
+            cmd += worker_args
             self.procs.append(subprocess.Popen(cmd, stdout=open(path, "w"),
                                                stderr=subprocess.STDOUT))
         for path in self.logs:
@@ -170,7 +171,7 @@ def run_policy(args, label, units, db, root, admission, slots, state_from=None):
         shutil.rmtree(os.path.join(run_root, "state", "results"), ignore_errors=True)
     default_mem = int(args.default_unit_mib * MIB / args.memory_scale)
     cluster = Cluster(args.bin_dir, args.fake, run_root, args.nodes, slots, args.cap_bytes,
-                      admission, default_mem, args.mechanism)
+                      admission, default_mem, args.mechanism, args.worker_args.split())
     ooms_before = vmstat_oom_kills()
     start = time.time()
     out = subprocess.run(
@@ -270,6 +271,7 @@ def main():
     parser.add_argument("--default-unit-mib", type=float, default=4096,
                         help="cold-start prediction per compilation, simulated MiB")
     parser.add_argument("--mechanism", default="", help="worker --memory-mechanism")
+    parser.add_argument("--worker-args", default="", help="more worker flags, space-separated")
     parser.add_argument("--max-k", type=int, default=16)
     parser.add_argument("--workloads", default="fa96,fa96x5")
     parser.add_argument("--bounds-only", action="store_true",

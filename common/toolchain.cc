@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/toolchain.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <regex>
@@ -98,6 +100,23 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
                             "\n", fingerprint.host_compiler()))
           .hash);
   return fingerprint;
+}
+
+std::string ToolchainFilesSignature(const std::string& nvcc_path) {
+  std::error_code error;
+  fs::path real = fs::weakly_canonical(nvcc_path, error);
+  fs::path root = real.parent_path().parent_path();
+  std::string signature;
+  for (const fs::path& file : {real, root / "nvvm/bin/cicc", root / "bin/ptxas"}) {
+    struct stat info;
+    if (stat(file.c_str(), &info) != 0) {
+      absl::StrAppend(&signature, "missing;");
+      continue;
+    }
+    absl::StrAppend(&signature, info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
+                    info.st_mtim.tv_nsec, ";");
+  }
+  return signature;
 }
 
 absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,

@@ -25,6 +25,11 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
 absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
                                   const std::string& required);
 
+// A cheap signature of the files the fingerprint hashes (nvcc, cicc, ptxas:
+// inode, size and modification time), to notice a toolkit replaced under a
+// running process without hashing it again.
+std::string ToolchainFilesSignature(const std::string& nvcc_path);
+
 // One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest
 // 1a2b3c4d]".
 std::string DescribeToolchain(const v1::ToolchainFingerprint& toolchain);

@@ -35,6 +35,10 @@ ABSL_FLAG(std::string, work_dir, "",
           "folder for sandboxes and the input cache (default: "
           "/tmp/distcc-cuda-worker-NAME)");
 ABSL_FLAG(bool, keep_sandboxes, false, "leave each task's folder behind");
+ABSL_FLAG(bool, stable_compile_path, true,
+          "compile every unit at /run/distcc-cuda-unit (a mount namespace per unit) where "
+          "the kernel allows it, so objects do not depend on the worker; "
+          "--nostable-compile-path compiles at the sandbox paths");
 ABSL_FLAG(bool, print_toolchain, false, "print this worker's toolchain fingerprint and exit");
 
 int main(int argc, char** argv) {
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
     options.work_dir = absl::StrCat("/tmp/distcc-cuda-worker-", options.name);
   }
   options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
+  options.stable_compile_path = absl::GetFlag(FLAGS_stable_compile_path);
   std::string mechanism = absl::GetFlag(FLAGS_memory_mechanism);
   if (mechanism != "auto" && mechanism != "watchdog") {
     std::cerr << "distcc-cuda-worker: --memory-mechanism is 'auto' or 'watchdog', not '"

@@ -2,6 +2,8 @@
 #include "worker/worker.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -32,6 +34,14 @@ v1::TaskResult FailedToStart(const std::string& message) {
   return result;
 }
 
+// `path` is a folder (made if missing), not a link, owned by this process's
+// user: safe to mount a sandbox on.
+bool IsOwnDirectory(const std::string& path) {
+  if (!MakeDirectories(path).ok()) return false;
+  struct stat info;
+  return lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == geteuid();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& options) {
@@ -43,8 +53,14 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   }
   std::unique_ptr<Worker> worker(new Worker());
   worker->options_ = options;
-  ASSIGN_OR_RETURN(worker->toolchain_, ComputeToolchainFingerprint(options.nvcc_path));
-  RETURN_IF_ERROR(CheckRequiredRelease(worker->toolchain_, options.required_nvcc_release));
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
+                   ComputeToolchainFingerprint(options.nvcc_path));
+  RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
+  {
+    absl::MutexLock lock(&worker->toolchain_mu_);
+    worker->toolchain_ = toolchain;
+    worker->toolchain_files_ = ToolchainFilesSignature(options.nvcc_path);
+  }
   if (options.stable_compile_path) {
     absl::Status mounts = MountNamespacesWork(kUnitRoot);
     if (mounts.ok()) {
@@ -76,7 +92,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   RETURN_IF_ERROR(worker->Register());
   spdlog::info("worker {} registered with {}: {} slots, {}; {}; units compile at {}", options.name,
                options.coordinator_address, options.slots, worker->memory_cap_->Describe(),
-               DescribeToolchain(worker->toolchain_),
+               DescribeToolchain(toolchain),
                worker->unit_root_.empty() ? "their sandbox paths" : worker->unit_root_);
   Worker* self = worker.get();
   worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
@@ -104,7 +120,7 @@ Worker::~Worker() {
 absl::Status Worker::Register() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
-  *request.mutable_toolchain() = toolchain_;
+  *request.mutable_toolchain() = toolchain();
   request.set_memory_cap_bytes(options_.memory_cap_bytes);
   request.set_slots(options_.slots);
   request.set_memory_mechanism(memory_cap_->Describe());
@@ -116,6 +132,31 @@ absl::Status Worker::Register() {
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
   return absl::OkStatus();
+}
+
+v1::ToolchainFingerprint Worker::toolchain() const {
+  absl::MutexLock lock(&toolchain_mu_);
+  return toolchain_;
+}
+
+void Worker::RefreshToolchainIfChanged() {
+  std::string files = ToolchainFilesSignature(options_.nvcc_path);
+  absl::MutexLock lock(&toolchain_mu_);
+  if (files == toolchain_files_) return;
+  toolchain_files_ = files;
+  absl::StatusOr<v1::ToolchainFingerprint> fresh = ComputeToolchainFingerprint(options_.nvcc_path);
+  if (!fresh.ok()) {
+    spdlog::error("worker {}: the toolchain at {} changed and cannot be fingerprinted: {}",
+                  options_.name, options_.nvcc_path, fresh.status().ToString());
+    toolchain_.set_digest("unusable toolchain: " + std::string(fresh.status().message()));
+    return;
+  }
+  if (fresh->digest() == toolchain_.digest()) return;
+  spdlog::error(
+      "worker {}: the toolchain at {} changed under this worker, from {} to {}; results now "
+      "carry the new fingerprint and the worker registers again with it",
+      options_.name, options_.nvcc_path, DescribeToolchain(toolchain_), DescribeToolchain(*fresh));
+  toolchain_ = *fresh;
 }
 
 std::string Worker::worker_id() const {
@@ -184,6 +225,7 @@ void Worker::SlotLoop(int slot) {
 }
 
 v1::TaskResult Worker::RunTask(const v1::Task& task) {
+  RefreshToolchainIfChanged();
   const v1::CompileUnit& unit = task.unit();
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
   absl::Status valid = ValidateCompileUnit(unit);
@@ -215,10 +257,18 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   // Where nvcc sees it: the same path for every task on every worker where
   // mount namespaces work (nvcc hashes the source's absolute path into
   // symbol names), else the sandbox itself.
+  std::string unit_root = unit_root_;
+  if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {
+    // Removed by a /tmp cleaner, or replaced by someone else's link: this
+    // unit compiles at its sandbox path instead.
+    spdlog::warn("{} is not a folder of this worker's own; unit {} compiles at its sandbox path",
+                 unit_root, unit.name());
+    unit_root.clear();
+  }
   std::string run_cwd = cwd;
-  if (!unit_root_.empty()) {
+  if (!unit_root.empty()) {
     run_cwd =
-        unit.working_directory().empty() ? unit_root_ : unit_root_ + "/" + unit.working_directory();
+        unit.working_directory().empty() ? unit_root : unit_root + "/" + unit.working_directory();
   }
   MakeDirectories(cwd).IgnoreError();
   for (const std::string& output : unit.output_paths()) {
@@ -236,9 +286,9 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   spec.argv.push_back(options_.nvcc_path);
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
   spec.working_directory = run_cwd;
-  if (!unit_root_.empty()) {
+  if (!unit_root.empty()) {
     spec.bind_source = *sandbox;
-    spec.bind_target = unit_root_;
+    spec.bind_target = unit_root;
   }
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
   absl::StatusOr<ProcessResult> run = RunProcess(spec);
@@ -309,7 +359,7 @@ absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) 
     request.set_worker_id(worker_id());
     request.set_task_id(task.task_id());
     *request.mutable_result() = result;
-    request.mutable_result()->set_toolchain_digest(toolchain_.digest());
+    request.mutable_result()->set_toolchain_digest(toolchain().digest());
     v1::ReportResultResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(10)));

@@ -39,7 +39,9 @@ struct WorkerOptions {
 };
 
 // Where each unit's sandbox appears to nvcc when mount namespaces work.
-inline constexpr char kUnitRoot[] = "/tmp/distcc-cuda-unit";
+// Under /run, which only root may write: no other user can put a link there
+// first (mount namespaces need root anyway).
+inline constexpr char kUnitRoot[] = "/run/distcc-cuda-unit";
 
 class Worker {
  public:
@@ -54,7 +56,7 @@ class Worker {
   // waited for).
   ~Worker();
 
-  const v1::ToolchainFingerprint& toolchain() const { return toolchain_; }
+  v1::ToolchainFingerprint toolchain() const;
   // How the cap is enforced, for people: "cgroup v1 at ..., cap 4.0 GiB".
   std::string memory_mechanism() const { return memory_cap_->Describe(); }
 
@@ -67,9 +69,16 @@ class Worker {
   // Runs one task and returns its result; never throws away a finished result.
   v1::TaskResult RunTask(const v1::Task& task);
   absl::Status Report(const v1::Task& task, const v1::TaskResult& result);
+  // Fingerprints the toolchain again if its files changed since the last
+  // look (someone upgraded CUDA under a running worker): results then carry
+  // the new fingerprint, which the coordinator refuses for builds of the old
+  // one, and the worker registers again with it.
+  void RefreshToolchainIfChanged();
 
   WorkerOptions options_;
-  v1::ToolchainFingerprint toolchain_;
+  mutable absl::Mutex toolchain_mu_;
+  v1::ToolchainFingerprint toolchain_ ABSL_GUARDED_BY(toolchain_mu_);
+  std::string toolchain_files_ ABSL_GUARDED_BY(toolchain_mu_);  // ToolchainFilesSignature
   std::string unit_root_;  // where nvcc sees a task's sandbox; empty: at its own path
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;

@@ -320,6 +320,45 @@ TEST_F(ClusterTest, UnitsGoOnlyToWorkersWithTheClientsToolchain) {
   EXPECT_THAT(status.message(), HasSubstr("worker-a: nvcc 13.0"));
 }
 
+TEST_F(ClusterTest, WorkerWhoseNvccIsReplacedRegistersAgainAndItsUnitsRunElsewhere) {
+  workers_.clear();
+  // Copies of one toolkit have one fingerprint: the client's matches both.
+  std::string upgraded_nvcc = testing::FakeNvccWithRelease(root_ + "/upgraded", "13.0");
+  std::string client_nvcc = testing::FakeNvccWithRelease(root_ + "/client", "13.0");
+  AddWorker("upgraded", upgraded_nvcc);
+  std::string out;
+  std::future<absl::Status> build =
+      std::async(std::launch::async, [&] { return Build(&out, "", client_nvcc); });
+  auto status_text = [&] {
+    std::ostringstream status;
+    client::RunStatus(coordinator_->address(), absl::Seconds(5), status).IgnoreError();
+    return status.str();
+  };
+  bool started = false;
+  for (int i = 0; i < 400 && !started; ++i) {
+    started = absl::StrContains(status_text(), "done 1");
+    if (!started) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(started) << status_text();
+  // CUDA is upgraded under the running worker; another worker keeps the old.
+  std::filesystem::copy_file(testing::FakeNvccWithRelease(root_ + "/new", "13.1"), upgraded_nvcc,
+                             std::filesystem::copy_options::overwrite_existing);
+  AddWorker("steady", testing::FakeNvccWithRelease(root_ + "/steady", "13.0"));
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  absl::Status status = build.get();
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("re-queued"));
+  EXPECT_THAT(out, HasSubstr("], not the build's ["));
+  // It registered again, with the toolkit it has now.
+  bool again = false;
+  for (int i = 0; i < 100 && !again; ++i) {
+    std::string text = status_text();
+    again = absl::StrContains(text, "upgraded") && absl::StrContains(text, "nvcc 13.1");
+    if (!again) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(again) << status_text();
+}
+
 TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
   // Only a worker process that will hang is connected when the build starts.
   workers_.clear();
