@@ -44,8 +44,8 @@ fi
 if [ -n "${DISTCC_CUDA_COORDINATOR:-}" ]; then
   set -- "--coordinator=$DISTCC_CUDA_COORDINATOR" "$@"
 else
-  case " $* " in
-    *" --coordinator"*) ;;
+  case " $* ${DISTCC_CUDA_CONFIG:+--config} " in
+    *" --coordinator"* | *" --config"*) ;;
     *) echo "entrypoint-worker: DISTCC_CUDA_COORDINATOR is not set; the worker will try" \
       "127.0.0.1:3633" >&2 ;;
   esac

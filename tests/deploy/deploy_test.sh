@@ -294,20 +294,12 @@ check_exec "$coordinator_pid" "$bin_dir/distcc-cuda-coordinator"
 [[ -d $state_dir && -n $(ls -A "$state_dir") ]] ||
   fail "DISTCC_CUDA_STATE_DIR: the coordinator wrote nothing to $state_dir"
 
-# (--help exits 1: its output is taken first, then searched.)
-worker_help=$("$bin_dir/distcc-cuda-worker" --help 2>&1 || true)
-if grep -qE 'require[-_]nvcc' <<<"$worker_help"; then
-  require_nvcc=true
-else
-  require_nvcc=false
-fi
-
 # Worker 1: every setting from a variable; the fake compiler says release 12.8.
 name=deploy-test-$$
 worker_env=(DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_COORDINATOR="127.0.0.1:$port"
   DISTCC_CUDA_NVCC="$fake_nvcc" DISTCC_CUDA_MEMORY_CAP=512MiB DISTCC_CUDA_SLOTS=2
   DISTCC_CUDA_MEMORY_MECHANISM=watchdog FAKE_NVCC_RELEASE=12.8)
-if $require_nvcc; then worker_env+=(DISTCC_CUDA_REQUIRE_NVCC=12.8); fi
+worker_env+=(DISTCC_CUDA_REQUIRE_NVCC=12.8)
 spawn "$tmp/worker1.log" env "${worker_env[@]}" DISTCC_CUDA_NAME="$name" \
   DISTCC_CUDA_WORK_DIR="$tmp/work1" "$deploy/entrypoint-worker.sh"
 worker1_pid=$spawned
@@ -359,27 +351,22 @@ pass "(c) coordinator and workers started through the entrypoints, configured by
   "registered; status and healthcheck.sh see them"
 
 # --- (d) a worker with another nvcc release refuses to start -----------------
-if $require_nvcc; then
-  status=0
-  env "${worker_env[@]}" DISTCC_CUDA_REQUIRE_NVCC=99.9 DISTCC_CUDA_NAME="$name-mismatch" \
-    DISTCC_CUDA_WORK_DIR="$tmp/work3" timeout 20 "$deploy/entrypoint-worker.sh" \
-    >"$tmp/mismatch.log" 2>&1 || status=$?
-  ((status != 0)) || fail "a worker requiring nvcc 99.9 started with release 12.8"
-  ((status != 124)) || fail "a worker requiring nvcc 99.9 neither started nor exited in 20 s"
-  # Its own message (not the entrypoint's command line) names both releases.
-  messages=$(grep -v '^entrypoint-worker:' "$tmp/mismatch.log" || true)
-  if ! { grep -qF '99.9' <<<"$messages" && grep -qF '12.8' <<<"$messages"; }; then
-    fail "the refusal does not name the release required (99.9) and found (12.8): $messages"
-  fi
-  timeout 30 "$bin_dir/distcc-cuda" status --coordinator "127.0.0.1:$port" >"$tmp/status2.out" 2>&1 ||
-    fail "distcc-cuda status: $(cat "$tmp/status2.out")"
-  ! grep -q "$name-mismatch" "$tmp/status2.out" || fail "the refused worker registered anyway"
-  pass "(d) DISTCC_CUDA_REQUIRE_NVCC=99.9 with nvcc 12.8: exit status $status," \
-    "'$(head -n 1 <<<"$messages")'"
-else
-  echo "SKIP (d): $bin_dir/distcc-cuda-worker --help lists no --require-nvcc yet"
-  skipped+=("(d) --require-nvcc refusal")
+status=0
+env "${worker_env[@]}" DISTCC_CUDA_REQUIRE_NVCC=99.9 DISTCC_CUDA_NAME="$name-mismatch" \
+  DISTCC_CUDA_WORK_DIR="$tmp/work3" timeout 20 "$deploy/entrypoint-worker.sh" \
+  >"$tmp/mismatch.log" 2>&1 || status=$?
+((status != 0)) || fail "a worker requiring nvcc 99.9 started with release 12.8"
+((status != 124)) || fail "a worker requiring nvcc 99.9 neither started nor exited in 20 s"
+# Its own message (not the entrypoint's command line) names both releases.
+messages=$(grep -v '^entrypoint-worker:' "$tmp/mismatch.log" || true)
+if ! { grep -qF '99.9' <<<"$messages" && grep -qF '12.8' <<<"$messages"; }; then
+  fail "the refusal does not name the release required (99.9) and found (12.8): $messages"
 fi
+timeout 30 "$bin_dir/distcc-cuda" status --coordinator "127.0.0.1:$port" >"$tmp/status2.out" 2>&1 ||
+  fail "distcc-cuda status: $(cat "$tmp/status2.out")"
+! grep -q "$name-mismatch" "$tmp/status2.out" || fail "the refused worker registered anyway"
+pass "(d) DISTCC_CUDA_REQUIRE_NVCC=99.9 with nvcc 12.8: exit status $status," \
+  "'$(head -n 1 <<<"$messages")'"
 
 # --- shutdown: SIGTERM reaches the binaries, which exit cleanly --------------
 stop "$worker1_pid" "worker $name"
