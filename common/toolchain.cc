@@ -27,6 +27,20 @@ std::string FirstLine(const std::string& text) {
   return std::string(text.substr(0, text.find('\n')));
 }
 
+// The files of nvcc's toolkit that the fingerprint covers. The toolkit root
+// is the folder above bin/, following a symlinked nvcc.
+struct ToolkitFiles {
+  std::string nvcc, cicc, ptxas, cuda_h;
+};
+
+ToolkitFiles ToolkitFilesOf(const std::string& nvcc_path) {
+  std::error_code error;
+  fs::path real = fs::weakly_canonical(nvcc_path, error);
+  fs::path root = real.parent_path().parent_path();
+  return {real.string(), (root / "nvvm/bin/cicc").string(), (root / "bin/ptxas").string(),
+          (root / "include/cuda.h").string()};
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
@@ -72,14 +86,11 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     fingerprint.set_nvcc_version(match[1]);
   }
   fingerprint.set_nvcc_path(AbsolutePath(nvcc_path));
-  // The toolkit root is the folder above bin/, following a symlinked nvcc.
-  std::error_code error;
-  fs::path real = fs::weakly_canonical(nvcc_path, error);
-  fs::path root = real.parent_path().parent_path();
-  fingerprint.set_nvcc_sha256(HashOrMissing(real.string()));
-  fingerprint.set_cicc_sha256(HashOrMissing((root / "nvvm/bin/cicc").string()));
-  fingerprint.set_ptxas_sha256(HashOrMissing((root / "bin/ptxas").string()));
-  absl::StatusOr<std::string> cuda_h = ReadFile((root / "include/cuda.h").string());
+  ToolkitFiles files = ToolkitFilesOf(nvcc_path);
+  fingerprint.set_nvcc_sha256(HashOrMissing(files.nvcc));
+  fingerprint.set_cicc_sha256(HashOrMissing(files.cicc));
+  fingerprint.set_ptxas_sha256(HashOrMissing(files.ptxas));
+  absl::StatusOr<std::string> cuda_h = ReadFile(files.cuda_h);
   if (cuda_h.ok()) {
     static const std::regex kCudaVersion("#define CUDA_VERSION ([0-9]+)");
     if (std::regex_search(*cuda_h, match, kCudaVersion)) {
@@ -103,11 +114,9 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
 }
 
 std::string ToolchainFilesSignature(const std::string& nvcc_path) {
-  std::error_code error;
-  fs::path real = fs::weakly_canonical(nvcc_path, error);
-  fs::path root = real.parent_path().parent_path();
+  ToolkitFiles files = ToolkitFilesOf(nvcc_path);
   std::string signature;
-  for (const fs::path& file : {real, root / "nvvm/bin/cicc", root / "bin/ptxas"}) {
+  for (const std::string& file : {files.nvcc, files.cicc, files.ptxas}) {
     struct stat info;
     if (stat(file.c_str(), &info) != 0) {
       absl::StrAppend(&signature, "missing;");

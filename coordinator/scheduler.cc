@@ -587,9 +587,20 @@ void BuildScheduler::CancelBuild(const std::string& build_id) {
   absl::MutexLock lock(&mu_);
   if (!builds_.erase(build_id)) return;
   spdlog::warn("build {} cancelled: its client went away", build_id);
+  TakeQueuedUnits(build_id);
+}
+
+std::vector<int> BuildScheduler::TakeQueuedUnits(const std::string& build_id) {
+  std::vector<int> taken;
   for (auto it = queue_.begin(); it != queue_.end();) {
-    it = it->first == build_id ? queue_.erase(it) : std::next(it);
+    if (it->first == build_id) {
+      taken.push_back(it->second);
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
   }
+  return taken;
 }
 
 void BuildScheduler::DropWorker(const std::string& worker_id, const std::string& reason,
@@ -625,15 +636,7 @@ void BuildScheduler::FailStrandedBuilds(absl::Time now, Deferred& deferred) {
     }
   }
   for (const std::string& build_id : stranded) {
-    std::vector<int> queued;
-    for (auto q = queue_.begin(); q != queue_.end();) {
-      if (q->first == build_id) {
-        queued.push_back(q->second);
-        q = queue_.erase(q);
-      } else {
-        ++q;
-      }
-    }
+    std::vector<int> queued = TakeQueuedUnits(build_id);
     const BuildState& build = builds_.at(build_id);
     v1::TaskResult result;
     result.set_outcome(v1::TASK_FAILED_TO_START);

@@ -219,6 +219,8 @@ class BuildScheduler {
                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropWorker(const std::string& worker_id, const std::string& reason, absl::Time now,
                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a build's units from the queue; returns their indexes.
+  std::vector<int> TakeQueuedUnits(const std::string& build_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the queued units of builds that have had no worker with their
   // toolchain for longer than a grace period (one may come back).
   void FailStrandedBuilds(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

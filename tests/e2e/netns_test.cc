@@ -185,14 +185,10 @@ class NetnsTest : public ::testing::Test {
 
   // `distcc-cuda build` of examples/attention from the client's namespace.
   ProcessResult Build(const std::string& out) {
-    ProcessSpec spec;
-    spec.argv = network_->In("client", {testing::BinaryPath("distcc-cuda"), "build",
-                                        testing::SourceDir() + "/examples/attention/kernels.toml",
-                                        "--coordinator", address_, "-o", out, "--nvcc", nvcc_});
-    spec.timeout = absl::Minutes(10);
-    absl::StatusOr<ProcessResult> result = RunProcess(spec);
-    EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *result : ProcessResult{};
+    return testing::RunToEnd(
+        network_->In("client", {testing::BinaryPath("distcc-cuda"), "build",
+                                testing::SourceDir() + "/examples/attention/kernels.toml",
+                                "--coordinator", address_, "-o", out, "--nvcc", nvcc_}));
   }
 
   std::string nvcc_;

@@ -53,13 +53,9 @@ class RealNvccTest : public ::testing::Test {
   }
 
   ProcessResult Client(const std::vector<std::string>& args) {
-    ProcessSpec spec;
-    spec.argv = {testing::BinaryPath("distcc-cuda")};
-    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-    spec.timeout = absl::Minutes(10);
-    absl::StatusOr<ProcessResult> result = RunProcess(spec);
-    EXPECT_TRUE(result.ok()) << result.status();
-    return result.ok() ? *result : ProcessResult{};
+    std::vector<std::string> argv = {testing::BinaryPath("distcc-cuda")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunToEnd(argv);
   }
 
   std::string nvcc_;

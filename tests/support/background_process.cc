@@ -2,6 +2,7 @@
 #include "tests/support/background_process.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,15 @@
 #include "common/files.h"
 
 namespace distcc_cuda::testing {
+
+ProcessResult RunToEnd(const std::vector<std::string>& argv, absl::Duration timeout) {
+  ProcessSpec spec;
+  spec.argv = argv;
+  spec.timeout = timeout;
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *result : ProcessResult{};
+}
 
 absl::StatusOr<std::unique_ptr<BackgroundProcess>> BackgroundProcess::Start(
     const std::vector<std::string>& argv, const std::string& log_path) {

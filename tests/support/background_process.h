@@ -11,8 +11,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 namespace distcc_cuda::testing {
+
+// Runs `argv` to its end (at most `timeout`) and returns what it printed and
+// how it ended; a program that cannot be run fails the test and gives an
+// empty result.
+ProcessResult RunToEnd(const std::vector<std::string>& argv,
+                       absl::Duration timeout = absl::Minutes(10));
 
 class BackgroundProcess {
  public:
