@@ -58,34 +58,46 @@ def flash_attention_units(profiles):
     return units
 
 
+ARCHS = (80, 90, 100, 110, 120)
+
+
 def five_arch_units(units):
     """The same set for five architectures with --threads 4: four cicc at
-    once (4x the memory) and two waves of targets (2x the time)."""
+    once (4x the memory) and two waves of targets (2x the time). Each target
+    costs what the measured one-target unit does."""
     return [dict(u, name=u["name"] + "_x5", wall_s=u["wall_s"] * 2, peak_mib=u["peak_mib"] * 4,
-                 five=True) for u in units]
+                 target_wall_s=u["wall_s"], target_peak_mib=u["peak_mib"], five=True)
+            for u in units]
 
 
 def write_workload(root, units, fake, time_scale, memory_scale):
+    """Writes the sources and compile_commands.json. The fake compiler costs
+    each -gencode target as given and multiplies as nvcc --threads does
+    (memory x min(threads, targets), time x waves of targets), so a unit the
+    coordinator compiles one target at a time costs one target."""
     src = os.path.join(root, "src")
     os.makedirs(src, exist_ok=True)
     entries = []
     for u in units:
         path = os.path.join(src, u["name"] + ".cu")
-        touch = max(1, int(u["peak_mib"] / memory_scale))
-        sleep_ms = max(1, int(u["wall_s"] * 1000 / time_scale))
+        touch = max(1, int(u.get("target_peak_mib", u["peak_mib"]) / memory_scale))
+        sleep_ms = max(1, int(u.get("target_wall_s", u["wall_s"]) * 1000 / time_scale))
         with open(path, "w") as f:
-            f.write(f"// {u['name']}: FAKE_TOUCH_MIB={touch} FAKE_SLEEP_MS={sleep_ms}\n")
+            f.write(f"// {u['name']}: FAKE_TARGET_MIB={touch} FAKE_TARGET_MS={sleep_ms}\n")
         args = [fake, "-O3", "-std=c++17"]
         if u.get("five"):
-            for arch in (80, 90, 100, 110, 120):
+            for arch in ARCHS:
                 args += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
             args += ["--threads", "4"]
         else:
             args += ["-gencode", "arch=compute_100,code=sm_100"]
         args += ["-c", path, "-o", os.path.join(root, "obj", u["name"] + ".o")]
         entries.append({"directory": root, "file": path, "arguments": args})
-        u["real_mib"] = touch
-        u["real_s"] = sleep_ms / 1000.0
+        # What the whole unit really costs (as submitted), and each target.
+        targets, threads = (len(ARCHS), 4) if u.get("five") else (1, 1)
+        u["real_mib"] = touch * min(threads, targets)
+        u["real_s"] = sleep_ms / 1000.0 * -(-targets // threads)
+        u["targets"] = [{"real_mib": touch, "real_s": sleep_ms / 1000.0}] * targets
     db = os.path.join(root, "compile_commands.json")
     with open(db, "w") as f:
         json.dump(entries, f)
@@ -162,7 +174,7 @@ def wait_for(path, pattern, timeout):
     raise RuntimeError(f"'{pattern}' did not appear in {path} within {timeout}s")
 
 
-def run_policy(args, label, units, db, root, admission, slots, state_from=None):
+def run_policy(args, label, units, db, root, admission, slots, state_from=None, split="auto"):
     run_root = os.path.join(root, label)
     os.makedirs(run_root)
     if state_from:
@@ -176,7 +188,8 @@ def run_policy(args, label, units, db, root, admission, slots, state_from=None):
     start = time.time()
     out = subprocess.run(
         [os.path.join(args.bin_dir, "distcc-cuda"), "build", db, "--coordinator", cluster.address,
-         "--library", "libbench.so", "-o", os.path.join(run_root, "out"), "--nvcc", args.fake],
+         "--library", "libbench.so", "-o", os.path.join(run_root, "out"), "--nvcc", args.fake,
+         "--split-architectures", split],
         capture_output=True, text=True, timeout=3600)
     makespan = time.time() - start
     cluster.stop()
@@ -294,10 +307,26 @@ def main():
         lb, parts = lower_bound(units, args.nodes * args.slots, args.nodes * args.cap_bytes)
         print(f"\n## {name}: {len(units)} units, lower bound {lb:.1f} s (work/slots {parts[0]:.1f}, "
               f"longest {parts[1]:.1f}, memory-time/cap {parts[2]:.1f})")
+        targets = [t for u in units for t in u["targets"]]
+        per_target = len(targets) > len(units)
+        target_lb = lb
+        if per_target:
+            # The coordinator may compile each -gencode target as a unit of
+            # its own; those units have a lower bound of their own.
+            target_lb, tparts = lower_bound(targets, args.nodes * args.slots,
+                                            args.nodes * args.cap_bytes)
+            print(f"   as {len(targets)} one-target units: lower bound {target_lb:.1f} s "
+                  f"(work/slots {tparts[0]:.1f}, longest {tparts[1]:.1f}, "
+                  f"memory-time/cap {tparts[2]:.1f})")
         for label, margin, headroom in (("exact peaks, no headroom", 0, 0),
                                         ("peaks +5%, 2% headroom", 0.05, 0.02)):
             sim = list_schedule(units, args.nodes, args.slots, args.cap_bytes, margin, headroom)
             print(f"simulated list schedule ({label}): {sim:.1f} s = {sim / lb:.3f} x lower bound")
+            if per_target:
+                sim = list_schedule(targets, args.nodes, args.slots, args.cap_bytes, margin,
+                                    headroom)
+                print(f"  one target per unit: {sim:.1f} s = {sim / lb:.3f} x lower bound, "
+                      f"{sim / target_lb:.3f} x the one-target units' bound")
         if args.bounds_only:
             continue
         print(f"{'policy':<22}{'makespan s':>11}{'/ LB':>8}{'mem kills':>11}{'host OOM':>10}"
@@ -307,9 +336,18 @@ def main():
         warm = run_policy(args, "distcc-warm", units, db, wroot, "memory", args.slots,
                           state_from=os.path.join(wroot, "distcc-cold"))
         rows += [cold, warm]
+        whole = None
+        if per_target:
+            # The same, with every unit compiled whole (all its targets in one nvcc).
+            cold_whole = run_policy(args, "distcc-cold-whole", units, db, wroot, "memory",
+                                    args.slots, split="never")
+            whole = run_policy(args, "distcc-warm-whole", units, db, wroot, "memory", args.slots,
+                               state_from=os.path.join(wroot, "distcc-cold-whole"), split="never")
+            rows += [cold_whole, whole]
         best_static = None
         for k in range(1, args.max_k + 1):
-            r = run_policy(args, f"static-k{k}", units, db, wroot, "static", k)
+            # A static job limit compiles units whole, as ninja -j / MAX_JOBS do.
+            r = run_policy(args, f"static-k{k}", units, db, wroot, "static", k, split="never")
             rows.append(r)
             if r["memory_kills"] or r["host_ooms"] or not r["ok"]:
                 break
@@ -319,7 +357,7 @@ def main():
             print(f"{r['label']:<22}{r['makespan']:>11.1f}{r['makespan'] / lb:>8.2f}"
                   f"{r['memory_kills']:>11}{r['host_ooms']:>10}{r['peak_ratio']:>10.2f}  "
                   f"{'built' if r['ok'] else 'FAILED'}")
-        summary[name] = (lb, cold, warm, best_static, rows)
+        summary[name] = (lb, cold, warm, best_static, rows, target_lb, whole)
     if args.bounds_only:
         shutil.rmtree(root, ignore_errors=True)
         return
@@ -331,6 +369,11 @@ def main():
         fields.append(f"fa96_ratio={fa[2]['makespan'] / fa[0]:.3f}")
     if fa5:
         fields.append(f"fa96x5_ratio={fa5[2]['makespan'] / fa5[0]:.3f}")
+    if fa5 and fa5[6]:
+        # The same makespan over the bound of the one-target units it ran,
+        # and the all-whole run over the bound as submitted.
+        fields.append(f"fa96x5_ratio_to_target_lb={fa5[2]['makespan'] / fa5[5]:.3f}")
+        fields.append(f"fa96x5_whole_ratio={fa5[6]['makespan'] / fa5[0]:.3f}")
     fields.append(f"oom={sum(r['host_ooms'] for r in all_rows)}")
     fields.append(f"peak_over_cap={max(r['peak_ratio'] for r in all_rows):.3f}")
     speedups = [s[3]["makespan"] / s[2]["makespan"] for s in summary.values() if s[3]]

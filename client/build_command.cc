@@ -18,6 +18,7 @@
 #include "client/kernel_manifest.h"
 #include "common/byte_size.h"
 #include "common/cas_client.h"
+#include "common/fatbin.h"
 #include "common/files.h"
 #include "common/host_resources.h"
 #include "common/nvcc_args.h"
@@ -232,6 +233,27 @@ std::string Seconds(absl::Duration d) {
   return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
 }
 
+// Writes `object`, the unit `whole`'s object, merged from the objects of its
+// `count` per-target parts (by target index). FAILED_PRECONDITION when a
+// part is missing; the merge's error (naming the part) when one is not a
+// whole-program object.
+absl::Status MergePartObjects(const std::string& whole, const std::map<int, std::string>& parts,
+                              int count, const std::string& object) {
+  std::vector<std::string> bytes, names;
+  for (int i = 0; i < count; ++i) {
+    auto it = parts.find(i);
+    if (it == parts.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("unit ", whole, ": target ", i + 1, " of ",
+                                                        count, " never came back to merge"));
+    }
+    ASSIGN_OR_RETURN(std::string content, ReadFile(it->second));
+    bytes.push_back(std::move(content));
+    names.push_back(it->second);
+  }
+  ASSIGN_OR_RETURN(std::string merged, MergeArchitectureParts(bytes, names));
+  return WriteFileAtomically(object, merged);
+}
+
 }  // namespace
 
 absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
@@ -283,6 +305,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
 
   v1::SubmitBuildRequest request;
   request.set_build_name(options.plan_path);
+  request.set_architecture_split(options.architecture_split);
   *request.mutable_toolchain() = toolchain;
   WorkspaceFiles files;
   std::map<std::string, std::string> local_objects;  // unit name -> local path
@@ -338,7 +361,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   v1::BuildEvent event;
   std::vector<UnitReport> reports;
   std::vector<std::string> failed;
-  std::vector<std::string> objects_in_order;
+  // Units compiled as one unit per -gencode target: their parts' objects,
+  // by target index, merged into the unit's object before the link.
+  std::map<std::string, std::map<int, std::string>> architecture_parts;
+  std::map<std::string, int> architecture_part_counts;
   int total = 0;
   bool finished = false;
   absl::Status download_error;
@@ -407,6 +433,12 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       std::string local = local_objects.count(done.unit_name())
                               ? local_objects[done.unit_name()]
                               : plan.object_dir + "/" + done.unit_name() + ".o";
+      if (done.unit().has_architecture_part()) {
+        const v1::ArchitecturePart& part = done.unit().architecture_part();
+        local = plan.object_dir + "/" + done.unit_name() + ".o";
+        architecture_parts[part.of()][part.index()] = local;
+        architecture_part_counts[part.of()] = part.count();
+      }
       for (const auto& output : result.outputs()) {
         absl::Status got = cas.DownloadToFile(FromProto(output.digest()), local);
         if (!got.ok() && download_error.ok()) {
@@ -454,6 +486,19 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   }
 
   absl::Time link_start = absl::Now();
+  // A unit compiled per target is linked as one object, merged from its parts'.
+  std::set<std::string> part_names;
+  std::vector<std::string> merged_wholes;
+  for (const auto& [whole, parts] : architecture_parts) {
+    std::string object =
+        local_objects.count(whole) ? local_objects[whole] : plan.object_dir + "/" + whole + ".o";
+    RETURN_IF_ERROR(MergePartObjects(whole, parts, architecture_part_counts[whole], object));
+    for (const auto& [index, path] : parts) {
+      part_names.insert(fs::path(path).stem().string());
+    }
+    local_objects[whole] = object;
+    merged_wholes.push_back(whole);
+  }
   ProcessSpec link;
   link.argv = {options.nvcc_path, "-shared"};
   link.argv.insert(link.argv.end(), plan.link_flags.begin(), plan.link_flags.end());
@@ -461,11 +506,13 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   link.argv.push_back(plan.library_path);
   std::vector<std::string> order;
   for (const LocalUnit& unit : plan.units) order.push_back(unit.name);
-  for (const UnitReport& report : reports) {
-    if (std::find(order.begin(), order.end(), report.name) == order.end()) {
-      order.push_back(report.name);
+  auto add = [&](const std::string& name) {
+    if (part_names.count(name) == 0 && std::find(order.begin(), order.end(), name) == order.end()) {
+      order.push_back(name);
     }
-  }
+  };
+  for (const UnitReport& report : reports) add(report.name);
+  for (const std::string& whole : merged_wholes) add(whole);
   std::sort(order.begin() + plan.units.size(), order.end());
   for (const std::string& name : order) link.argv.push_back(local_objects[name]);
   RETURN_IF_ERROR(MakeDirectories(fs::path(plan.library_path).parent_path().string()));
@@ -488,6 +535,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   out << "  workers   " << per_worker.size()
       << (worker_counts.empty() ? "" : absl::StrCat(" (", absl::StrJoin(worker_counts, ", "), ")"))
       << "\n";
+  if (!merged_wholes.empty()) {
+    out << "  targets   " << merged_wholes.size() << " units compiled one target per unit ("
+        << part_names.size() << " parts, merged here before the link)\n";
+  }
   out << "  time      " << Seconds(absl::Now() - start) << " (scan " << Seconds(scan_time)
       << ", upload " << Seconds(upload_time) << ", compile " << Seconds(compile_time) << ", link "
       << Seconds(link_time) << ")\n";

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
 
@@ -19,6 +20,9 @@ struct BuildOptions {
   std::string required_nvcc_release;  // "12.8": refuse to build with another release
   std::string state_dir;              // embedded default's CAS, cache, sandboxes
   int embedded_slots = 0;             // 0: the usable cores
+  // Whether a unit's -gencode targets may compile as units of their own,
+  // whose objects are merged here before the link.
+  v1::ArchitectureSplit architecture_split = v1::ARCHITECTURE_SPLIT_AUTO;
   absl::Duration connect_timeout = absl::Seconds(5);
 };
 

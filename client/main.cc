@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, state_dir, "",
           "~/.cache/distcc-cuda)");
 ABSL_FLAG(int, slots, 0, "embedded default's slots (default: the usable cores)");
 ABSL_FLAG(int, connect_timeout_s, 5, "seconds to wait for the coordinator");
+ABSL_FLAG(std::string, split_architectures, "auto",
+          "compile a unit's -gencode targets as units of their own and merge their objects: "
+          "auto (when it fits the caps or packs better), always, never");
 ABSL_FLAG(bool, verbose, false, "log what the embedded coordinator and worker do");
 
 namespace {
@@ -102,6 +105,18 @@ int main(int argc, char** argv) {
       options.state_dir = cache + "/distcc-cuda";
     }
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
+    const std::string split = absl::GetFlag(FLAGS_split_architectures);
+    if (split == "auto") {
+      options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_AUTO;
+    } else if (split == "always") {
+      options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_ALWAYS;
+    } else if (split == "never") {
+      options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_NEVER;
+    } else {
+      std::cerr << "distcc-cuda: --split-architectures=" << split
+                << " is not one of auto, always, never\n";
+      return 2;
+    }
     options.connect_timeout = connect_timeout;
     absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
     return status.ok() ? 0 : Fail(status);

@@ -95,6 +95,7 @@ absl::Status Malformed(const std::string& name, uint64_t offset, const std::stri
 struct Section {
   std::string name;
   Span span;
+  uint64_t header_offset;  // of its entry in the section header table
 };
 
 // Returns the file's `.nv_fatbin` and `__nv_relfatbin` sections.
@@ -165,7 +166,7 @@ absl::StatusOr<std::vector<Section>> FindFatbinSections(std::string_view elf,
     section_name = section_name.substr(0, section_name.find('\0'));
     if (!IsFatbinSection(section_name)) continue;
     ASSIGN_OR_RETURN(const Span span, range(i));
-    sections.push_back({std::string(section_name), span});
+    sections.push_back({std::string(section_name), span, static_cast<uint64_t>(header(i) - base)});
   }
   if (sections.empty()) {
     return absl::NotFoundError(
@@ -368,6 +369,65 @@ class MappedFile {
 };
 
 }  // namespace
+
+absl::StatusOr<std::string> MergeArchitectureParts(const std::vector<std::string>& parts,
+                                                   const std::vector<std::string>& names) {
+  if (parts.size() < 2 || names.size() != parts.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("merging architecture parts needs two or more, with a name each; got ",
+                     parts.size(), " parts and ", names.size(), " names"));
+  }
+  std::string entries;
+  uint64_t host_header = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& name = names[i];
+    ASSIGN_OR_RETURN(const std::vector<Section> sections, FindFatbinSections(parts[i], name));
+    if (sections.size() != 1 || sections[0].name != ".nv_fatbin") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": expected one .nv_fatbin section (a whole-program object), found ",
+                       sections.size(), " fatbinary sections starting with ", sections[0].name));
+    }
+    if (Load16(parts[i].data() + offsetof(Elf64_Ehdr, e_type)) != ET_REL) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not a relocatable object (-c)"));
+    }
+    const Span& span = sections[0].span;
+    std::vector<DeviceImage> images;
+    if (span.bytes.size() < kContainerHeaderSize) {
+      return Malformed(name, span.file_offset, "fatbinary container header truncated");
+    }
+    ASSIGN_OR_RETURN(const uint64_t size, ReadContainer(span, name, &images));
+    // nvcc writes one container per object; anything after it (other than
+    // padding) would be lost by taking only the entries of the first.
+    if (span.bytes.substr(size).find_first_not_of('\0') != std::string_view::npos) {
+      return Malformed(name, span.file_offset + size,
+                       "more than one fatbinary container in .nv_fatbin");
+    }
+    const uint16_t header_size = Load16(span.bytes.data() + 6);
+    entries.append(span.bytes.substr(header_size, size - header_size));
+    if (i == 0) host_header = sections[0].header_offset;
+  }
+  // The first part's host code, with its .nv_fatbin pointed at one container
+  // of every part's entries, appended at the end of the file: in a
+  // relocatable object only the section header says where a section lies.
+  std::string merged = parts[0];
+  merged.resize((merged.size() + 7) / 8 * 8, '\0');
+  const uint64_t offset = merged.size();
+  char header[kContainerHeaderSize];
+  const uint64_t entries_size = entries.size();
+  const uint32_t magic = kFatbinMagic;
+  const uint16_t version = kFatbinVersion, header_size = kContainerHeaderSize;
+  std::memcpy(header, &magic, 4);
+  std::memcpy(header + 4, &version, 2);
+  std::memcpy(header + 6, &header_size, 2);
+  std::memcpy(header + 8, &entries_size, 8);
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ELF files here are little-endian");
+  merged.append(header, sizeof(header));
+  merged.append(entries);
+  const uint64_t section_size = merged.size() - offset;
+  std::memcpy(merged.data() + host_header + offsetof(Elf64_Shdr, sh_offset), &offset, 8);
+  std::memcpy(merged.data() + host_header + offsetof(Elf64_Shdr, sh_size), &section_size, 8);
+  return merged;
+}
 
 bool operator==(const DeviceImage& a, const DeviceImage& b) {
   return a.kind == b.kind && a.arch == b.arch && a.arch_suffix == b.arch_suffix &&

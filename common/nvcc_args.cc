@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/status.h"
 
 namespace distcc_cuda {
 namespace {
@@ -312,6 +315,117 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit) {
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// The targets of one -gencode value: "arch=compute_90,code=[sm_90,compute_90]"
+// gives the virtual architecture number 90 and the label "sm_90+compute_90".
+struct GencodeTarget {
+  int virtual_arch = 0;
+  std::string label;
+  bool lto = false;
+};
+
+absl::StatusOr<GencodeTarget> ParseGencode(const std::string& value) {
+  auto malformed = [&]() {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-gencode '", value, "' is not of the form arch=compute_90,code=sm_90 or code=[...]"));
+  };
+  if (!absl::StartsWith(value, "arch=")) return malformed();
+  size_t comma = value.find(",code=");
+  if (comma == std::string::npos) return malformed();
+  std::string arch = value.substr(5, comma - 5);
+  std::string code = value.substr(comma + 6);
+  if (absl::StartsWith(code, "[") && absl::EndsWith(code, "]")) {
+    code = code.substr(1, code.size() - 2);
+  }
+  if (!absl::StartsWith(arch, "compute_") || code.empty()) return malformed();
+  std::string digits = arch.substr(8);
+  while (!digits.empty() && std::isalpha(static_cast<unsigned char>(digits.back()))) {
+    digits.pop_back();
+  }
+  GencodeTarget target;
+  if (!absl::SimpleAtoi(digits, &target.virtual_arch) || target.virtual_arch <= 0) {
+    return malformed();
+  }
+  std::vector<std::string> codes = absl::StrSplit(code, ',');
+  for (const std::string& one : codes) {
+    if (absl::StartsWith(one, "lto_")) target.lto = true;
+  }
+  target.label = absl::StrJoin(codes, "+");
+  return target;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
+    const std::vector<std::string>& arguments) {
+  ASSIGN_OR_RETURN(NvccCommand command, ParseNvccCommand(arguments));
+  auto cannot = [](const std::string& why) { return absl::FailedPreconditionError(why); };
+  if (!command.compile_only || command.output.empty()) {
+    return cannot("only a compile to an object (-c ... -o FILE) can be split by architecture");
+  }
+  std::vector<size_t> gencode_flags;
+  std::vector<GencodeTarget> targets;
+  std::set<int> virtual_archs;
+  for (size_t i = 0; i < command.flags.size(); ++i) {
+    const NvccArgument& flag = command.flags[i];
+    const std::string& o = flag.option;
+    if (o == "-gencode" || o == "--generate-code") {
+      ASSIGN_OR_RETURN(GencodeTarget target, ParseGencode(flag.value));
+      if (target.lto) return cannot("LTO targets (code=lto_*) are linked later, not merged");
+      virtual_archs.insert(target.virtual_arch);
+      targets.push_back(std::move(target));
+      gencode_flags.push_back(i);
+    } else if (o == "-arch" || o == "--gpu-architecture" || o == "-code" || o == "--gpu-code") {
+      return cannot(absl::StrCat("targets named with ", o, "; only -gencode targets are split"));
+    } else if (((o == "-rdc" || o == "--relocatable-device-code") && flag.value == "true") ||
+               o == "-dc" || o == "--device-c" || o == "-dw" || o == "--device-w" || o == "-dlto" ||
+               o == "--dlink-time-opt") {
+      return cannot(absl::StrCat(o,
+                                 ": relocatable or LTO device code is linked later, "
+                                 "not merged"));
+    } else if ((o == "-D" || o == "--define-macro" || o == "-U" || o == "--undefine-macro") &&
+               absl::StartsWith(flag.value, "__CUDA_ARCH_LIST__")) {
+      return cannot("the command sets __CUDA_ARCH_LIST__ itself");
+    }
+  }
+  if (targets.size() < 2) {
+    return cannot(absl::StrCat("the compile has ", targets.size(),
+                               " -gencode target(s); splitting needs two or more"));
+  }
+  // What nvcc defines for the whole compile: the virtual architectures,
+  // ascending, times ten. nvcc splits option values at commas unless escaped.
+  std::vector<std::string> list;
+  for (int arch : virtual_archs) list.push_back(absl::StrCat(arch * 10));
+  std::string arch_list = absl::StrCat("-D__CUDA_ARCH_LIST__=", absl::StrJoin(list, "\\,"));
+  std::string stem = absl::EndsWith(command.output, ".o")
+                         ? command.output.substr(0, command.output.size() - 2)
+                         : command.output;
+  std::vector<ArchitecturePart> parts;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    ArchitecturePart part;
+    part.label = targets[t].label;
+    part.output = absl::StrCat(stem, ".", part.label, ".o");
+    for (size_t i = 0; i < command.flags.size(); ++i) {
+      bool other_target =
+          std::find(gencode_flags.begin(), gencode_flags.end(), i) != gencode_flags.end() &&
+          i != gencode_flags[t];
+      if (other_target) continue;
+      for (std::string& argument : command.flags[i].Render()) {
+        part.arguments.push_back(std::move(argument));
+      }
+    }
+    part.arguments.push_back("-U__CUDA_ARCH_LIST__");
+    part.arguments.push_back(arch_list);
+    part.arguments.push_back("-c");
+    part.arguments.insert(part.arguments.end(), command.sources.begin(), command.sources.end());
+    part.arguments.push_back("-o");
+    part.arguments.push_back(part.output);
+    parts.push_back(std::move(part));
+  }
+  return parts;
 }
 
 absl::StatusOr<std::vector<std::string>> GencodeFlags(const std::vector<std::string>& archs) {

@@ -69,4 +69,25 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit);
 // "arch=compute_100,code=sm_100". INVALID_ARGUMENT for an unknown form.
 absl::StatusOr<std::vector<std::string>> GencodeFlags(const std::vector<std::string>& archs);
 
+// One target of a compile that names several (-gencode flags), as the
+// arguments that compile that target alone into an object of its own. The
+// part keeps every other flag and defines __CUDA_ARCH_LIST__ as the whole
+// compile would, so its host code is the whole's; only its fatbinary holds
+// one target's images (MergeArchitectureParts joins them again).
+struct ArchitecturePart {
+  std::string label;                   // "sm_90", "sm_90+compute_90"
+  std::vector<std::string> arguments;  // with -c SOURCE -o `output`
+  std::string output;                  // next to the whole's output
+};
+
+// Splits a compile of N >= 2 -gencode targets into N parts, in the order of
+// the -gencode flags (the order nvcc stores the images in). FAILED_PRECONDITION
+// saying why for a compile that cannot be split: fewer than two -gencode
+// targets, targets named with -arch/-code, relocatable device code or LTO
+// (their device code is linked later, not merged), no -c, or a
+// __CUDA_ARCH_LIST__ of its own. INVALID_ARGUMENT for arguments that do not
+// parse or a malformed -gencode value.
+absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
+    const std::vector<std::string>& arguments);
+
 }  // namespace distcc_cuda

@@ -81,9 +81,79 @@ PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const std::
   int parallel = ParallelCompilations(
       std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
   plan.instantiations = instantiations;
+  plan.parallel = parallel;
   plan.demand = Predict(history, plan.identity, plan.family, parallel, instantiations);
   plan.unit = std::move(unit);
   return plan;
+}
+
+// The units that compile `whole`'s -gencode targets one each, named
+// "<whole>@<target>"; the client merges their objects into `whole`'s.
+// FAILED_PRECONDITION when `whole` cannot be split (SplitByArchitecture).
+absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& whole,
+                                                           const std::string& toolchain,
+                                                           const std::string& family_hint,
+                                                           const PeakHistory* history) {
+  ASSIGN_OR_RETURN(
+      std::vector<ArchitecturePart> targets,
+      SplitByArchitecture({whole.unit.arguments().begin(), whole.unit.arguments().end()}));
+  std::vector<PlannedUnit> parts;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    v1::CompileUnit unit = whole.unit;
+    unit.set_name(absl::StrCat(whole.unit.name(), "@", targets[i].label));
+    unit.clear_arguments();
+    for (const std::string& argument : targets[i].arguments) unit.add_arguments(argument);
+    unit.clear_output_paths();
+    unit.add_output_paths(targets[i].output);
+    v1::ArchitecturePart* part = unit.mutable_architecture_part();
+    part->set_of(whole.unit.name());
+    part->set_index(i);
+    part->set_count(targets.size());
+    part->set_label(targets[i].label);
+    RETURN_IF_ERROR(ValidateCompileUnit(unit));
+    parts.push_back(Plan(toolchain, std::move(unit), family_hint, whole.instantiations, history));
+  }
+  return parts;
+}
+
+// Whether `plan`, one of `units_in_build`, compiles its -gencode targets as
+// units of their own (ARCHITECTURE_SPLIT_AUTO): when the whole does not fit
+// the smallest worker; when nvcc would run several targets at once
+// (--threads), because a reservation holds all their memory for the whole
+// unit's time while the parts hold one target's each for its own; and when
+// the build has fewer units than the workers have slots. Otherwise the
+// whole saves the parts' repeated host passes. A choice made before is kept
+// while the whole still fits, so a rebuild keeps its units and its cached
+// results.
+bool ChooseArchitectureSplit(const PlannedUnit& plan, size_t units_in_build,
+                             const ClusterCapacity& capacity, UnitSizeChoices* choices) {
+  const bool fits =
+      capacity.total_slots == 0 || plan.demand.peak_bytes <= capacity.smallest_usable_cap;
+  const std::string key = absl::StrCat("architectures:", plan.action_digest);
+  std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
+  if (kept && (*kept == 1 || fits)) return *kept == 1;
+  bool split =
+      !fits || plan.parallel > 1 || capacity.total_slots > static_cast<int>(units_in_build);
+  if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, split ? 1 : 0);
+  return split;
+}
+
+// Lets a unit of several -gencode targets that has no other way to split
+// make one unit per target, the memory retry ladder's last rung.
+// The next build plans the parts directly (ChooseArchitectureSplit).
+void AllowArchitectureSplit(PlannedUnit& plan, const std::string& toolchain,
+                            const std::string& family_hint, const PeakHistory* history,
+                            UnitSizeChoices* choices) {
+  if (plan.split ||
+      !SplitByArchitecture({plan.unit.arguments().begin(), plan.unit.arguments().end()}).ok()) {
+    return;
+  }
+  plan.split = [whole = plan, toolchain, family_hint, history, choices]() {
+    if (choices != nullptr) {
+      choices->Remember(absl::StrCat("architectures:", whole.action_digest), 1);
+    }
+    return ArchitectureParts(whole, toolchain, family_hint, history);
+  };
 }
 
 // What splitting a group of instantiations needs; shared by its halves.
@@ -93,6 +163,7 @@ struct SplitContext {
   CasStore* cas;
   const PeakHistory* history;
   UnitSizeChoices* choices;  // remembers splits; may be null
+  bool split_architectures;  // a single point may split by -gencode target
 };
 
 std::string SplitKey(const std::string& action_digest) {
@@ -126,6 +197,11 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
                             absl::StrCat("set:", context->set.name()), part.instantiations,
                             context->history));
       AllowSplit(halves.back(), std::move(part), context);
+      if (context->split_architectures) {
+        AllowArchitectureSplit(halves.back(), context->toolchain,
+                               absl::StrCat("set:", context->set.name()), context->history,
+                               context->choices);
+      }
     }
     return halves;
   };
@@ -190,8 +266,9 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       }
     }
     std::vector<GeneratedUnit> generated = GroupInstantiations(set, std::move(points), per_unit);
-    auto context =
-        std::make_shared<const SplitContext>(SplitContext{set, toolchain, &cas, history, choices});
+    auto context = std::make_shared<const SplitContext>(
+        SplitContext{set, toolchain, &cas, history, choices,
+                     request.architecture_split() != v1::ARCHITECTURE_SPLIT_NEVER});
     for (GeneratedUnit& point : generated) {
       ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, point, cas));
       units.push_back(std::move(unit));
@@ -201,12 +278,27 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
     }
   }
   std::vector<PlannedUnit> planned;
+  const size_t units_in_build = units.size();
+  const v1::ArchitectureSplit mode = request.architecture_split();
   for (size_t i = 0; i < units.size(); ++i) {
     RETURN_IF_ERROR(CheckUnit(units[i], cas));
     PlannedUnit plan =
         Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history);
+    if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {
+      absl::StatusOr<std::vector<PlannedUnit>> parts =
+          ArchitectureParts(plan, toolchain, families[i], history);
+      if (parts.ok() && (mode == v1::ARCHITECTURE_SPLIT_ALWAYS ||
+                         ChooseArchitectureSplit(plan, units_in_build, capacity, choices))) {
+        for (PlannedUnit& part : *parts) planned.push_back(std::move(part));
+        continue;
+      }
+      if (!parts.ok() && !absl::IsFailedPrecondition(parts.status())) return parts.status();
+    }
     if (groups[i].second != nullptr) {
       AllowSplit(plan, std::move(groups[i].first), groups[i].second);
+    }
+    if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {
+      AllowArchitectureSplit(plan, toolchain, families[i], history, choices);
     }
     RETURN_IF_ERROR(AppendWithRememberedSplits(std::move(plan), choices, planned));
   }

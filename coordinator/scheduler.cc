@@ -340,10 +340,13 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
         }
       }
       if (parts.ok() && parts->size() > 1 && unique) {
-        SplitUnit(task_id, std::move(*parts),
-                  absl::StrCat(killed, "; no worker has more memory, so its ",
-                               unit.planned.instantiations, " instantiations are split"),
-                  deferred);
+        std::string why =
+            (*parts)[0].unit.has_architecture_part()
+                ? absl::StrCat(killed, "; no worker has more memory, so its ", parts->size(),
+                               " targets compile as units of their own")
+                : absl::StrCat(killed, "; no worker has more memory, so its ",
+                               unit.planned.instantiations, " instantiations are split");
+        SplitUnit(task_id, std::move(*parts), why, deferred);
         return;
       }
       if (!parts.ok()) spdlog::warn("cannot split unit {}: {}", name, parts.status().ToString());
@@ -538,6 +541,7 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
   // seen, and the parent already failed alone on the largest worker.
   int64_t peak_seen = old.peak_seen;
   int parent_instantiations = std::max(1, old.planned.instantiations);
+  int parent_parallel = std::max(1, old.planned.parallel);
   std::vector<int> fresh;
   std::vector<std::pair<int, v1::TaskResult>> cached;
   for (PlannedUnit& part : parts) {  // `old` is not used past here: units grows
@@ -546,7 +550,9 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
     std::optional<v1::TaskResult> hit =
         lookup_result_ ? lookup_result_(part.action_digest) : std::nullopt;
     UnitState state{std::move(part)};
-    state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations;
+    // A part of fewer targets runs fewer of them at once (--threads).
+    state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations *
+                              std::min(state.planned.parallel, parent_parallel) / parent_parallel;
     build.units.push_back(std::move(state));
     if (hit) {
       hit->set_toolchain_digest(build.toolchain_digest);

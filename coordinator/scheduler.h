@@ -55,8 +55,10 @@ struct PlannedUnit {
   std::string family;
   UnitDemand demand;
   int instantiations = 1;  // grid points compiled in this unit
+  int parallel = 1;        // compilations nvcc runs at once (ParallelCompilations)
   // For a unit of several instantiations: makes smaller units of the same
-  // points (named after this one), the last rung of the memory retry ladder.
+  // points (named after this one); for one of several -gencode targets: one
+  // unit per target. The last rung of the memory retry ladder.
   // Called under the scheduler's lock.
   std::function<absl::StatusOr<std::vector<PlannedUnit>>()> split;
 };

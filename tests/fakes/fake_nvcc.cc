@@ -4,8 +4,12 @@
 // enough of nvcc's command line:
 //   --version                 prints a release (FAKE_NVCC_RELEASE, default 13.0)
 //   FLAGS -M SOURCE           prints make dependencies from #include "..." lines
-//   FLAGS -c SOURCE -o OBJ    "compiles": writes an object derived from the
-//                             flags and the source text with its includes
+//   FLAGS -c SOURCE -o OBJ    "compiles": writes a relocatable ELF object
+//                             whose .fake_source section holds the flags and
+//                             the source text with its includes, and whose
+//                             .nv_fatbin holds a fatbinary with one small
+//                             image per -gencode code (sm_X: cubin, compute_X:
+//                             PTX), as nvcc's objects do
 //   -shared -o LIB OBJS...    "links": concatenates the objects
 // Directives in the source steer a compile:
 //   FAKE_FAIL(message)   prints "SOURCE(LINE): error: message", exits 2
@@ -13,10 +17,15 @@
 //   FAKE_TOUCH_MIB_EACH=N  adds N MiB per occurrence: a unit of several
 //                        instantiations, each with this, touches their sum
 //   FAKE_SLEEP_MS=N      then sleeps N ms (so the peak lasts, as cicc's does)
+//   FAKE_TARGET_MIB=N, FAKE_TARGET_MS=N  the same per -gencode target, as
+//                        nvcc's --threads T runs them: min(T, targets) at
+//                        once (memory) in ceil(targets / T) waves (time)
 //   FAKE_CRASH           dies of SIGABRT
 //   FAKE_STDOUT(text)    prints text on stdout
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +110,110 @@ std::string Directive(const std::string& text, const std::string& name, size_t* 
 long NumberAfter(const std::string& text, const std::string& name) {
   size_t at = text.find(name + "=");
   return at == std::string::npos ? 0 : std::atol(text.c_str() + at + name.size() + 1);
+}
+
+void Append(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+void Pad(std::string& out, size_t alignment) {
+  while (out.size() % alignment != 0) out.push_back('\0');
+}
+
+// A fatbinary container with one image per code of the -gencode values in
+// `gencodes` ("arch=compute_90,code=[sm_90,compute_90]"), in order.
+std::string Fatbinary(const std::vector<std::string>& gencodes, const std::string& source) {
+  std::string entries;
+  for (const std::string& gencode : gencodes) {
+    size_t at = gencode.find("code=");
+    if (at == std::string::npos) continue;
+    std::string codes = gencode.substr(at + 5);
+    if (!codes.empty() && codes.front() == '[') codes = codes.substr(1, codes.size() - 2);
+    std::stringstream list(codes);
+    std::string code;
+    while (std::getline(list, code, ',')) {
+      bool ptx = code.rfind("compute_", 0) == 0;
+      int arch = std::atoi(code.c_str() + (ptx ? 8 : 3));
+      std::string payload = ptx ? "// fake PTX for " + code + " of " + source + "\n"
+                                : "\x7f"
+                                  "ELF fake cubin for " +
+                                      code + " of " + source + "\n";
+      if (ptx) payload.push_back('\0');
+      Pad(payload, 8);
+      Append(entries, ptx ? 1 : 2, 2);
+      Append(entries, 0x0101, 2);
+      Append(entries, 64, 4);              // header size
+      Append(entries, payload.size(), 8);  // stored size
+      Append(entries, 0, 4);               // not compressed
+      Append(entries, 0, 4);               // no options
+      Append(entries, ptx ? 0x00090008 : 0x00010008, 4);
+      Append(entries, arch, 4);
+      Append(entries, 0, 8);
+      Append(entries, 0x11, 8);  // 64-bit, Linux
+      Append(entries, 0, 8);
+      Append(entries, 0, 8);
+      entries += payload;
+    }
+  }
+  std::string container;
+  Append(container, 0xBA55ED50, 4);
+  Append(container, 1, 2);
+  Append(container, 16, 2);
+  Append(container, entries.size(), 8);
+  return container + entries;
+}
+
+// A minimal relocatable x86-64 ELF file: .fake_source, .nv_fatbin, .shstrtab.
+std::string ElfObject(const std::string& fake_source, const std::string& fatbin) {
+  const std::string names = std::string("\0.fake_source\0.nv_fatbin\0.shstrtab\0", 35);
+  std::string out(64, '\0');
+  struct Placed {
+    uint32_t name;
+    size_t offset, size;
+  };
+  std::vector<Placed> sections;
+  for (auto [name, bytes] :
+       {std::pair<uint32_t, const std::string*>{1, &fake_source}, {14, &fatbin}, {25, &names}}) {
+    Pad(out, 8);
+    sections.push_back({name, out.size(), bytes->size()});
+    out += *bytes;
+  }
+  Pad(out, 8);
+  const size_t shoff = out.size();
+  out.append(64, '\0');  // section 0
+  for (size_t i = 0; i < sections.size(); ++i) {
+    Append(out, sections[i].name, 4);
+    Append(out, i == 2 ? 3 : 1, 4);  // SHT_STRTAB or SHT_PROGBITS
+    Append(out, i == 1 ? 2 : 0, 8);  // SHF_ALLOC for the fatbinary
+    Append(out, 0, 8);
+    Append(out, sections[i].offset, 8);
+    Append(out, sections[i].size, 8);
+    Append(out, 0, 4);
+    Append(out, 0, 4);
+    Append(out, i == 1 ? 8 : 1, 8);
+    Append(out, 0, 8);
+  }
+  std::string header;
+  header +=
+      "\x7f"
+      "ELF";
+  header += std::string("\x02\x01\x01", 3);  // 64-bit, little-endian, version 1
+  header.append(9, '\0');
+  Append(header, 1, 2);   // ET_REL
+  Append(header, 62, 2);  // EM_X86_64
+  Append(header, 1, 4);
+  Append(header, 0, 8);  // entry
+  Append(header, 0, 8);  // no program headers
+  Append(header, shoff, 8);
+  Append(header, 0, 4);
+  Append(header, 64, 2);  // ELF header size
+  Append(header, 0, 2);
+  Append(header, 0, 2);
+  Append(header, 64, 2);  // section header size
+  Append(header, sections.size() + 1, 2);
+  Append(header, 3, 2);  // .shstrtab
+  out.replace(0, 64, header);
+  return out;
 }
 
 long SumAfter(const std::string& text, const std::string& name) {
@@ -188,7 +301,23 @@ int main(int argc, char** argv) {
     volatile char* memory = static_cast<volatile char*>(std::malloc(bytes));
     for (size_t i = 0; memory != nullptr && i < bytes; i += 4096) memory[i] = 1;
   }
-  if (long ms = NumberAfter(text, "FAKE_SLEEP_MS")) {
+  std::vector<std::string> gencodes;
+  long threads = 1;
+  for (const std::string& flag : flags) {
+    if (flag.rfind("-gencode", 0) == 0) gencodes.push_back(flag.substr(9));
+    if (flag.rfind("--threads ", 0) == 0 || flag.rfind("-t ", 0) == 0) {
+      threads = std::atol(flag.c_str() + flag.find(' ') + 1);
+    }
+  }
+  const long targets = std::max<long>(1, gencodes.size());
+  const long at_once = threads <= 0 ? targets : std::min(threads, targets);
+  const long waves = (targets + at_once - 1) / at_once;
+  if (long mib = NumberAfter(text, "FAKE_TARGET_MIB") * at_once) {
+    size_t bytes = static_cast<size_t>(mib) << 20;
+    volatile char* memory = static_cast<volatile char*>(std::malloc(bytes));
+    for (size_t i = 0; memory != nullptr && i < bytes; i += 4096) memory[i] = 1;
+  }
+  if (long ms = NumberAfter(text, "FAKE_SLEEP_MS") + NumberAfter(text, "FAKE_TARGET_MS") * waves) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
   if (text.find("FAKE_CRASH") != std::string::npos) std::abort();
@@ -203,9 +332,10 @@ int main(int argc, char** argv) {
     std::cerr << "1 error detected in the compilation of \"" << source << "\".\n";
     return 2;
   }
+  std::string described = "FAKEOBJ " + source + "\n";
+  for (const std::string& flag : flags) described += flag + "\n";
+  described += text;
   std::ofstream out(output, std::ios::binary);
-  out << "FAKEOBJ " << source << "\n";
-  for (const std::string& flag : flags) out << flag << "\n";
-  out << text;
+  out << ElfObject(described, Fatbinary(gencodes, source));
   return out ? 0 : 1;
 }

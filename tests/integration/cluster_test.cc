@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "client/build_command.h"
 #include "client/commands.h"
+#include "common/fatbin.h"
 #include "common/files.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/background_process.h"
@@ -264,6 +265,70 @@ TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
   EXPECT_THAT(*b, HasSubstr("int b();"));
   EXPECT_THAT(*a, Not(HasSubstr(root_))) << "absolute paths were rewritten";
   EXPECT_TRUE(IsRegularFile(root_ + "/proj/build/libproj.so"));
+}
+
+// Units of three targets with --threads 3 compile one target per unit on
+// the workers; the client merges each unit's parts into the object the
+// build system expects, and links that, not the parts.
+TEST_F(ClusterTest, ThreadedMultiTargetUnitsCompilePerTargetAndMergeIntoTheirObjects) {
+  Write("proj/a.cu", "int a(); // FAKE_TARGET_MS=50\n");
+  Write("proj/b.cu", "int b();\n");
+  std::string nvcc = testing::FakeNvccPath();
+  std::string db = "[";
+  for (const char* name : {"a", "b"}) {
+    absl::StrAppend(&db, name[0] == 'a' ? "" : ",", R"({"directory": ")", root_, R"(/proj",
+     "file": ")",
+                    name, R"(.cu", "arguments": [")", nvcc, R"(", "-O2", "--threads", "3",
+     "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+     "-gencode", "arch=compute_100,code=[sm_100,compute_100]", "-c", ")",
+                    name, R"(.cu",
+     "-o", "objs/)",
+                    name, R"(.o"]})");
+  }
+  Write("proj/compile_commands.json", db + "]");
+  client::BuildOptions options;
+  options.plan_path = root_ + "/proj/compile_commands.json";
+  options.coordinator_address = coordinator_->address();
+  options.output_dir = root_ + "/proj";
+  options.library_name = "libproj.so";
+  options.nvcc_path = nvcc;
+  std::ostringstream out;
+  absl::Status status = client::RunBuild(options, out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("a.cu@sm_100+compute_100"));
+  EXPECT_THAT(out.str(), HasSubstr("units     6 (6 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(out.str(), HasSubstr("targets   2 units compiled one target per unit"));
+  for (const char* name : {"a", "b"}) {
+    const std::string object = absl::StrCat(root_, "/proj/objs/", name, ".o");
+    absl::StatusOr<std::vector<DeviceImage>> images = ReadDeviceImages(object);
+    ASSERT_TRUE(images.ok()) << images.status();
+    std::vector<std::string> described;
+    for (const DeviceImage& image : *images) described.push_back(DescribeDeviceImage(image));
+    EXPECT_THAT(described, ::testing::ElementsAre("sm_80 cubin", "sm_90 cubin", "sm_100 cubin",
+                                                  "compute_100 ptx"))
+        << name;
+    absl::StatusOr<std::string> text = ReadFile(object);
+    ASSERT_TRUE(text.ok());
+    EXPECT_THAT(*text, HasSubstr(absl::StrCat("int ", name, "();")));
+  }
+  // The library holds each merged object once and no part object.
+  absl::StatusOr<std::string> library = ReadFile(root_ + "/proj/libproj.so");
+  ASSERT_TRUE(library.ok());
+  int copies = 0;
+  for (size_t at = library->find("FAKEOBJ a.cu"); at != std::string::npos;
+       at = library->find("FAKEOBJ a.cu", at + 1)) {
+    ++copies;
+  }
+  EXPECT_EQ(copies, 1) << "a.o linked exactly once";
+
+  // An unchanged rebuild takes every part from the cache and merges again.
+  std::ostringstream again;
+  status = client::RunBuild(options, again);
+  ASSERT_TRUE(status.ok()) << status << "\n" << again.str();
+  EXPECT_THAT(again.str(), HasSubstr("units     6 (0 compiled, 6 cached, 0 failed)"));
+  absl::StatusOr<std::vector<DeviceImage>> rebuilt = ReadDeviceImages(root_ + "/proj/objs/a.o");
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_EQ(rebuilt->size(), 4u);
 }
 
 TEST_F(ClusterTest, WorkerWithAnotherReleaseThanRequiredRefusesToStart) {

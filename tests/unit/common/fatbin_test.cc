@@ -23,6 +23,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/nvcc_args.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace distcc_cuda {
@@ -85,6 +88,13 @@ std::vector<std::string> Describe(const std::vector<DeviceImage>& images) {
   }
   std::sort(lines.begin(), lines.end());
   return lines;
+}
+
+// The images as described, in file order.
+std::string InOrder(const std::vector<DeviceImage>& images) {
+  std::vector<std::string> lines;
+  for (const DeviceImage& image : images) lines.push_back(DescribeDeviceImage(image));
+  return absl::StrJoin(lines, ", ");
 }
 
 const DeviceImage* Find(const std::vector<DeviceImage>& images, const std::string& description) {
@@ -370,6 +380,57 @@ TEST(ReadDeviceImagesFromBytesTest, EveryTruncationIsInvalidNotACrash) {
   }
 }
 
+// Two objects that differ only in their fatbinary, as a compile's
+// architecture parts do.
+TEST(MergeArchitecturePartsTest, FirstPartsHostCodeWithEveryPartsImagesInOrder) {
+  FakeEntry sm90{.arch = 90, .stored = FakeCubin()};
+  FakeEntry sm100{.arch = 100, .stored = FakeCubin() + "100"};
+  FakeEntry ptx100{.kind = 1, .arch = 100, .stored = std::string(".target sm_100\0", 16)};
+  const std::string text = "\x55\x48\x89\xe5";
+  const std::string a = MakeElf({{".text", text}, {".nv_fatbin", MakeContainer({sm90})}});
+  const std::string b = MakeElf({{".text", text}, {".nv_fatbin", MakeContainer({sm100, ptx100})}});
+  absl::StatusOr<std::string> merged = MergeArchitectureParts({a, b}, {"a.o", "b.o"});
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  const auto images = ReadDeviceImagesFromBytes(*merged, "merged");
+  ASSERT_TRUE(images.ok()) << images.status();
+  EXPECT_EQ(InOrder(*images), "sm_90 cubin, sm_100 cubin, compute_100 ptx");
+  EXPECT_EQ(merged->substr(0, a.size()).find(text), a.find(text)) << "host code kept in place";
+  // One container, as nvcc writes for a whole compile.
+  const auto whole = ReadDeviceImagesFromBytes(
+      MakeElf({{".text", text}, {".nv_fatbin", MakeContainer({sm90, sm100, ptx100})}}), "whole");
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(*images == *whole);
+}
+
+TEST(MergeArchitecturePartsTest, RefusesWhatItCannotMergeNamingThePart) {
+  const std::string good =
+      MakeElf({{".nv_fatbin", MakeContainer({FakeEntry{.stored = FakeCubin()}})}});
+  struct Case {
+    std::vector<std::string> parts;
+    absl::StatusCode code;
+    std::string says;
+  } cases[] = {
+      {{good}, absl::StatusCode::kInvalidArgument, "two or more"},
+      {{good, "not an object"}, absl::StatusCode::kInvalidArgument, "part2.o"},
+      {{good, MakeElf({{".text", "\x90"}})}, absl::StatusCode::kNotFound, "part2.o"},
+      {{good, MakeElf({{"__nv_relfatbin", MakeContainer({FakeEntry{.stored = FakeCubin()}})}})},
+       absl::StatusCode::kInvalidArgument,
+       "whole-program"},
+      {{good, MakeElf({{".nv_fatbin", MakeContainer({FakeEntry{.stored = FakeCubin()}}) +
+                                          MakeContainer({FakeEntry{.stored = FakeCubin()}})}})},
+       absl::StatusCode::kInvalidArgument,
+       "more than one fatbinary container"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < c.parts.size(); ++i) names.push_back(absl::StrCat("part", i + 1, ".o"));
+    absl::StatusOr<std::string> merged = MergeArchitectureParts(c.parts, names);
+    ASSERT_FALSE(merged.ok()) << c.says;
+    EXPECT_EQ(merged.status().code(), c.code) << merged.status();
+    EXPECT_THAT(std::string(merged.status().message()), ::testing::HasSubstr(c.says));
+  }
+}
+
 TEST(DescribeDeviceImageTest, NamesArchAndKind) {
   EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kCubin, 100, false, ""}), "sm_100 cubin");
   EXPECT_EQ(DescribeDeviceImage({DeviceImageKind::kPtx, 100, true, ""}), "compute_100 ptx");
@@ -599,6 +660,54 @@ TEST_F(NvccBuildTest, SameSourceInOtherFolderAndNameHasSameDeviceCode) {
   ASSERT_NE(Find(*a, "sm_100 cubin"), nullptr);
   EXPECT_TRUE(*Find(*a, "sm_100 cubin") == *Find(*b, "sm_100 cubin"));
   EXPECT_TRUE(*Find(*a, "compute_100 ptx") == *Find(*b, "compute_100 ptx"));
+}
+
+// A whole compile for two targets, and the same compile as one part per
+// target merged: the same device images in the same order, the same host
+// code, and a library links from the merged object.
+TEST_F(NvccBuildTest, MergedArchitecturePartsEqualTheWholeCompile) {
+  const std::string dir = Folder("kernel.cu");
+  const std::vector<std::string> whole = {"-O3",      "-Xcompiler=-fPIC",
+                                          "-gencode", "arch=compute_90,code=sm_90",
+                                          "-gencode", "arch=compute_100,code=[sm_100,compute_100]",
+                                          "-c",       "kernel.cu",
+                                          "-o",       "k.o"};
+  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " ", absl::StrJoin(whole, " "))));
+  absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(whole);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ(parts->size(), 2u);
+  std::vector<std::string> objects, names;
+  for (const ArchitecturePart& part : *parts) {
+    std::string command = kNvcc;
+    for (const std::string& argument : part.arguments)
+      absl::StrAppend(&command, " '", argument, "'");
+    ASSERT_TRUE(RunIn(dir, command));
+    objects.push_back(ReadAll(dir + "/" + part.output));
+    names.push_back(part.output);
+  }
+  absl::StatusOr<std::string> merged = MergeArchitectureParts(objects, names);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  WriteAll(dir + "/merged.o", *merged);
+  const auto expected = ReadDeviceImages(dir + "/k.o");
+  const auto got = ReadDeviceImages(dir + "/merged.o");
+  ASSERT_TRUE(expected.ok() && got.ok()) << got.status();
+  EXPECT_EQ(InOrder(*got), "sm_90 cubin, sm_100 cubin, compute_100 ptx");
+  EXPECT_TRUE(*got == *expected) << "device code differs from the whole compile";
+  // Host code: nvcc's temporary file names differ, the instructions do not.
+  for (const char* section : {".text", ".rodata"}) {
+    ASSERT_TRUE(
+        RunIn(dir, absl::StrCat("objcopy -O binary --only-section=", section, " k.o whole", section,
+                                " && objcopy -O binary "
+                                "--only-section=",
+                                section, " merged.o merged", section)));
+    EXPECT_EQ(ReadAll(absl::StrCat(dir, "/whole", section)),
+              ReadAll(absl::StrCat(dir, "/merged", section)))
+        << section;
+  }
+  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -shared merged.o -o libmerged.so")));
+  const auto library = ReadDeviceImages(dir + "/libmerged.so");
+  ASSERT_TRUE(library.ok()) << library.status();
+  EXPECT_NE(Find(*library, "sm_90 cubin"), nullptr);
 }
 
 TEST_F(NvccBuildTest, CorruptingAnyFatbinByteNeverCrashes) {

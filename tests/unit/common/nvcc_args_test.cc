@@ -410,5 +410,80 @@ INSTANTIATE_TEST_SUITE_P(NotArchs, GencodeFlagsRejectsTest,
                          ::testing::Values("gfx90a", "90", "sm_", "sm_abc", "compute_", "SM_90",
                                            "sm_9x0", "sm_-90", "sm_+90", "sm_ 90"));
 
+TEST(SplitByArchitectureTest, OnePartPerGencodeWithTheWholesArchList) {
+  absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(
+      {"-O3", "-gencode", "arch=compute_100a,code=sm_100a", "--threads", "4",
+       "-gencode=arch=compute_90,code=[sm_90,compute_90]", "-c", "k.cu", "-o", "obj/k.o"});
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ((*parts)[0].label, "sm_100a");
+  EXPECT_EQ((*parts)[0].output, "obj/k.sm_100a.o");
+  // Virtual architectures ascending, times ten, the comma escaped for nvcc.
+  EXPECT_THAT((*parts)[0].arguments,
+              ElementsAre("-O3", "-gencode", "arch=compute_100a,code=sm_100a", "--threads", "4",
+                          "-U__CUDA_ARCH_LIST__", "-D__CUDA_ARCH_LIST__=900\\,1000", "-c", "k.cu",
+                          "-o", "obj/k.sm_100a.o"));
+  EXPECT_EQ((*parts)[1].label, "sm_90+compute_90");
+  EXPECT_THAT(
+      (*parts)[1].arguments,
+      ElementsAre("-O3", "--threads", "4", "-gencode=arch=compute_90,code=[sm_90,compute_90]",
+                  "-U__CUDA_ARCH_LIST__", "-D__CUDA_ARCH_LIST__=900\\,1000", "-c", "k.cu", "-o",
+                  "obj/k.sm_90+compute_90.o"));
+  for (const ArchitecturePart& part : *parts) {
+    EXPECT_TRUE(ValidateSandboxedArguments(part.arguments).ok()) << part.label;
+  }
+}
+
+struct UnsplittableCase {
+  std::string name;
+  std::vector<std::string> arguments;
+  std::string why;
+};
+
+class SplitByArchitectureRefusesTest : public ::testing::TestWithParam<UnsplittableCase> {};
+
+TEST_P(SplitByArchitectureRefusesTest, SaysWhy) {
+  absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(GetParam().arguments);
+  ASSERT_FALSE(parts.ok());
+  EXPECT_EQ(parts.status().code(), absl::StatusCode::kFailedPrecondition) << parts.status();
+  EXPECT_THAT(parts.status().message(), HasSubstr(GetParam().why));
+}
+
+const char* const kTwo[] = {"-gencode", "arch=compute_90,code=sm_90", "-gencode",
+                            "arch=compute_100,code=sm_100"};
+std::vector<std::string> TwoTargets(std::vector<std::string> more) {
+  std::vector<std::string> args(std::begin(kTwo), std::end(kTwo));
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SplitByArchitectureRefusesTest,
+    ::testing::Values(
+        UnsplittableCase{"OneTarget",
+                         {"-gencode", "arch=compute_90,code=sm_90", "-c", "k.cu", "-o", "k.o"},
+                         "1 -gencode target"},
+        UnsplittableCase{"ArchFlag", TwoTargets({"-arch", "sm_80", "-c", "k.cu", "-o", "k.o"}),
+                         "only -gencode targets"},
+        UnsplittableCase{"Rdc", TwoTargets({"-rdc", "true", "-c", "k.cu", "-o", "k.o"}),
+                         "linked later"},
+        UnsplittableCase{"DeviceC", TwoTargets({"-dc", "k.cu", "-o", "k.o"}), "only a compile"},
+        UnsplittableCase{"Lto",
+                         {"-gencode", "arch=compute_90,code=lto_90", "-gencode",
+                          "arch=compute_100,code=sm_100", "-c", "k.cu", "-o", "k.o"},
+                         "LTO"},
+        UnsplittableCase{"NoCompile", TwoTargets({"k.cu", "-o", "k"}), "only a compile"},
+        UnsplittableCase{"OwnArchList",
+                         TwoTargets({"-D__CUDA_ARCH_LIST__=900", "-c", "k.cu", "-o", "k.o"}),
+                         "__CUDA_ARCH_LIST__ itself"}),
+    [](const ::testing::TestParamInfo<UnsplittableCase>& info) { return info.param.name; });
+
+TEST(SplitByArchitectureTest, MalformedGencodeIsInvalid) {
+  absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(
+      {"-gencode", "sm_90", "-gencode", "arch=compute_100,code=sm_100", "-c", "k.cu", "-o", "k.o"});
+  EXPECT_EQ(parts.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parts.status().message(), HasSubstr("'sm_90'"));
+}
+
 }  // namespace
 }  // namespace distcc_cuda

@@ -198,3 +198,116 @@ TEST_F(UnitSizeTest, ChoiceSticksWhileItFitsSoCachedUnitsKeepTheirNames) {
 
 }  // namespace
 }  // namespace distcc_cuda::coordinator
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+// An ordinary unit compiled for five targets, as flash-attention's are.
+class ArchitectureSplitTest : public BuildPlannerTest {
+ protected:
+  void SetUp() override {
+    BuildPlannerTest::SetUp();
+    request_.clear_instantiation_sets();
+    auto source = cas_->PutBytes("__global__ void k() {}\n");
+    ASSERT_TRUE(source.ok());
+    v1::CompileUnit* unit = request_.add_units();
+    unit->set_name("mha");
+    for (const char* arg :
+         {"-O3", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+          "-gencode", "arch=compute_100,code=sm_100", "-gencode", "arch=compute_110,code=sm_110",
+          "-gencode", "arch=compute_120,code=sm_120", "-c", "mha.cu", "-o", "mha.o"}) {
+      unit->add_arguments(arg);
+    }
+    unit->add_output_paths("mha.o");
+    auto* input = unit->add_inputs();
+    input->set_path("mha.cu");
+    *input->mutable_digest() = ToProto(*source);
+  }
+  void SetThreads(const std::string& threads) {
+    request_.mutable_units(0)->add_arguments("--threads");
+    request_.mutable_units(0)->add_arguments(threads);
+  }
+  absl::StatusOr<std::vector<PlannedUnit>> Plan(int total_slots,
+                                                UnitSizeChoices* choices = nullptr) {
+    return PlanBuild(request_, *cas_, nullptr, {kGiB * 16, total_slots}, choices);
+  }
+  static constexpr int64_t kGiB = int64_t{1} << 30;
+};
+
+std::vector<std::string> Names(const std::vector<PlannedUnit>& units) {
+  std::vector<std::string> names;
+  for (const PlannedUnit& unit : units) names.push_back(unit.unit.name());
+  return names;
+}
+
+TEST_F(ArchitectureSplitTest, ThreadedUnitCompilesOneUnitPerTarget) {
+  SetThreads("4");
+  absl::StatusOr<std::vector<PlannedUnit>> units = Plan(/*total_slots=*/1);
+  ASSERT_TRUE(units.ok()) << units.status();
+  EXPECT_THAT(Names(*units), ::testing::ElementsAre("mha@sm_80", "mha@sm_90", "mha@sm_100",
+                                                    "mha@sm_110", "mha@sm_120"));
+  for (int i = 0; i < 5; ++i) {
+    const PlannedUnit& part = (*units)[i];
+    EXPECT_EQ(part.unit.architecture_part().of(), "mha");
+    EXPECT_EQ(part.unit.architecture_part().index(), i);
+    EXPECT_EQ(part.unit.architecture_part().count(), 5);
+    EXPECT_EQ(part.parallel, 1);
+    // One target's memory, where the whole would reserve four at once.
+    EXPECT_EQ(part.demand.peak_bytes, PredictionDefaults().peak_bytes);
+    EXPECT_FALSE(part.split) << "a part cannot split again";
+  }
+  EXPECT_EQ((*units)[2].unit.output_paths(0), "mha.sm_100.o");
+}
+
+TEST_F(ArchitectureSplitTest, SequentialTargetsStayWholeUnlessSlotsWouldIdle) {
+  // Five targets one after another on a cluster of one slot: the whole
+  // saves four host passes. With more slots than units, the parts use them.
+  absl::StatusOr<std::vector<PlannedUnit>> one_slot = Plan(1);
+  ASSERT_TRUE(one_slot.ok()) << one_slot.status();
+  EXPECT_THAT(Names(*one_slot), ::testing::ElementsAre("mha"));
+  absl::StatusOr<std::vector<PlannedUnit>> many = Plan(8);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many->size(), 5u);
+}
+
+TEST_F(ArchitectureSplitTest, UserCanForceOrForbidTheSplit) {
+  request_.set_architecture_split(v1::ARCHITECTURE_SPLIT_ALWAYS);
+  absl::StatusOr<std::vector<PlannedUnit>> always = Plan(1);
+  ASSERT_TRUE(always.ok());
+  EXPECT_EQ(always->size(), 5u);
+  SetThreads("4");
+  request_.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
+  absl::StatusOr<std::vector<PlannedUnit>> never = Plan(64);
+  ASSERT_TRUE(never.ok());
+  ASSERT_THAT(Names(*never), ::testing::ElementsAre("mha"));
+  EXPECT_FALSE((*never)[0].split) << "never means the ladder does not split it either";
+}
+
+TEST_F(ArchitectureSplitTest, WholeUnitSplitsByTargetOnTheLaddersLastRungAndTheNextBuildKeepsIt) {
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> choices = UnitSizeChoices::Open("");
+  ASSERT_TRUE(choices.ok());
+  absl::StatusOr<std::vector<PlannedUnit>> whole = Plan(1, choices->get());
+  ASSERT_TRUE(whole.ok());
+  ASSERT_EQ(whole->size(), 1u);
+  ASSERT_TRUE((*whole)[0].split);
+  absl::StatusOr<std::vector<PlannedUnit>> parts = (*whole)[0].split();
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ(parts->size(), 5u);
+  EXPECT_EQ((*parts)[4].unit.name(), "mha@sm_120");
+  absl::StatusOr<std::vector<PlannedUnit>> next = Plan(1, choices->get());
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(Names(*next), Names(*parts));
+  EXPECT_EQ((*next)[0].action_digest, (*parts)[0].action_digest) << "so the cache serves them";
+}
+
+TEST_F(ArchitectureSplitTest, UnitThatCannotSplitStaysWhole) {
+  request_.mutable_units(0)->add_arguments("-rdc=true");
+  SetThreads("4");
+  absl::StatusOr<std::vector<PlannedUnit>> units = Plan(64);
+  ASSERT_TRUE(units.ok()) << units.status();
+  ASSERT_THAT(Names(*units), ::testing::ElementsAre("mha"));
+  EXPECT_FALSE((*units)[0].split);
+}
+
+}  // namespace
+}  // namespace distcc_cuda::coordinator

@@ -482,6 +482,46 @@ TEST_F(SchedulerTest, MemoryKillClimbsTheRetryLadderAndFailsNamingThePeak) {
   EXPECT_TRUE(recorded_.empty()) << "no result to cache";
 }
 
+TEST_F(SchedulerTest, ThreadedUnitOfSeveralTargetsKilledOnTheLargestWorkerCompilesPerTarget) {
+  std::string only = AddWorker("only", "13.0", 4, 1 * kGiB);
+  std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
+  units[0].unit.set_name("mha");
+  units[0].parallel = 4;  // --threads 4 over four targets
+  units[0].split = []() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    std::vector<PlannedUnit> parts = Units(4, 100 * kMiB);
+    for (int i = 0; i < 4; ++i) {
+      parts[i].unit.set_name(absl::StrCat("mha@sm_", 80 + 10 * i));
+      parts[i].unit.mutable_architecture_part()->set_of("mha");
+      parts[i].action_digest = absl::StrCat("part", i);
+    }
+    return parts;
+  };
+  ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
+  for (int64_t peak : {300 * kMiB, 900 * kMiB, 960 * kMiB}) {
+    std::optional<v1::Task> task = LeaseNow(only);
+    ASSERT_TRUE(task);
+    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
+  }
+  const v1::BuildEvent::UnitSplit* split = nullptr;
+  for (const auto& event : events_) {
+    if (event.has_unit_split()) split = &event.unit_split();
+  }
+  ASSERT_NE(split, nullptr);
+  EXPECT_THAT(split->reason(), HasSubstr("its 4 targets compile as units of their own"));
+  // Each part runs one target where the whole ran four at once: it reserves
+  // a quarter of the whole's peak, so all four fit the worker together.
+  std::vector<v1::Task> parts;
+  for (int i = 0; i < 4; ++i) {
+    std::optional<v1::Task> task = LeaseNow(only);
+    ASSERT_TRUE(task) << "part " << i;
+    EXPECT_EQ(task->reserved_bytes(), 240 * kMiB);
+    parts.push_back(*task);
+  }
+  for (const v1::Task& task : parts) ASSERT_TRUE(Report(only, task, Completed(0)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_TRUE(Finished()->success());
+}
+
 TEST_F(SchedulerTest, UnitOfSeveralInstantiationsKilledOnTheLargestWorkerIsSplit) {
   std::string only = AddWorker("only", "13.0", 2, 1 * kGiB);
   std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
