@@ -144,6 +144,74 @@ TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
   EXPECT_GE(sm100, 25) << "every unit's sm_100 cubin is in the library";
 }
 
+// A compile for two targets with --threads 2 runs as one unit per target
+// on the workers; the object the client merges has the device code and
+// the host code (including what __CUDA_ARCH_LIST__ selects) of a local
+// whole compile, and the library links.
+TEST_F(RealNvccTest, TargetsCompiledAsUnitsOfTheirOwnMergeIntoTheWholeCompilesObject) {
+  std::string proj = root_ + "/proj";
+  ASSERT_TRUE(WriteFileAtomically(proj + "/scale.cu", R"(
+#define STRINGIFY2(...) #__VA_ARGS__
+#define STRINGIFY(...) STRINGIFY2(__VA_ARGS__)
+__global__ void Scale(float* x, float by) { x[threadIdx.x] *= by; }
+const char* CompiledFor() { return STRINGIFY(__CUDA_ARCH_LIST__); }
+void LaunchScale(float* x, float by) { Scale<<<1, 32>>>(x, by); }
+)")
+                  .ok());
+  const std::vector<std::string> flags = {
+      "-O3",       "-Xcompiler=-fPIC",
+      "--threads", "2",
+      "-gencode",  "arch=compute_90,code=sm_90",
+      "-gencode",  "arch=compute_100,code=[sm_100,compute_100]"};
+  std::string db = absl::StrCat(R"([{"directory": ")", proj,
+                                R"(", "file": "scale.cu", "arguments": [")", nvcc_, "\"");
+  for (const std::string& flag : flags) absl::StrAppend(&db, ", \"", flag, "\"");
+  absl::StrAppend(&db, R"(, "-c", "scale.cu", "-o", "obj/scale.o"]}])");
+  ASSERT_TRUE(WriteFileAtomically(proj + "/compile_commands.json", db).ok());
+  ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
+                                "--library", "libscale.so", "-o", proj, "--nvcc", nvcc_});
+  ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  EXPECT_THAT(build.stdout_text, HasSubstr("scale.cu@sm_90 "));
+  EXPECT_THAT(build.stdout_text,
+              HasSubstr("targets   1 units compiled one target per unit (2 parts"));
+
+  ProcessSpec whole;
+  whole.argv = {nvcc_};
+  whole.argv.insert(whole.argv.end(), flags.begin(), flags.end());
+  for (const char* arg : {"-c", "scale.cu", "-o", "whole.o"}) whole.argv.push_back(arg);
+  whole.working_directory = proj;
+  whole.timeout = absl::Minutes(5);
+  absl::StatusOr<ProcessResult> local = RunProcess(whole);
+  ASSERT_TRUE(local.ok() && local->exit_code == 0) << local->stderr_text;
+  absl::StatusOr<std::vector<DeviceImage>> merged = ReadDeviceImages(proj + "/obj/scale.o");
+  absl::StatusOr<std::vector<DeviceImage>> expected = ReadDeviceImages(proj + "/whole.o");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(merged->size(), 3u);
+  EXPECT_TRUE(*merged == *expected) << "device code differs from the whole compile";
+  for (const char* section : {".text", ".rodata"}) {
+    ProcessSpec dump;
+    dump.argv = {"/bin/sh", "-c",
+                 absl::StrCat("objcopy -O binary --only-section=", section,
+                              " obj/scale.o merged.bin && objcopy -O binary --only-section=",
+                              section, " whole.o whole.bin && cmp merged.bin whole.bin")};
+    dump.working_directory = proj;
+    absl::StatusOr<ProcessResult> same = RunProcess(dump);
+    ASSERT_TRUE(same.ok());
+    EXPECT_EQ(same->exit_code, 0) << section << " differs: " << same->stdout_text;
+  }
+  absl::StatusOr<std::string> rodata = ReadFile(proj + "/obj/scale.o");
+  ASSERT_TRUE(rodata.ok());
+  EXPECT_THAT(*rodata, HasSubstr("900,1000")) << "host code saw the whole's architecture list";
+  absl::StatusOr<std::vector<DeviceImage>> library = ReadDeviceImages(proj + "/libscale.so");
+  ASSERT_TRUE(library.ok()) << library.status();
+  int ours = 0;
+  for (const DeviceImage& image : *library) {
+    ours += std::find(merged->begin(), merged->end(), image) != merged->end();
+  }
+  EXPECT_EQ(ours, 3) << "the library holds the merged object's three images";
+}
+
 TEST_F(RealNvccTest, CompileErrorOfTheRealNvccReachesTheUser) {
   std::string dir = root_ + "/broken";
   ASSERT_TRUE(WriteFileAtomically(dir + "/kernels.toml",
