@@ -119,12 +119,15 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& wh
 // Whether `plan`, one of `units_in_build`, compiles its -gencode targets as
 // units of their own (ARCHITECTURE_SPLIT_AUTO): when the whole does not fit
 // the smallest worker; when nvcc would run several targets at once
-// (--threads), because a reservation holds all their memory for the whole
-// unit's time while the parts hold one target's each for its own; and when
-// the build has fewer units than the workers have slots. Otherwise the
-// whole saves the parts' repeated host passes. A choice made before is kept
-// while the whole still fits, so a rebuild keeps its units and its cached
-// results.
+// (--threads) and memory, not slots, limits how many such units a worker
+// runs (the whole's peak is above a slot's share of the cap), because its
+// reservation holds all the targets' memory for the whole unit's time while
+// each part holds one target's for its own; and when the build has fewer
+// units than the workers have slots. Otherwise the whole saves the parts'
+// repeated host passes (1.5x the CPU time for the example kernels, whose
+// host pass is as large as their device pass). A choice made before is
+// kept while the whole still fits, so a rebuild keeps its units and its
+// cached results.
 bool ChooseArchitectureSplit(const PlannedUnit& plan, size_t units_in_build,
                              const ClusterCapacity& capacity, UnitSizeChoices* choices) {
   const bool fits =
@@ -132,8 +135,9 @@ bool ChooseArchitectureSplit(const PlannedUnit& plan, size_t units_in_build,
   const std::string key = absl::StrCat("architectures:", plan.action_digest);
   std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
   if (kept && (*kept == 1 || fits)) return *kept == 1;
-  bool split =
-      !fits || plan.parallel > 1 || capacity.total_slots > static_cast<int>(units_in_build);
+  const bool memory_bound = plan.demand.peak_bytes > capacity.smallest_memory_per_slot;
+  bool split = !fits || (plan.parallel > 1 && memory_bound) ||
+               capacity.total_slots > static_cast<int>(units_in_build);
   if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, split ? 1 : 0);
   return split;
 }

@@ -705,8 +705,12 @@ ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) co
     if (worker.info.toolchain().digest() != toolchain_digest) continue;
     int64_t cap = worker.info.memory_cap_bytes();
     int64_t usable = cap - AdmissionHeadroom(cap);
+    const int64_t per_slot = usable / std::max(1, worker.info.slots());
     capacity.smallest_usable_cap =
         capacity.total_slots == 0 ? usable : std::min(capacity.smallest_usable_cap, usable);
+    capacity.smallest_memory_per_slot = capacity.total_slots == 0
+                                            ? per_slot
+                                            : std::min(capacity.smallest_memory_per_slot, per_slot);
     capacity.total_slots += worker.info.slots();
   }
   return capacity;

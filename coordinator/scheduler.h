@@ -67,6 +67,9 @@ struct PlannedUnit {
 struct ClusterCapacity {
   int64_t smallest_usable_cap = 0;  // cap less headroom of the smallest worker
   int total_slots = 0;
+  // The least usable memory per slot of any worker: a unit predicted above
+  // it leaves slots idle there, because memory runs out first.
+  int64_t smallest_memory_per_slot = 0;
 };
 
 class BuildScheduler {

@@ -229,7 +229,9 @@ class ArchitectureSplitTest : public BuildPlannerTest {
   }
   absl::StatusOr<std::vector<PlannedUnit>> Plan(int total_slots,
                                                 UnitSizeChoices* choices = nullptr) {
-    return PlanBuild(request_, *cas_, nullptr, {kGiB * 16, total_slots}, choices);
+    // One worker of 16 GiB: a slot's share is 16 GiB / slots.
+    return PlanBuild(request_, *cas_, nullptr,
+                     {kGiB * 16, total_slots, kGiB * 16 / std::max(1, total_slots)}, choices);
   }
   static constexpr int64_t kGiB = int64_t{1} << 30;
 };
@@ -242,7 +244,10 @@ std::vector<std::string> Names(const std::vector<PlannedUnit>& units) {
 
 TEST_F(ArchitectureSplitTest, ThreadedUnitCompilesOneUnitPerTarget) {
   SetThreads("4");
-  absl::StatusOr<std::vector<PlannedUnit>> units = Plan(/*total_slots=*/1);
+  // Predicted at 4 x 2 GiB, above the 4 GiB per slot of the tightest
+  // worker: memory limits there, so each target reserves only its own.
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, {kGiB * 16, 1, kGiB * 4}, nullptr);
   ASSERT_TRUE(units.ok()) << units.status();
   EXPECT_THAT(Names(*units), ::testing::ElementsAre("mha@sm_80", "mha@sm_90", "mha@sm_100",
                                                     "mha@sm_110", "mha@sm_120"));
@@ -257,6 +262,22 @@ TEST_F(ArchitectureSplitTest, ThreadedUnitCompilesOneUnitPerTarget) {
     EXPECT_FALSE(part.split) << "a part cannot split again";
   }
   EXPECT_EQ((*units)[2].unit.output_paths(0), "mha.sm_100.o");
+}
+
+TEST_F(ArchitectureSplitTest, ThreadedUnitStaysWholeWhereSlotsNotMemoryLimit) {
+  // Predicted at 4 x 2 GiB: on one slot of 16 GiB memory is not what limits,
+  // so the whole saves three host passes; on three slots of 5.3 GiB it is.
+  SetThreads("4");
+  for (const char* name : {"mha2", "mha3"}) {
+    request_.add_units()->CopyFrom(request_.units(0));
+    request_.mutable_units(request_.units_size() - 1)->set_name(name);
+  }
+  absl::StatusOr<std::vector<PlannedUnit>> roomy = Plan(1);
+  ASSERT_TRUE(roomy.ok()) << roomy.status();
+  EXPECT_THAT(Names(*roomy), ::testing::ElementsAre("mha", "mha2", "mha3"));
+  absl::StatusOr<std::vector<PlannedUnit>> tight = Plan(3);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_EQ(tight->size(), 15u);
 }
 
 TEST_F(ArchitectureSplitTest, SequentialTargetsStayWholeUnlessSlotsWouldIdle) {
