@@ -373,7 +373,11 @@ absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
     const NvccArgument& flag = command.flags[i];
     const std::string& o = flag.option;
     if (o == "-gencode" || o == "--generate-code") {
-      ASSIGN_OR_RETURN(GencodeTarget target, ParseGencode(flag.value));
+      // A value this model does not read is nvcc's to judge: the unit then
+      // compiles whole rather than failing here.
+      absl::StatusOr<GencodeTarget> parsed = ParseGencode(flag.value);
+      if (!parsed.ok()) return cannot(std::string(parsed.status().message()));
+      GencodeTarget target = *std::move(parsed);
       if (target.lto) return cannot("LTO targets (code=lto_*) are linked later, not merged");
       virtual_archs.insert(target.virtual_arch);
       targets.push_back(std::move(target));

@@ -85,8 +85,9 @@ struct ArchitecturePart {
 // saying why for a compile that cannot be split: fewer than two -gencode
 // targets, targets named with -arch/-code, relocatable device code or LTO
 // (their device code is linked later, not merged), no -c, or a
-// __CUDA_ARCH_LIST__ of its own. INVALID_ARGUMENT for arguments that do not
-// parse or a malformed -gencode value.
+// __CUDA_ARCH_LIST__ of its own, or a -gencode value it does not read (nvcc
+// judges that when the unit compiles whole). INVALID_ARGUMENT for arguments
+// that do not parse.
 absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
     const std::vector<std::string>& arguments);
 
