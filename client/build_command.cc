@@ -233,18 +233,23 @@ std::string Seconds(absl::Duration d) {
   return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
 }
 
-// Writes `object`, the unit `whole`'s object, merged from the objects of its
-// `count` per-target parts (by target index). FAILED_PRECONDITION when a
-// part is missing; the merge's error (naming the part) when one is not a
-// whole-program object.
-absl::Status MergePartObjects(const std::string& whole, const std::map<int, std::string>& parts,
-                              int count, const std::string& object) {
+// The downloaded objects of a unit compiled one target per unit.
+struct PartObjects {
+  int count = 0;                     // targets of the whole unit
+  std::map<int, std::string> paths;  // by target index
+};
+
+// Writes `object`, the unit `whole`'s object, merged from its parts'.
+// FAILED_PRECONDITION when a part is missing; the merge's error (naming the
+// part) when one is not a whole-program object.
+absl::Status MergePartObjects(const std::string& whole, const PartObjects& parts,
+                              const std::string& object) {
   std::vector<std::string> bytes, names;
-  for (int i = 0; i < count; ++i) {
-    auto it = parts.find(i);
-    if (it == parts.end()) {
+  for (int i = 0; i < parts.count; ++i) {
+    auto it = parts.paths.find(i);
+    if (it == parts.paths.end()) {
       return absl::FailedPreconditionError(absl::StrCat("unit ", whole, ": target ", i + 1, " of ",
-                                                        count, " never came back to merge"));
+                                                        parts.count, " never came back to merge"));
     }
     ASSIGN_OR_RETURN(std::string content, ReadFile(it->second));
     bytes.push_back(std::move(content));
@@ -363,8 +368,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   std::vector<std::string> failed;
   // Units compiled as one unit per -gencode target: their parts' objects,
   // by target index, merged into the unit's object before the link.
-  std::map<std::string, std::map<int, std::string>> architecture_parts;
-  std::map<std::string, int> architecture_part_counts;
+  std::map<std::string, PartObjects> architecture_parts;
   int total = 0;
   bool finished = false;
   absl::Status download_error;
@@ -436,8 +440,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       if (done.unit().has_architecture_part()) {
         const v1::ArchitecturePart& part = done.unit().architecture_part();
         local = plan.object_dir + "/" + done.unit_name() + ".o";
-        architecture_parts[part.of()][part.index()] = local;
-        architecture_part_counts[part.of()] = part.count();
+        architecture_parts[part.of()].count = part.count();
+        architecture_parts[part.of()].paths[part.index()] = local;
       }
       for (const auto& output : result.outputs()) {
         absl::Status got = cas.DownloadToFile(FromProto(output.digest()), local);
@@ -492,8 +496,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   for (const auto& [whole, parts] : architecture_parts) {
     std::string object =
         local_objects.count(whole) ? local_objects[whole] : plan.object_dir + "/" + whole + ".o";
-    RETURN_IF_ERROR(MergePartObjects(whole, parts, architecture_part_counts[whole], object));
-    for (const auto& [index, path] : parts) {
+    RETURN_IF_ERROR(MergePartObjects(whole, parts, object));
+    for (const auto& [index, path] : parts.paths) {
       part_names.insert(fs::path(path).stem().string());
     }
     local_objects[whole] = object;

@@ -116,6 +116,11 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& wh
   return parts;
 }
 
+// Where the choice to compile a unit one target per unit is remembered.
+std::string ArchitectureSplitKey(const std::string& action_digest) {
+  return absl::StrCat("architectures:", action_digest);
+}
+
 // Whether `plan`, one of `units_in_build`, compiles its -gencode targets as
 // units of their own (ARCHITECTURE_SPLIT_AUTO): when the whole does not fit
 // the smallest worker; when nvcc would run several targets at once
@@ -132,7 +137,7 @@ bool ChooseArchitectureSplit(const PlannedUnit& plan, size_t units_in_build,
                              const ClusterCapacity& capacity, UnitSizeChoices* choices) {
   const bool fits =
       capacity.total_slots == 0 || plan.demand.peak_bytes <= capacity.smallest_usable_cap;
-  const std::string key = absl::StrCat("architectures:", plan.action_digest);
+  const std::string key = ArchitectureSplitKey(plan.action_digest);
   std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
   if (kept && (*kept == 1 || fits)) return *kept == 1;
   const bool memory_bound = plan.demand.peak_bytes > capacity.smallest_memory_per_slot;
@@ -154,7 +159,7 @@ void AllowArchitectureSplit(PlannedUnit& plan, const std::string& toolchain,
   }
   plan.split = [whole = plan, toolchain, family_hint, history, choices]() {
     if (choices != nullptr) {
-      choices->Remember(absl::StrCat("architectures:", whole.action_digest), 1);
+      choices->Remember(ArchitectureSplitKey(whole.action_digest), 1);
     }
     return ArchitectureParts(whole, toolchain, family_hint, history);
   };

@@ -114,6 +114,22 @@ class ClusterTest : public ::testing::Test {
     return status;
   }
 
+  // Builds the compile_commands.json at `plan` (relative to root_) into
+  // `output_dir` as libproj.so, with the fake compiler, on this cluster.
+  absl::Status BuildCompileCommands(const std::string& plan, const std::string& output_dir,
+                                    std::string* output) {
+    client::BuildOptions options;
+    options.plan_path = root_ + "/" + plan;
+    options.coordinator_address = coordinator_->address();
+    options.output_dir = root_ + "/" + output_dir;
+    options.library_name = "libproj.so";
+    options.nvcc_path = testing::FakeNvccPath();
+    std::ostringstream out;
+    absl::Status status = client::RunBuild(options, out);
+    *output = out.str();
+    return status;
+  }
+
   std::string root_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::vector<std::unique_ptr<worker::Worker>> workers_;
@@ -247,15 +263,10 @@ TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
                    nvcc, " -I../include -O2 -c ", root_, R"(/proj/sub/b.cu -o objs/b.o"}
   ])");
   Write("proj/build/compile_commands.json", db);
-  client::BuildOptions options;
-  options.plan_path = root_ + "/proj/build/compile_commands.json";
-  options.coordinator_address = coordinator_->address();
-  options.output_dir = root_ + "/proj/build";
-  options.library_name = "libproj.so";
-  options.nvcc_path = nvcc;
-  std::ostringstream out;
-  absl::Status status = client::RunBuild(options, out);
-  ASSERT_TRUE(status.ok()) << status << "\n" << out.str();
+  std::string out;
+  absl::Status status =
+      BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
   // Objects go where the build system expects them, compiled with the
   // include folder made relative to the sandbox.
   absl::StatusOr<std::string> a = ReadFile(root_ + "/proj/build/objs/a.o");
@@ -286,18 +297,12 @@ TEST_F(ClusterTest, ThreadedMultiTargetUnitsCompilePerTargetAndMergeIntoTheirObj
                     name, R"(.o"]})");
   }
   Write("proj/compile_commands.json", db + "]");
-  client::BuildOptions options;
-  options.plan_path = root_ + "/proj/compile_commands.json";
-  options.coordinator_address = coordinator_->address();
-  options.output_dir = root_ + "/proj";
-  options.library_name = "libproj.so";
-  options.nvcc_path = nvcc;
-  std::ostringstream out;
-  absl::Status status = client::RunBuild(options, out);
-  ASSERT_TRUE(status.ok()) << status << "\n" << out.str();
-  EXPECT_THAT(out.str(), HasSubstr("a.cu@sm_100+compute_100"));
-  EXPECT_THAT(out.str(), HasSubstr("units     6 (6 compiled, 0 cached, 0 failed)"));
-  EXPECT_THAT(out.str(), HasSubstr("targets   2 units compiled one target per unit"));
+  std::string out;
+  absl::Status status = BuildCompileCommands("proj/compile_commands.json", "proj", &out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("a.cu@sm_100+compute_100"));
+  EXPECT_THAT(out, HasSubstr("units     6 (6 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(out, HasSubstr("targets   2 units compiled one target per unit"));
   for (const char* name : {"a", "b"}) {
     const std::string object = absl::StrCat(root_, "/proj/objs/", name, ".o");
     absl::StatusOr<std::vector<DeviceImage>> images = ReadDeviceImages(object);
@@ -322,10 +327,10 @@ TEST_F(ClusterTest, ThreadedMultiTargetUnitsCompilePerTargetAndMergeIntoTheirObj
   EXPECT_EQ(copies, 1) << "a.o linked exactly once";
 
   // An unchanged rebuild takes every part from the cache and merges again.
-  std::ostringstream again;
-  status = client::RunBuild(options, again);
-  ASSERT_TRUE(status.ok()) << status << "\n" << again.str();
-  EXPECT_THAT(again.str(), HasSubstr("units     6 (0 compiled, 6 cached, 0 failed)"));
+  std::string again;
+  status = BuildCompileCommands("proj/compile_commands.json", "proj", &again);
+  ASSERT_TRUE(status.ok()) << status << "\n" << again;
+  EXPECT_THAT(again, HasSubstr("units     6 (0 compiled, 6 cached, 0 failed)"));
   absl::StatusOr<std::vector<DeviceImage>> rebuilt = ReadDeviceImages(root_ + "/proj/objs/a.o");
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
   EXPECT_EQ(rebuilt->size(), 4u);

@@ -94,6 +94,16 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // Asks for a lease that must be answered at once.
+  // Leases the next task on `worker` and reports it killed for memory at
+  // each of `peaks` in turn: a unit climbing the retry ladder.
+  void KillEachLease(const std::string& worker, std::initializer_list<int64_t> peaks) {
+    for (int64_t peak : peaks) {
+      std::optional<v1::Task> task = LeaseNow(worker);
+      ASSERT_TRUE(task);
+      ASSERT_TRUE(Report(worker, *task, KilledForMemory(peak)).ok());
+    }
+  }
+
   std::optional<v1::Task> LeaseNow(const std::string& worker, absl::Time now = kStart) {
     std::optional<v1::Task> got;
     bool answered = false;
@@ -497,11 +507,7 @@ TEST_F(SchedulerTest, ThreadedUnitOfSeveralTargetsKilledOnTheLargestWorkerCompil
     return parts;
   };
   ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
-  for (int64_t peak : {300 * kMiB, 900 * kMiB, 960 * kMiB}) {
-    std::optional<v1::Task> task = LeaseNow(only);
-    ASSERT_TRUE(task);
-    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(KillEachLease(only, {300 * kMiB, 900 * kMiB, 960 * kMiB}));
   const v1::BuildEvent::UnitSplit* split = nullptr;
   for (const auto& event : events_) {
     if (event.has_unit_split()) split = &event.unit_split();
@@ -584,11 +590,7 @@ TEST_F(SchedulerTest, HalfThatFailsToCompileFailsTheBuildOnce) {
     return halves;
   };
   ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
-  for (int64_t peak : {300 * kMiB, 900 * kMiB, 950 * kMiB}) {
-    std::optional<v1::Task> task = LeaseNow(only);
-    ASSERT_TRUE(task);
-    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(KillEachLease(only, {300 * kMiB, 900 * kMiB, 950 * kMiB}));
   std::optional<v1::Task> first = LeaseNow(only);
   std::optional<v1::Task> second = LeaseNow(only);
   ASSERT_TRUE(first && second);
@@ -676,11 +678,7 @@ TEST_F(SchedulerTest, UnitOfOneInstantiationIsNotSplit) {
     return absl::InternalError("a unit of one instantiation has nothing to split");
   };
   ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
-  for (int64_t peak : {300 * kMiB, 900 * kMiB, 950 * kMiB}) {
-    std::optional<v1::Task> task = LeaseNow(only);
-    ASSERT_TRUE(task);
-    ASSERT_TRUE(Report(only, *task, KilledForMemory(peak)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(KillEachLease(only, {300 * kMiB, 900 * kMiB, 950 * kMiB}));
   ASSERT_NE(Finished(), nullptr);
   EXPECT_FALSE(Finished()->success());
   EXPECT_TRUE(called) << "the splitter decides; it said no";
@@ -690,11 +688,7 @@ TEST_F(SchedulerTest, UnitOfOneInstantiationIsNotSplit) {
 TEST_F(SchedulerTest, MemoryKillsDoNotCountAsLostLeases) {
   std::string worker = AddWorker("a", "13.0", 1, 16 * kGiB);
   ASSERT_TRUE(SubmitUnits(Units(1, 100 * kMiB)).ok());
-  for (int64_t peak : {200 * kMiB, 300 * kMiB}) {
-    std::optional<v1::Task> task = LeaseNow(worker);
-    ASSERT_TRUE(task);
-    ASSERT_TRUE(Report(worker, *task, KilledForMemory(peak)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(KillEachLease(worker, {200 * kMiB, 300 * kMiB}));
   std::optional<v1::Task> task = LeaseNow(worker);
   ASSERT_TRUE(task) << "two kills and still queued";
   ASSERT_TRUE(Report(worker, *task, Completed(0)).ok());
