@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "client/compile_commands.h"
 #include "client/dependency_scan.h"
 #include "client/embedded_cluster.h"
@@ -20,10 +21,12 @@
 #include "common/cas_client.h"
 #include "common/fatbin.h"
 #include "common/files.h"
+#include "common/forwarded_flags.h"
 #include "common/host_resources.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 
@@ -112,6 +115,47 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
   return plan;
 }
 
+// The argument model's check of a unit's flags before anything runs here:
+// every option is one the workers accept, with a value of the right form,
+// and no file it names (source, include folder, pre-include) is in the
+// host's private folders. nvcc -M would otherwise read them, and the scan
+// would ship them.
+absl::Status CheckBeforeScan(const std::string& name, const std::string& directory,
+                             const std::vector<std::string>& flags, const std::string& source) {
+  std::vector<std::string> arguments = flags;
+  arguments.insert(arguments.end(), {"-c", source, "-o", "distcc-cuda-scan.o"});
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  if (!command.ok()) return Annotate(command.status(), absl::StrCat("unit ", name));
+  std::vector<std::string> paths = {source};
+  for (const NvccArgument& flag : command->flags) {
+    if (flag.kind != NvccValueKind::kInputPath) continue;
+    for (const std::string& path : SplitNvccList(flag.value)) paths.push_back(path);
+  }
+  for (const std::string& path : paths) {
+    std::string absolute = AbsolutePath(path, directory);
+    if (IsHostPrivatePath(absolute)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unit ", name, ": ", path, " (", absolute,
+          ") is in a private folder of this machine; distcc-cuda never reads or sends files "
+          "under /etc, /proc, /sys, /dev, /boot, /run, /var/log or credential folders"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// CheckBeforeScan for every unit and instantiation set of the plan.
+absl::Status CheckPlanBeforeScan(const LocalPlan& plan) {
+  for (const LocalUnit& unit : plan.units) {
+    RETURN_IF_ERROR(CheckBeforeScan(unit.name, unit.directory, unit.flags, unit.source));
+  }
+  for (const LocalSet& set : plan.sets) {
+    for (const std::string& header : set.set.headers()) {
+      RETURN_IF_ERROR(CheckBeforeScan(set.set.name(), set.directory, set.flags, header));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Scans every unit's and set's closure, several nvcc -M at a time.
 absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
   std::vector<std::string> excluded = ExcludedPrefixes(nvcc);
@@ -152,7 +196,49 @@ absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
           absl::StrCat("unit ", unit.name, ": nvcc reported no inputs for ", unit.source));
     }
   }
+  // A source may #include an absolute path; its file must not leave here.
+  auto check_closure = [](const std::string& name, const std::vector<std::string>& closure) {
+    for (const std::string& file : closure) {
+      if (IsHostPrivatePath(file)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " reads ", file,
+            ", a file in a private folder of this machine; distcc-cuda does not send such files "
+            "to the cluster. Remove the #include or the option that pulls it in"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  for (const LocalUnit& unit : plan.units) {
+    RETURN_IF_ERROR(check_closure(absl::StrCat("unit ", unit.name), unit.closure));
+  }
+  for (const LocalSet& set : plan.sets) {
+    RETURN_IF_ERROR(check_closure(absl::StrCat("instantiation set ", set.set.name()), set.closure));
+  }
   return absl::OkStatus();
+}
+
+// The include folders a unit names outside the toolkit and the system: they
+// lie inside the workspace, so workers mount them at the same paths.
+std::vector<std::string> IncludeFolders(const std::string& directory,
+                                        const std::vector<std::string>& flags,
+                                        const std::vector<std::string>& excluded) {
+  std::vector<std::string> folders;
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(flags);
+  if (!command.ok()) return folders;  // refused earlier, with the reason
+  for (const NvccArgument& flag : command->flags) {
+    if (flag.kind != NvccValueKind::kInputPath || flag.option == "-include" ||
+        flag.option == "--pre-include") {
+      continue;
+    }
+    for (const std::string& path : SplitNvccList(flag.value)) {
+      std::string absolute = AbsolutePath(path, directory);
+      bool system = std::any_of(excluded.begin(), excluded.end(), [&](const std::string& prefix) {
+        return absl::StartsWith(absolute + "/", prefix);
+      });
+      if (!system) folders.push_back(absolute);
+    }
+  }
+  return folders;
 }
 
 std::string CommonAncestor(const std::vector<std::string>& paths) {
@@ -180,22 +266,41 @@ std::string Relative(const std::string& path, const std::string& base) {
   return relative.empty() ? "." : relative;
 }
 
-// Rewrites absolute input paths under `root` in `flags` relative to `directory`.
+// Rewrites the include paths of `flags` for a worker: paths inside `root`
+// relative to `directory` (the worker mounts the inputs at `root`, so both
+// forms reach the same files), system folders absolute as they are. Include
+// folders of this machine's own toolkit at a non-standard place are dropped:
+// nvcc searches its own toolkit's folders anyway, and the worker's toolkit
+// lies elsewhere.
 absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
                                                        const std::string& directory,
-                                                       const std::string& root) {
+                                                       const std::string& root,
+                                                       const std::vector<std::string>& toolkit) {
   ASSIGN_OR_RETURN(NvccCommand parsed, ParseNvccCommand(flags));
+  const std::vector<std::string> system = SystemIncludePrefixes();
+  auto under = [](const std::string& path, const std::vector<std::string>& prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) {
+      return absl::StartsWith(path + "/", prefix);
+    });
+  };
+  std::vector<NvccArgument> kept;
   for (NvccArgument& flag : parsed.flags) {
-    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() && flag.value[0] == '/' &&
-        RelativeTo(flag.value, root).ok()) {
-      flag.value = Relative(flag.value, directory);
-    } else if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() &&
-               flag.value[0] != '/' &&
-               !RelativeTo(AbsolutePath(flag.value, directory), root).ok()) {
-      // A relative include folder outside the workspace: pass it absolute.
-      flag.value = AbsolutePath(flag.value, directory);
+    if (flag.kind == NvccValueKind::kInputPath) {
+      bool search_folder = flag.option != "-include" && flag.option != "--pre-include";
+      std::vector<std::string> pieces;
+      for (const std::string& path : SplitNvccList(flag.value)) {
+        std::string absolute = AbsolutePath(path, directory);
+        if (search_folder && under(absolute, toolkit) && !under(absolute, system)) continue;
+        bool inside = RelativeTo(absolute, root).ok() && !under(absolute, system);
+        std::string piece = inside ? Relative(absolute, directory) : absolute;
+        pieces.push_back(absl::StrReplaceAll(piece, {{",", "\\,"}}));
+      }
+      if (pieces.empty()) continue;
+      flag.value = absl::StrJoin(pieces, ",");
     }
+    kept.push_back(std::move(flag));
   }
+  parsed.flags = std::move(kept);
   return parsed.FlagArguments();
 }
 
@@ -273,6 +378,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   }
   ASSIGN_OR_RETURN(LocalPlan plan,
                    is_compdb ? PlanFromCompileCommands(options) : PlanFromManifest(options));
+  // Nothing runs here (not even the scan) with arguments a worker would refuse.
+  RETURN_IF_ERROR(CheckPlanBeforeScan(plan));
 
   // Connect first: an unreachable coordinator should fail in seconds, before
   // any scanning.
@@ -285,7 +392,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     out << "distcc-cuda: no --coordinator given; building on this machine (" << embedded->slots()
         << " slots, memory cap " << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
   }
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  // The embedded coordinator serves loopback only, without TLS.
+  auto channel = OpenChannel(address, embedded == nullptr ? options.tls : std::nullopt);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(options.connect_timeout))) {
     return absl::UnavailableError(
@@ -298,20 +406,32 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   absl::Time scan_start = absl::Now();
   RETURN_IF_ERROR(ScanClosures(plan, options.nvcc_path));
   std::vector<std::string> anchors;
+  std::vector<std::string> excluded = ExcludedPrefixes(options.nvcc_path);
   for (const LocalUnit& unit : plan.units) {
     anchors.push_back(unit.directory);
     anchors.insert(anchors.end(), unit.closure.begin(), unit.closure.end());
+    for (std::string& folder : IncludeFolders(unit.directory, unit.flags, excluded)) {
+      anchors.push_back(std::move(folder));
+    }
   }
   for (const LocalSet& set : plan.sets) {
     anchors.push_back(set.directory);
     anchors.insert(anchors.end(), set.closure.begin(), set.closure.end());
+    for (std::string& folder : IncludeFolders(set.directory, set.flags, excluded)) {
+      anchors.push_back(std::move(folder));
+    }
   }
   std::string root = CommonAncestor(anchors);
 
   v1::SubmitBuildRequest request;
   request.set_build_name(options.plan_path);
   request.set_architecture_split(options.architecture_split);
+  request.set_workspace_root(root);
   *request.mutable_toolchain() = toolchain;
+  // What the coordinator and the workers will check, checked here first so
+  // that a refusal names the unit before anything is uploaded.
+  std::vector<std::string> system_prefixes = SystemIncludePrefixes();
+  system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
   WorkspaceFiles files;
   std::map<std::string, std::string> local_objects;  // unit name -> local path
   for (const LocalUnit& local : plan.units) {
@@ -320,7 +440,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     std::string working = Relative(local.directory, root);
     unit->set_working_directory(working == "." ? "" : working);
     ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                     RelativeFlags(local.flags, local.directory, root));
+                     RelativeFlags(local.flags, local.directory, root, excluded));
     for (const std::string& flag : flags) unit->add_arguments(flag);
     std::string object = fs::path(local.source).filename().string() + ".o";
     for (const std::string& argument :
@@ -334,6 +454,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       if (!seen.insert(path).second) continue;
       ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
     }
+    unit->set_workspace_root(root);
+    RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
     local_objects[local.name] = local.local_object;
   }
   for (LocalSet& local : plan.sets) {
@@ -342,8 +464,13 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     std::string working = Relative(local.directory, root);
     set->set_directory(working == "." ? "" : working);
     ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                     RelativeFlags(local.flags, local.directory, root));
+                     RelativeFlags(local.flags, local.directory, root, excluded));
     for (const std::string& flag : flags) set->add_arguments(flag);
+    std::vector<std::string> arguments = flags;
+    arguments.insert(arguments.end(), {"-c", "unit.cu", "-o", "unit.o"});
+    RETURN_IF_ERROR(
+        Annotate(ValidateCompileArguments(arguments, {root, set->directory(), system_prefixes}),
+                 absl::StrCat("instantiation set ", set->name())));
     std::set<std::string> seen;
     for (const std::string& path : local.closure) {
       if (!seen.insert(path).second) continue;

@@ -2,11 +2,13 @@
 // `distcc-cuda build PLAN`: scan, upload, submit, follow, download, link.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/tls_credentials.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
@@ -24,6 +26,9 @@ struct BuildOptions {
   // whose objects are merged here before the link.
   v1::ArchitectureSplit architecture_split = v1::ARCHITECTURE_SPLIT_AUTO;
   absl::Duration connect_timeout = absl::Seconds(5);
+  // The cluster's CA and this client's certificate (role client) for the
+  // coordinator at coordinator_address; the embedded default never uses it.
+  std::optional<TlsMaterial> tls;
 };
 
 // Runs the build and prints progress, compiler messages and a summary to

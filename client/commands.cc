@@ -8,23 +8,32 @@
 #include "common/byte_size.h"
 #include "common/fatbin.h"
 #include "common/status.h"
+#include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 
 namespace distcc_cuda::client {
 
 absl::Status RunStatus(const std::string& coordinator_address, absl::Duration connect_timeout,
-                       std::ostream& out) {
-  auto channel = grpc::CreateChannel(coordinator_address, grpc::InsecureChannelCredentials());
+                       std::ostream& out, const std::optional<TlsMaterial>& tls) {
+  auto channel = OpenChannel(coordinator_address, tls);
   auto stub = v1::BuildService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoMilliseconds(connect_timeout));
   v1::ClusterStatus status;
   grpc::Status rpc = stub->GetClusterStatus(&context, {}, &status);
+  if (rpc.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+      rpc.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    return Annotate(FromGrpcStatus(rpc), absl::StrCat("the coordinator at ", coordinator_address));
+  }
   if (!rpc.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
-                                               coordinator_address, ": ", rpc.error_message()));
+    // A TLS handshake that fails looks like an unreachable address to gRPC.
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", coordinator_address, ": ", rpc.error_message(),
+        tls ? "; if it is running, check that its certificate names the host you dialled and "
+              "comes from the CA in --tls-ca"
+            : "; if it uses mutual TLS, pass --tls-ca, --tls-cert and --tls-key"));
   }
   out << "coordinator " << coordinator_address << ": " << status.workers_size() << " workers, "
       << status.active_builds() << " builds, " << status.queued_units() << " units queued, "
@@ -38,6 +47,7 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
     if (!worker.memory_mechanism().empty()) {
       out << "      cap enforced by " << worker.memory_mechanism() << "\n";
     }
+    if (!worker.sandbox().empty()) out << "      " << worker.sandbox() << "\n";
   }
   for (const auto& unit : status.running()) {
     out << absl::StrFormat("  running %-40s on %-16s reserved %s (predicted %s, %s)\n",

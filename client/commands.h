@@ -2,18 +2,22 @@
 // The `distcc-cuda status` and `distcc-cuda inspect` commands.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/tls_credentials.h"
 
 namespace distcc_cuda::client {
 
 // Prints the coordinator's workers (toolchain, cap, slots, load) and the work
-// in flight. UNAVAILABLE naming the address if it cannot be reached.
+// in flight, asking over mutual TLS with `tls` (a client certificate).
+// UNAVAILABLE naming the address if it cannot be reached; the coordinator's
+// code (PERMISSION_DENIED, UNAUTHENTICATED) if it refuses.
 absl::Status RunStatus(const std::string& coordinator_address, absl::Duration connect_timeout,
-                       std::ostream& out);
+                       std::ostream& out, const std::optional<TlsMaterial>& tls = std::nullopt);
 
 // Prints one line per device image in the fatbinary of an object, library or
 // executable: "sm_100 cubin", "compute_100 ptx".

@@ -58,6 +58,11 @@ absl::StatusOr<std::vector<std::string>> SplitCommandLine(const std::string& com
 
 absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseCompileCommands(text, path);
+}
+
+absl::StatusOr<std::vector<CompileCommand>> ParseCompileCommands(const std::string& text,
+                                                                 const std::string& path) {
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     return absl::InvalidArgumentError(

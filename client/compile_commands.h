@@ -23,6 +23,12 @@ struct CompileCommand {
 // with a message naming them.
 absl::StatusOr<std::vector<CompileCommand>> LoadCompileCommands(const std::string& path);
 
+// Same as LoadCompileCommands on the database's `text`; `path` names it in
+// messages. Relative directories are taken from the current directory, as
+// LoadCompileCommands does.
+absl::StatusOr<std::vector<CompileCommand>> ParseCompileCommands(const std::string& text,
+                                                                 const std::string& path);
+
 // Splits a shell command line the way a POSIX shell does for words: single
 // and double quotes, backslash escapes. INVALID_ARGUMENT for an open quote.
 absl::StatusOr<std::vector<std::string>> SplitCommandLine(const std::string& command);

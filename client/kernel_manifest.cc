@@ -37,8 +37,10 @@ class Context {
   absl::Status CheckKeys(const toml::table& table, std::string_view name,
                          std::initializer_list<const char*> allowed) const {
     for (const auto& [key, node] : table) {
+      // A named copy: clang before 16 cannot capture a structured binding.
+      const std::string_view written = key.str();
       if (std::none_of(allowed.begin(), allowed.end(),
-                       [&](const char* known) { return key.str() == known; })) {
+                       [&](const char* known) { return written == known; })) {
         return absl::InvalidArgumentError(
             absl::StrCat(Where(key.source()), ": unknown key '", std::string(key.str()), "' in ",
                          std::string(name), " (known: ", absl::StrJoin(allowed, ", "), ")"));
@@ -165,16 +167,27 @@ absl::StatusOr<v1::InstantiationSet> LoadInstantiationSet(const Context& context
 }  // namespace
 
 absl::StatusOr<KernelManifest> LoadKernelManifest(const std::string& path) {
-  KernelManifest manifest;
-  manifest.path = AbsolutePath(path);
-  manifest.directory = std::filesystem::path(manifest.path).parent_path().string();
-  if (!IsRegularFile(manifest.path)) {
+  const std::string absolute = AbsolutePath(path);
+  if (!IsRegularFile(absolute)) {
     return absl::NotFoundError(absl::StrCat("manifest ", path, " does not exist"));
   }
+  ASSIGN_OR_RETURN(std::string text, ReadFile(absolute));
+  ASSIGN_OR_RETURN(
+      KernelManifest manifest,
+      ParseKernelManifest(text, path, std::filesystem::path(absolute).parent_path().string()));
+  manifest.path = absolute;
+  return manifest;
+}
+
+absl::StatusOr<KernelManifest> ParseKernelManifest(const std::string& text, const std::string& path,
+                                                   const std::string& directory) {
+  KernelManifest manifest;
+  manifest.path = path;
+  manifest.directory = directory;
   Context context(path);
   toml::table root;
   try {
-    root = toml::parse_file(manifest.path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& error) {
     return absl::InvalidArgumentError(
         absl::StrCat(context.Where(error.source()), ": ", std::string(error.description())));
@@ -188,9 +201,11 @@ absl::StatusOr<KernelManifest> LoadKernelManifest(const std::string& path) {
   RETURN_IF_ERROR(
       context.CheckKeys(*build, "[build]", {"output", "archs", "flags", "link_flags", "sources"}));
   ASSIGN_OR_RETURN(manifest.output, context.String(*build, "output", true));
-  if (manifest.output.find('/') != std::string::npos) {
+  // "", "." and ".." would name the output folder, not a library in it.
+  if (manifest.output.empty() || manifest.output == "." || manifest.output == ".." ||
+      manifest.output.find('/') != std::string::npos) {
     return context.Error(*build->get("output"),
-                         "'output' is a file name; choose its folder with -o");
+                         "'output' is a file name such as libNAME.so; choose its folder with -o");
   }
   ASSIGN_OR_RETURN(manifest.archs, context.Strings(*build, "archs"));
   if (manifest.archs.empty()) manifest.archs = {"sm_100"};

@@ -31,4 +31,10 @@ struct KernelManifest {
 // missing manifest, source or header.
 absl::StatusOr<KernelManifest> LoadKernelManifest(const std::string& path);
 
+// Same checks as LoadKernelManifest on a manifest's `text`: `path` names it in
+// messages and is kept as KernelManifest::path as given; its sources and
+// headers are looked up (relative ones from `directory`) and must exist.
+absl::StatusOr<KernelManifest> ParseKernelManifest(const std::string& text, const std::string& path,
+                                                   const std::string& directory);
+
 }  // namespace distcc_cuda::client

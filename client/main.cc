@@ -11,6 +11,7 @@
 #include "client/build_command.h"
 #include "client/commands.h"
 #include "common/command_line.h"
+#include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +35,13 @@ ABSL_FLAG(std::string, split_architectures, "auto",
           "compile a unit's -gencode targets as units of their own and merge their objects: "
           "auto (when it fits the caps or packs better), always, never");
 ABSL_FLAG(bool, verbose, false, "log what the embedded coordinator and worker do");
+ABSL_FLAG(std::string, tls_ca, "",
+          "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, talk to "
+          "--coordinator over mutual TLS (also tls-ca in the config file's [client] table)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "your certificate, of role client (`distcc-cuda-coordinator certs issue --role "
+          "client NAME`)");
+ABSL_FLAG(std::string, tls_key, "", "the private key of --tls-cert");
 
 namespace {
 
@@ -45,7 +53,9 @@ constexpr char kUsage[] =
     "      (with --library NAME.so). Without --coordinator the build runs\n"
     "      on this machine through an embedded coordinator and worker.\n"
     "  distcc-cuda status --coordinator HOST:PORT\n"
-    "  distcc-cuda inspect FILE      list the device images of an object or library\n";
+    "  distcc-cuda inspect FILE      list the device images of an object or library\n"
+    "A coordinator that uses mutual TLS also needs --tls-ca ca.crt\n"
+    "--tls-cert NAME.crt --tls-key NAME.key (a client certificate).\n";
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
@@ -83,9 +93,13 @@ int main(int argc, char** argv) {
     absl::Status status = distcc_cuda::client::RunInspect(positional[2], std::cout);
     return status.ok() ? 0 : Fail(status);
   }
+  auto tls = distcc_cuda::LoadTlsMaterial(
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+      distcc_cuda::PeerRole::kClient);
+  if (!tls.ok()) return Fail(tls.status());
   if (command == "status" && positional.size() == 2) {
     absl::Status status = distcc_cuda::client::RunStatus(
-        coordinator.empty() ? "127.0.0.1:3633" : coordinator, connect_timeout, std::cout);
+        coordinator.empty() ? "127.0.0.1:3633" : coordinator, connect_timeout, std::cout, *tls);
     return status.ok() ? 0 : Fail(status);
   }
   if (command == "build" && positional.size() == 3) {
@@ -118,6 +132,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.connect_timeout = connect_timeout;
+    options.tls = *tls;
     absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
     return status.ok() ? 0 : Fail(status);
   }

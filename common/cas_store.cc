@@ -103,7 +103,10 @@ bool CasStore::Contains(const Digest& digest) const {
   if (!ValidateDigest(digest).ok()) return false;
   // The empty blob is always present: there is nothing to transfer.
   if (digest.size_bytes == 0 && digest == DigestOf("")) return true;
-  return IsRegularFile(PathOf(digest));
+  // A blob cut short on disk is not the blob.
+  struct stat info;
+  return lstat(PathOf(digest).c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+         info.st_size == digest.size_bytes;
 }
 
 std::string CasStore::TempPath() const {
@@ -182,11 +185,9 @@ absl::Status CasStore::Materialize(const Digest& digest, const std::string& dest
   if (!IsRegularFile(source)) {
     return absl::NotFoundError(absl::StrCat("blob ", digest.ToString(), " is not in the store"));
   }
-  // Hard links share permission bits with the store, so executables are
-  // copied to keep store files read-only and uniform.
-  if (!executable && link(source.c_str(), destination.c_str()) == 0) {
-    return absl::OkStatus();
-  }
+  // Always a copy, never a hard link: a compile that writes to one of its
+  // inputs (as root, or through a sandbox) must not change the stored blob
+  // that later units use.
   fs::copy_file(source, target, fs::copy_options::overwrite_existing, error);
   if (error) {
     return absl::InternalError(

@@ -49,7 +49,8 @@ class CasStore {
   // Opens (creating if needed) a store rooted at `root`.
   static absl::StatusOr<std::unique_ptr<CasStore>> Open(const std::string& root);
 
-  // True if the store holds the blob.
+  // True if the store holds the blob: a regular file of the digest's size
+  // (its content was verified when it came in).
   bool Contains(const Digest& digest) const;
   // Where the blob lives (or would live) on disk.
   std::string PathOf(const Digest& digest) const;
@@ -66,8 +67,9 @@ class CasStore {
 
   // Returns the blob's bytes. NOT_FOUND if absent. For small blobs only.
   absl::StatusOr<std::string> Get(const Digest& digest) const;
-  // Places the blob at `destination` (a hard link when possible, else a copy),
-  // creating parent folders. NOT_FOUND if absent.
+  // Places a copy of the blob at `destination` (read-only; never a hard
+  // link, so nothing done to it reaches the store), creating parent folders.
+  // NOT_FOUND if absent.
   absl::Status Materialize(const Digest& digest, const std::string& destination,
                            bool executable) const;
 

@@ -63,9 +63,16 @@ absl::StatusOr<std::vector<std::string>> ConfigFileArguments(const std::string& 
                                                              const std::string& table,
                                                              const std::string& program) {
   ASSIGN_OR_RETURN(std::string content, ReadFile(path));
+  return ConfigFileArgumentsFromText(content, path, table, program);
+}
+
+absl::StatusOr<std::vector<std::string>> ConfigFileArgumentsFromText(const std::string& text,
+                                                                     const std::string& path,
+                                                                     const std::string& table,
+                                                                     const std::string& program) {
   toml::table root;
   try {
-    root = toml::parse(content, path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& error) {
     return absl::InvalidArgumentError(
         absl::StrCat(Where(path, error.source()), ": ", std::string(error.description())));

@@ -25,4 +25,11 @@ absl::StatusOr<std::vector<std::string>> ConfigFileArguments(const std::string& 
                                                              const std::string& table,
                                                              const std::string& program);
 
+// Same as ConfigFileArguments on the file's `text`; `path` names it in
+// messages.
+absl::StatusOr<std::vector<std::string>> ConfigFileArgumentsFromText(const std::string& text,
+                                                                     const std::string& path,
+                                                                     const std::string& table,
+                                                                     const std::string& program);
+
 }  // namespace distcc_cuda

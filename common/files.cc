@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/files.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -57,6 +60,46 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   return absl::OkStatus();
 }
 
+absl::Status WriteNewFile(const std::string& path, absl::string_view content, unsigned mode) {
+  if (fs::exists(path)) {
+    return absl::AlreadyExistsError(absl::StrCat(path, " already exists"));
+  }
+  std::random_device random;
+  std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".", random());
+  // O_EXCL with the final mode: the content is never readable by others, not
+  // even for a moment.
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", temp, ": ", std::strerror(errno)));
+  }
+  size_t written = 0;
+  while (written < content.size()) {
+    ssize_t n = write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += n;
+  }
+  bool ok = written == content.size() && fsync(fd) == 0;
+  close(fd);
+  // link() rather than rename(): it fails when `path` appeared meanwhile
+  // instead of replacing it.
+  int linked = ok ? link(temp.c_str(), path.c_str()) : -1;
+  int link_errno = errno;
+  unlink(temp.c_str());
+  if (!ok) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp, " (disk full?)"));
+  }
+  if (linked != 0) {
+    if (link_errno == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(path, " already exists"));
+    }
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(link_errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MakeDirectories(const std::string& path) {
   std::error_code error;
   fs::create_directories(path, error);
@@ -86,6 +129,11 @@ absl::Status RemoveAll(const std::string& path) {
     return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", error.message()));
   }
   return absl::OkStatus();
+}
+
+bool IsSymlink(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
 }
 
 bool IsRegularFile(const std::string& path) {

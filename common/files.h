@@ -18,6 +18,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // place, so readers never see a partial file. Creates missing parent folders.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content);
 
+// Writes `content` to the new file `path` with permission bits `mode` (e.g.
+// 0600 for a private key) from the first byte, never replacing a file:
+// ALREADY_EXISTS if `path` exists. Written beside it and linked into place, so
+// nobody sees a partial file. The parent folder must exist.
+absl::Status WriteNewFile(const std::string& path, absl::string_view content, unsigned mode);
+
 // Creates `path` and its parents if missing.
 absl::Status MakeDirectories(const std::string& path);
 
@@ -29,6 +35,8 @@ absl::Status RemoveAll(const std::string& path);
 
 // True if `path` names an existing regular file (following links).
 bool IsRegularFile(const std::string& path);
+// True if `path` itself is a symbolic link (whatever it points at).
+bool IsSymlink(const std::string& path);
 
 // True if `path` names an existing file that its owner may execute.
 bool IsExecutableFile(const std::string& path);

@@ -143,6 +143,18 @@ std::string Includes(const v1::InstantiationSet& set) {
 
 }  // namespace
 
+int64_t GridPoints(const v1::InstantiationSet& set) {
+  constexpr int64_t kSaturated = int64_t{1} << 62;
+  if (set.axes_size() == 0) return 0;
+  int64_t points = 1;
+  for (const v1::InstantiationAxis& axis : set.axes()) {
+    int64_t values = axis.values_size();
+    if (values == 0) return 0;
+    points = points > kSaturated / values ? kSaturated : points * values;
+  }
+  return points;
+}
+
 absl::StatusOr<std::vector<GeneratedUnit>> ExpandInstantiationSet(const v1::InstantiationSet& set) {
   RETURN_IF_ERROR(ValidateInstantiationSet(set));
   std::string includes = Includes(set);

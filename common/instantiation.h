@@ -4,6 +4,7 @@
 // unit per grid point.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,6 +39,11 @@ absl::StatusOr<std::string> RenderTemplate(absl::string_view text,
 // the unit name template backed by an axis. Messages start with the set's
 // manifest location.
 absl::Status ValidateInstantiationSet(const v1::InstantiationSet& set);
+
+// How many points the set's grid has: the product of its axes' sizes,
+// saturating at 2^62 (so a hostile set cannot overflow it). Computed
+// without expanding anything.
+int64_t GridPoints(const v1::InstantiationSet& set);
 
 // Expands the grid (the first axis varies slowest) into generated units.
 // INVALID_ARGUMENT as ValidateInstantiationSet, or when two points render to

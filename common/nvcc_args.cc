@@ -2,147 +2,35 @@
 #include "common/nvcc_args.h"
 
 #include <algorithm>
-#include <map>
+#include <filesystem>
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/forwarded_flags.h"
 #include "common/status.h"
 
 namespace distcc_cuda {
 namespace {
 
-struct OptionSpec {
-  NvccValueKind kind;
-  bool allows_joined;    // -Ifoo, -DNAME, -O3: single-dash short options
-  const char* why = "";  // for kForbidden
-};
-
-// nvcc options with a value or a special meaning. Options not listed here are
-// switches; nvcc spells most options both short and long.
-const std::map<std::string, OptionSpec>& OptionTable() {
-  static const auto* table = new std::map<std::string, OptionSpec>{
-      {"-o", {NvccValueKind::kOutputPath, false}},
-      {"--output-file", {NvccValueKind::kOutputPath, false}},
-      {"-I", {NvccValueKind::kInputPath, true}},
-      {"--include-path", {NvccValueKind::kInputPath, false}},
-      {"-isystem", {NvccValueKind::kInputPath, true}},
-      {"--system-include", {NvccValueKind::kInputPath, false}},
-      {"-include", {NvccValueKind::kInputPath, false}},
-      {"--pre-include", {NvccValueKind::kInputPath, false}},
-      {"-D", {NvccValueKind::kText, true}},
-      {"--define-macro", {NvccValueKind::kText, false}},
-      {"-U", {NvccValueKind::kText, true}},
-      {"--undefine-macro", {NvccValueKind::kText, false}},
-      {"-O", {NvccValueKind::kText, true}},
-      {"--optimize", {NvccValueKind::kText, false}},
-      {"-std", {NvccValueKind::kText, false}},
-      {"--std", {NvccValueKind::kText, false}},
-      {"-x", {NvccValueKind::kText, false}},
-      {"--x", {NvccValueKind::kText, false}},
-      {"-gencode", {NvccValueKind::kText, false}},
-      {"--generate-code", {NvccValueKind::kText, false}},
-      {"-arch", {NvccValueKind::kText, false}},
-      {"--gpu-architecture", {NvccValueKind::kText, false}},
-      {"-code", {NvccValueKind::kText, false}},
-      {"--gpu-code", {NvccValueKind::kText, false}},
-      {"-Xcompiler", {NvccValueKind::kText, false}},
-      {"--compiler-options", {NvccValueKind::kText, false}},
-      {"-Xptxas", {NvccValueKind::kText, false}},
-      {"--ptxas-options", {NvccValueKind::kText, false}},
-      {"-Xcudafe", {NvccValueKind::kText, false}},
-      {"-Xfatbin", {NvccValueKind::kText, false}},
-      {"-Xnvlink", {NvccValueKind::kText, false}},
-      {"-Xlinker", {NvccValueKind::kText, false}},
-      {"-t", {NvccValueKind::kText, false}},
-      {"--threads", {NvccValueKind::kText, false}},
-      {"--split-compile", {NvccValueKind::kText, false}},
-      {"-split-compile", {NvccValueKind::kText, false}},
-      {"-maxrregcount", {NvccValueKind::kText, false}},
-      {"--maxrregcount", {NvccValueKind::kText, false}},
-      {"-rdc", {NvccValueKind::kText, false}},
-      {"--relocatable-device-code", {NvccValueKind::kText, false}},
-      {"--default-stream", {NvccValueKind::kText, false}},
-      {"-default-stream", {NvccValueKind::kText, false}},
-      {"-diag-suppress", {NvccValueKind::kText, false}},
-      {"--diag-suppress", {NvccValueKind::kText, false}},
-      {"--diag-error", {NvccValueKind::kText, false}},
-      {"--diag-warn", {NvccValueKind::kText, false}},
-      {"-Werror", {NvccValueKind::kText, false}},
-      {"--Werror", {NvccValueKind::kText, false}},
-      {"-compress-mode", {NvccValueKind::kText, false}},
-      {"--compress-mode", {NvccValueKind::kText, false}},
-      {"-M", {NvccValueKind::kDependency, false}},
-      {"-MM", {NvccValueKind::kDependency, false}},
-      {"-MD", {NvccValueKind::kDependency, false}},
-      {"-MMD", {NvccValueKind::kDependency, false}},
-      {"-MP", {NvccValueKind::kDependency, false}},
-      {"-MF", {NvccValueKind::kDependency, false}},
-      {"-MT", {NvccValueKind::kDependency, false}},
-      {"--generate-dependencies", {NvccValueKind::kDependency, false}},
-      {"--generate-nonsystem-dependencies", {NvccValueKind::kDependency, false}},
-      {"--generate-dependencies-with-compile", {NvccValueKind::kDependency, false}},
-      {"--generate-nonsystem-dependencies-with-compile", {NvccValueKind::kDependency, false}},
-      {"--dependency-output", {NvccValueKind::kDependency, false}},
-      {"--dependency-target-name", {NvccValueKind::kDependency, false}},
-      {"-ccbin",
-       {NvccValueKind::kForbidden, false,
-        "substitutes the host compiler; workers use their pinned one"}},
-      {"--compiler-bindir",
-       {NvccValueKind::kForbidden, false,
-        "substitutes the host compiler; workers use their pinned one"}},
-      {"-optf",
-       {NvccValueKind::kForbidden, false,
-        "reads options from an unchecked file; expand it into the command"}},
-      {"--options-file",
-       {NvccValueKind::kForbidden, false,
-        "reads options from an unchecked file; expand it into the command"}},
-      {"-odir", {NvccValueKind::kForbidden, false, "writes outside the declared output"}},
-      {"--output-directory",
-       {NvccValueKind::kForbidden, false, "writes outside the declared output"}},
-      {"--keep-dir", {NvccValueKind::kForbidden, false, "writes intermediate files elsewhere"}},
-      {"-keep-dir", {NvccValueKind::kForbidden, false, "writes intermediate files elsewhere"}},
-      {"-run", {NvccValueKind::kForbidden, false, "runs the compiled program"}},
-      {"--run", {NvccValueKind::kForbidden, false, "runs the compiled program"}},
-  };
-  return *table;
+absl::Status UnknownOption(const std::string& arg) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "nvcc option ", arg,
+      " is not in distcc-cuda's argument model, so it is not sent to workers (only options "
+      "known to be safe are; see common/nvcc_options.cc); remove it, or file an issue if a "
+      "real build needs it"));
 }
 
-// Dependency options that take a value as the next argument.
-bool DependencyTakesValue(const std::string& option) {
-  return option == "-MF" || option == "-MT" || option == "--dependency-output" ||
-         option == "--dependency-target-name";
-}
-
-bool ValueSeparate(const OptionSpec& spec, const std::string& option) {
-  switch (spec.kind) {
-    case NvccValueKind::kNone:
-      return false;
-    case NvccValueKind::kDependency:
-      return DependencyTakesValue(option);
-    default:
-      return true;
-  }
-}
-
-// Host compiler flags that would load code or write elsewhere.
-absl::Status CheckHostCompilerFlags(const std::string& value) {
-  for (absl::string_view flag : absl::StrSplit(value, ',')) {
-    for (const char* bad :
-         {"-fplugin", "-B", "-wrapper", "-specs", "--specs", "-o", "-save-temps", "@"}) {
-      if (absl::StartsWith(flag, bad)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("host compiler flag '", flag,
-                         "' is not allowed on a worker: it loads code or writes files "
-                         "outside the sandbox"));
-      }
-    }
-  }
-  return absl::OkStatus();
+// Where the value of `spec` comes from when written as `arg` with no '=' and
+// not joined: a switch has none, others take the next argument.
+bool ValueSeparate(const NvccOptionSpec& spec) {
+  return spec.takes_value && spec.kind != NvccValueKind::kForbidden;
 }
 
 }  // namespace
@@ -172,7 +60,6 @@ std::vector<std::string> NvccCommand::FlagArguments() const {
 }
 
 absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments) {
-  const auto& table = OptionTable();
   NvccCommand command;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& arg = arguments[i];
@@ -181,137 +68,251 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arg
         return absl::InvalidArgumentError(
             absl::StrCat("response file '", arg, "' is not supported; expand it into the command"));
       }
+      if (arg.empty()) return absl::InvalidArgumentError("an argument of the command is empty");
+      RETURN_IF_ERROR(CheckShellInert(arg, "source"));
       command.sources.push_back(arg);
       continue;
     }
     if (arg == "-c" || arg == "--compile") {
       command.compile_only = true;
+      command.actions.push_back(arg);
       continue;
     }
     NvccArgument parsed;
     parsed.form = NvccArgument::Form::kSeparate;
     parsed.option = arg;
-    const OptionSpec* spec = nullptr;
+    const NvccOptionSpec* spec = FindNvccOption(arg);
     size_t equals = arg.find('=');
-    if (auto it = table.find(arg); it != table.end()) {
-      spec = &it->second;
-    } else if (equals != std::string::npos && table.count(arg.substr(0, equals))) {
+    if (spec == nullptr && equals != std::string::npos) {
       parsed.option = arg.substr(0, equals);
-      parsed.value = arg.substr(equals + 1);
-      parsed.form = NvccArgument::Form::kEquals;
-      spec = &table.at(parsed.option);
-    } else {
-      // A short option with its value joined on: -Ifoo, -DX=1, -O3.
-      for (const auto& [name, candidate] : table) {
-        if (candidate.allows_joined && absl::StartsWith(arg, name) && arg.size() > name.size()) {
-          parsed.option = name;
-          parsed.value = arg.substr(name.size());
-          parsed.form = NvccArgument::Form::kJoined;
-          spec = &candidate;
-          break;
+      spec = FindNvccOption(parsed.option);
+      if (spec != nullptr && spec->kind != NvccValueKind::kForbidden) {
+        if (!spec->takes_value) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("nvcc option ", parsed.option, " takes no value (in '", arg, "')"));
         }
+        parsed.value = arg.substr(equals + 1);
+        parsed.form = NvccArgument::Form::kEquals;
       }
     }
     if (spec == nullptr) {
-      // An unlisted switch (-G, -lineinfo, --use_fast_math, -w...), or an
-      // unlisted option written with '=' (kept whole).
-      parsed.kind = NvccValueKind::kNone;
-      command.flags.push_back(parsed);
-      continue;
+      std::string name;
+      spec = FindJoinedNvccOption(arg, &name);
+      if (spec != nullptr) {
+        parsed.option = name;
+        parsed.value = arg.substr(name.size());
+        parsed.form = NvccArgument::Form::kJoined;
+      }
     }
+    if (spec == nullptr) return UnknownOption(equals == std::string::npos ? arg : parsed.option);
     parsed.kind = spec->kind;
-    if (parsed.form == NvccArgument::Form::kSeparate && ValueSeparate(*spec, parsed.option)) {
+    if (spec->kind == NvccValueKind::kForbidden) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("nvcc option ", parsed.option, " is not allowed: it ", spec->why));
+    }
+    if (parsed.form == NvccArgument::Form::kSeparate && ValueSeparate(*spec)) {
       if (i + 1 >= arguments.size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("nvcc option ", arg, " is missing its value"));
       }
       parsed.value = arguments[++i];
     }
-    switch (spec->kind) {
-      case NvccValueKind::kForbidden:
-        return absl::InvalidArgumentError(
-            absl::StrCat("nvcc option ", parsed.option, " is not allowed: ", spec->why));
-      case NvccValueKind::kDependency:
-        command.dependency_flags_dropped = true;
-        break;
-      case NvccValueKind::kOutputPath:
-        if (!command.output.empty()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("more than one output file: ", command.output, " and ", parsed.value));
-        }
-        command.output = parsed.value;
-        break;
-      default:
-        command.flags.push_back(parsed);
+    if (spec->kind == NvccValueKind::kDependency) {
+      command.dependency_flags_dropped = true;
+      continue;
     }
+    if (spec->check != nullptr) RETURN_IF_ERROR(spec->check(parsed.option, parsed.value));
+    if (spec->compile_action) command.actions.push_back(parsed.option);
+    if (spec->kind == NvccValueKind::kOutputPath) {
+      if (!command.output.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("more than one output file: ", command.output, " and ", parsed.value));
+      }
+      command.output = parsed.value;
+      continue;
+    }
+    command.flags.push_back(std::move(parsed));
   }
   return command;
 }
 
-absl::Status ValidateSandboxedArguments(const std::vector<std::string>& arguments,
-                                        const std::string& working_directory) {
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
-  if (!command.ok()) return command.status();
-  if (command->dependency_flags_dropped) {
-    return absl::InvalidArgumentError("dependency output options are not run on workers");
+std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root) {
+  std::vector<std::string> prefixes = {"/usr/include/",    "/usr/lib/",
+                                       "/usr/lib64/",      "/usr/local/include/",
+                                       "/usr/local/cuda/", "/usr/local/cuda-"};
+  if (!toolkit_root.empty()) {
+    std::string root = toolkit_root;
+    if (root.back() != '/') root += '/';
+    prefixes.push_back(root);
   }
-  auto inside = [&](const std::string& path, const char* what) {
-    std::string from_root = working_directory.empty() || path.empty() || path[0] == '/'
-                                ? path
-                                : working_directory + "/" + path;
-    if (!StaysInside(from_root)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " '", path,
-                                                     "' leaves the sandbox; use a path relative to "
-                                                     "the unit's working directory"));
+  return prefixes;
+}
+
+bool IsHostPrivatePath(absl::string_view path) {
+  std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
+  for (const char* folder : {"/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/log",
+                             "/var/run", "/var/spool", "/var/mail", "/var/lib/private"}) {
+    if (normal == folder || absl::StartsWith(normal, absl::StrCat(folder, "/"))) return true;
+  }
+  for (absl::string_view part : absl::StrSplit(normal, '/')) {
+    for (const char* secret : {".ssh", ".gnupg", ".aws", ".kube", ".docker", ".netrc",
+                               ".git-credentials", ".pypirc", ".password-store"}) {
+      if (part == secret) return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// `path` as the compile sees it: absolute paths as they are, relative ones
+// from the working directory, both normalised; "" if it climbs above the
+// root (or above the working directory when the root is not known).
+std::string Resolve(const std::string& path, const PathPolicy& policy) {
+  namespace fs = std::filesystem;
+  if (!path.empty() && path[0] == '/') return fs::path(path).lexically_normal().string();
+  std::string from_root =
+      policy.working_directory.empty() ? path : policy.working_directory + "/" + path;
+  if (!StaysInside(from_root)) return "";
+  std::string root = policy.workspace_root.empty() ? "/" : policy.workspace_root;
+  return (fs::path(root) / from_root).lexically_normal().string();
+}
+
+bool Under(const std::string& path, const std::string& folder) {
+  std::string prefix = folder.back() == '/' ? folder : folder + "/";
+  return path + "/" == prefix || absl::StartsWith(path, prefix);
+}
+
+}  // namespace
+
+absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
+                                      const PathPolicy& policy) {
+  ASSIGN_OR_RETURN(NvccCommand command, ParseNvccCommand(arguments));
+  if (command.dependency_flags_dropped) {
+    return absl::InvalidArgumentError(
+        "dependency output options (-M, -MD, -MF...) are not run on workers; the client writes "
+        "dependency files itself");
+  }
+  if (command.actions.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a remote compile makes exactly one thing (-c, -dc, -cubin, -ptx or -fatbin), not ",
+        command.actions.empty() ? "none" : absl::StrJoin(command.actions, " and ")));
+  }
+  if (command.sources.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a remote compile has exactly one source, not ", command.sources.size()));
+  }
+  if (command.output.empty()) {
+    return absl::InvalidArgumentError("the command names no output file (-o)");
+  }
+  auto relative_inside = [&](const std::string& path, const char* what) -> absl::Status {
+    std::string resolved = path.empty() || path[0] == '/' ? "" : Resolve(path, policy);
+    if (resolved.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", path,
+          "' leaves the sandbox; use a path relative to the unit's working directory that stays "
+          "inside the workspace"));
+    }
+    if (IsHostPrivatePath(resolved)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", path, "' is in a private folder of the host (", resolved, ")"));
     }
     return absl::OkStatus();
   };
-  if (command->output.empty()) {
-    return absl::InvalidArgumentError("the command names no output file (-o)");
-  }
-  if (absl::Status s = inside(command->output, "output"); !s.ok()) return s;
-  for (const std::string& source : command->sources) {
-    if (absl::Status s = inside(source, "source"); !s.ok()) return s;
-  }
-  for (const NvccArgument& flag : command->flags) {
-    if (flag.kind == NvccValueKind::kInputPath && !flag.value.empty() && flag.value[0] != '/') {
-      if (absl::Status s = inside(flag.value, flag.option.c_str()); !s.ok()) {
-        return s;
+  RETURN_IF_ERROR(relative_inside(command.output, "output"));
+  RETURN_IF_ERROR(relative_inside(command.sources[0], "source"));
+  for (const NvccArgument& flag : command.flags) {
+    if (flag.kind != NvccValueKind::kInputPath) continue;
+    for (const std::string& path : SplitNvccList(flag.value)) {
+      std::string resolved = Resolve(path, policy);
+      bool allowed = !resolved.empty() && !IsHostPrivatePath(resolved);
+      if (allowed && path[0] == '/' && !policy.workspace_root.empty()) {
+        // Known root: an absolute path must be inside it or a system folder.
+        allowed = Under(resolved, policy.workspace_root) ||
+                  std::any_of(policy.system_prefixes.begin(), policy.system_prefixes.end(),
+                              [&](const std::string& prefix) { return Under(resolved, prefix); });
       }
-    }
-    if (flag.option == "-Xcompiler" || flag.option == "--compiler-options") {
-      if (absl::Status s = CheckHostCompilerFlags(flag.value); !s.ok()) return s;
+      if (!allowed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag.option, " '", path,
+            "' names a folder outside the workspace and the toolkit's and system's include "
+            "folders; a compile may read only its inputs and the toolchain"));
+      }
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status ValidateUnitName(absl::string_view name) {
+  bool ok = !name.empty() && name.size() <= 200 && name[0] != '.' &&
+            std::all_of(name.begin(), name.end(), [](char c) {
+              return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+                     c == '+' || c == '@' || c == '=' || c == '-';
+            });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("unit name '",
+                                                 absl::CHexEscape(name.substr(0, 200)),
+                                                 "' is not a plain name (1 to 200 of letters, "
+                                                 "digits and _ . + @ = -, not starting with '.')"));
+}
+
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit) {
+  return ValidateCompileUnit(unit, SystemIncludePrefixes());
+}
+
+absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
+                                 const std::vector<std::string>& system_prefixes) {
+  RETURN_IF_ERROR(ValidateUnitName(unit.name()));
   std::string where = absl::StrCat("unit ", unit.name());
-  if (unit.name().empty()) return absl::InvalidArgumentError("a compile unit has no name");
-  const std::string& cwd = unit.working_directory();
-  if (!cwd.empty() && !StaysInside(cwd)) {
+  const std::string& root = unit.workspace_root();
+  if (!root.empty() && (root[0] != '/' || std::filesystem::path(root).lexically_normal() != root ||
+                        (root.size() > 1 && root.back() == '/') || IsHostPrivatePath(root))) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": working directory '", cwd, "' leaves the workspace"));
+        absl::StrCat(where, ": workspace root '", absl::CHexEscape(root),
+                     "' is not a normalised absolute path outside the host's private folders"));
   }
+  const std::string& cwd = unit.working_directory();
+  if (!cwd.empty() && (!StaysInside(cwd) || !CheckShellInert(cwd, "").ok())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": working directory '", absl::CHexEscape(cwd), "' leaves the workspace"));
+  }
+  PathPolicy policy{root, cwd, system_prefixes};
   absl::Status arguments =
-      ValidateSandboxedArguments({unit.arguments().begin(), unit.arguments().end()}, cwd);
+      ValidateCompileArguments({unit.arguments().begin(), unit.arguments().end()}, policy);
   if (!arguments.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", arguments.message()));
   }
-  if (unit.output_paths().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " declares no output"));
+  ASSIGN_OR_RETURN(NvccCommand command,
+                   ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()}));
+  if (unit.output_paths_size() != 1 || unit.output_paths(0) != command.output) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": its declared outputs must be exactly the -o file '", command.output, "'"));
   }
-  for (const std::string& output : unit.output_paths()) {
-    if (output.empty() || !StaysInside(cwd.empty() ? output : cwd + "/" + output)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": output '", output, "' leaves the sandbox"));
-    }
-  }
+  auto in_root = [&](const std::string& relative) {
+    return std::filesystem::path(cwd.empty() ? relative : cwd + "/" + relative)
+        .lexically_normal()
+        .string();
+  };
+  std::string output = in_root(command.output);
+  std::set<std::string> inputs;
   for (const auto& input : unit.inputs()) {
-    if (input.path().empty() || !StaysInside(input.path())) {
+    const std::string& path = input.path();
+    if (path.empty() || path[0] == '/' || !StaysInside(path) || !CheckShellInert(path, "").ok() ||
+        std::filesystem::path(path).lexically_normal() != path ||
+        IsHostPrivatePath((std::filesystem::path(root.empty() ? "/" : root) / path).string())) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": input '", input.path(), "' leaves the workspace"));
+          absl::StrCat(where, ": input '", absl::CHexEscape(path),
+                       "' is not a plain normalised path inside the workspace"));
+    }
+    if (!inputs.insert(path).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": input '", path, "' is listed twice"));
+    }
+    if (path == output) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": its output '", command.output,
+                       "' is also one of its inputs; write the object "
+                       "elsewhere"));
     }
   }
   return absl::OkStatus();
@@ -453,9 +454,16 @@ absl::StatusOr<std::vector<std::string>> GencodeFlags(const std::vector<std::str
       return absl::InvalidArgumentError(
           absl::StrCat("architecture '", arch, "' is not of the form sm_100 or compute_100"));
     }
+    std::string value = ptx ? absl::StrCat("arch=compute_", number, ",code=compute_", number)
+                            : absl::StrCat("arch=compute_", number, ",code=sm_", number);
+    // What the argument model accepts from anyone else, it accepts here.
+    if (!FindNvccOption("-gencode")->check("-gencode", value).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("architecture '", arch,
+                       "' is not of the form sm_100 or compute_100 (sm_NN, NN from 10)"));
+    }
     flags.push_back("-gencode");
-    flags.push_back(ptx ? absl::StrCat("arch=compute_", number, ",code=compute_", number)
-                        : absl::StrCat("arch=compute_", number, ",code=sm_", number));
+    flags.push_back(std::move(value));
   }
   return flags;
 }

@@ -1,25 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // A model of nvcc's command line: which arguments are sources, which is the
 // output, which name files to read, and which must never reach a worker.
+// Options are checked against the allowlist in nvcc_options.h; the paths a
+// compile names against a PathPolicy. The same checks run in the client
+// before its local scan, in the coordinator and in the worker before it forks.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/nvcc_options.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda {
-
-// What the value of an option is.
-enum class NvccValueKind {
-  kNone,        // a switch: -c, -G, --use_fast_math
-  kText,        // a value that names no file: -O3, -DNAME, -gencode ...
-  kInputPath,   // a file or folder read by the compiler: -I, -include
-  kOutputPath,  // a file written by the compiler: -o
-  kDependency,  // make-style dependency output, dropped for remote compiles
-  kForbidden,   // substitutes a program or reads an unchecked file
-};
 
 // One argument of a parsed command line, with its option value split off.
 struct NvccArgument {
@@ -40,29 +35,66 @@ struct NvccCommand {
   std::vector<std::string> sources;  // positional inputs (.cu, .cpp, ...)
   std::string output;                // the -o value, "" if none
   bool compile_only = false;         // -c / --compile seen
+  // Every compile action, as written: -c, -dc, -cubin, -ptx, -fatbin.
+  std::vector<std::string> actions;
   bool dependency_flags_dropped = false;
 
   // Flags rendered back as arguments (without sources, -c and -o).
   std::vector<std::string> FlagArguments() const;
 };
 
-// Parses nvcc arguments (without the program name). INVALID_ARGUMENT for an
-// option that lacks its value or is forbidden, naming the option and why.
+// Parses nvcc arguments (without the program name) against the allowlist.
+// INVALID_ARGUMENT naming the option for one that is not in the model, is
+// forbidden (saying why), lacks its value or has a value of the wrong form;
+// for a response file (@file) or a source that is not a plain path.
 absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments);
 
-// Checks arguments a worker is asked to run in `working_directory` (relative
-// to the sandbox root): parses them, and requires every source and output to
-// be a relative path that stays inside the sandbox and every read path to
-// stay inside or be an absolute include folder of the worker's own system.
-// INVALID_ARGUMENT naming the offending argument.
-absl::Status ValidateSandboxedArguments(const std::vector<std::string>& arguments,
-                                        const std::string& working_directory = "");
+// Where the files of a compile may be.
+struct PathPolicy {
+  // The client's absolute workspace root: every input lies under it, and a
+  // worker mounts the inputs there. Empty while not known (the client before
+  // its scan): absolute paths are then only kept out of the host's private
+  // folders.
+  std::string workspace_root;
+  // The compile's folder, relative to the root ("" is the root).
+  std::string working_directory;
+  // Absolute folders outside the workspace that a compile may name: the
+  // toolkit's and the system's include folders (SystemIncludePrefixes).
+  std::vector<std::string> system_prefixes;
+};
 
-// Checks everything a worker would touch for `unit`: its working directory,
-// its arguments (ValidateSandboxedArguments), its declared outputs and its
-// input paths must all stay inside the sandbox. INVALID_ARGUMENT naming the
-// unit and the offending path.
+// /usr/include, /usr/lib, /usr/lib64, /usr/local/include and the CUDA
+// toolkits' folders under /usr/local (what the client never ships), plus `toolkit_root` (the folder
+// above nvcc's bin/) if given; each ends with '/'.
+std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root = "");
+
+// True for an absolute path in the host's own configuration and state (/etc,
+// /proc, /sys, /dev, /boot, /run, /var/log...) or in a well-known credential
+// folder (.ssh, .gnupg, .aws, .kube, .docker): never an input of a compile.
+bool IsHostPrivatePath(absl::string_view absolute_path);
+
+// Checks the arguments of one remote compile: they parse (ParseNvccCommand),
+// carry exactly one compile action (-c, -dc, -cubin, -ptx or -fatbin), one
+// source, an output (-o) and no dependency options, and every path stays
+// where `policy` allows: sources and the output relative and inside the
+// workspace, include paths inside it or under a system prefix, nothing in a
+// host-private folder. INVALID_ARGUMENT naming the offending argument.
+absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
+                                      const PathPolicy& policy);
+
+// Checks everything a worker would touch for `unit`: its name (a plain file
+// name), its workspace root (absolute, not host-private), its working
+// directory, its arguments (ValidateCompileArguments with the unit's root and
+// `system_prefixes`), its declared outputs (exactly the -o file, not an
+// input) and its inputs (relative, inside, unique, plain names).
+// INVALID_ARGUMENT naming the unit and the offending path or argument.
+absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
+                                 const std::vector<std::string>& system_prefixes);
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit);
+
+// OK for a unit name that is safe as a file name and in a terminal: 1 to 200
+// of letters, digits and _ . + @ = -, not starting with '.'.
+absl::Status ValidateUnitName(absl::string_view name);
 
 // Turns each `-arch sm_XX` style architecture name into the -gencode flags
 // for SASS of that architecture: "sm_100" -> "-gencode",

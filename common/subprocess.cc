@@ -202,6 +202,9 @@ struct ChildPlan {
   const char* working_directory;  // nullptr: keep the parent's
   const char* bind_source;        // nullptr: no mount namespace
   const char* bind_target;
+  bool drop_identity;  // become run_as_uid/gid before exec
+  uid_t run_as_uid;
+  gid_t run_as_gid;
   int stdin_fd;
   int stdout_fd;
   int stderr_fd;
@@ -210,7 +213,7 @@ struct ChildPlan {
   int max_fd;
 };
 
-enum class ChildStage : int { kRedirect = 1, kChdir = 2, kExec = 3, kMount = 4 };
+enum class ChildStage : int { kRedirect = 1, kChdir = 2, kExec = 3, kMount = 4, kIdentity = 5 };
 
 struct ChildFailure {
   int stage;
@@ -328,6 +331,14 @@ void CloseAllExcept(int* keep, int count, int max_fd) {
   // closed, because the failure pipe has to stay open until exec succeeds.
   if (syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec) != 0) {
     for (int fd = 3; fd < plan.max_fd; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  if (plan.drop_identity) {
+    // Raw system calls: this thread is the process's only one, and glibc's
+    // wrappers would try to reach the parent's other threads.
+    if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setgid, plan.run_as_gid) != 0 ||
+        syscall(SYS_setuid, plan.run_as_uid) != 0) {
+      ReportAndExit(failure_fd, ChildStage::kIdentity, errno);
+    }
   }
 
   execve(plan.program, plan.argv, plan.envp);
@@ -465,6 +476,9 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
       spec.working_directory.empty() ? nullptr : spec.working_directory.c_str();
   plan.bind_source = spec.bind_source.empty() ? nullptr : spec.bind_source.c_str();
   plan.bind_target = spec.bind_target.c_str();
+  plan.drop_identity = spec.run_as.has_value();
+  plan.run_as_uid = spec.run_as ? spec.run_as->uid : 0;
+  plan.run_as_gid = spec.run_as ? spec.run_as->gid : 0;
   plan.stdin_fd = dev_null.get();
   plan.stdout_fd = out.child_end.get();
   plan.stderr_fd = err.child_end.get();
@@ -534,6 +548,10 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
       case ChildStage::kRedirect:
         return StartError(child_failure.error,
                           absl::StrCat("cannot set up stdin/stdout/stderr of '", program, "'"));
+      case ChildStage::kIdentity:
+        return StartError(child_failure.error,
+                          absl::StrCat("cannot run '", program, "' as user ", spec.run_as->uid,
+                                       " and group ", spec.run_as->gid));
       case ChildStage::kExec:
         break;
     }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,15 @@ struct ProcessSpec {
   // with PERMISSION_DENIED (see MountNamespacesWork).
   std::string bind_source;
   std::string bind_target;
+  // Optional: the child gives up its user for this one (no supplementary
+  // groups) right before it executes the program, after on_started and after
+  // entering `working_directory`. Needs root (CAP_SETUID/CAP_SETGID); without
+  // it the run fails with PERMISSION_DENIED.
+  struct Identity {
+    uid_t uid;
+    gid_t gid;
+  };
+  std::optional<Identity> run_as;
   // Optional. Called on the calling thread with the child's pid once the child
   // exists, in its own process group, and before it executes the program: the
   // program does not start until this returns (so a cgroup set here accounts

@@ -2,6 +2,8 @@
 #include "coordinator/build_planner.h"
 
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -16,7 +18,7 @@ namespace distcc_cuda::coordinator {
 namespace {
 
 absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
-  RETURN_IF_ERROR(ValidateCompileUnit(unit));
+  RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
@@ -40,10 +42,12 @@ UnitDemand Predict(const PeakHistory* history, const std::string& identity,
 // The compile unit of a generated source (one grid point or a group of
 // them), its source put into the CAS.
 absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet& set,
+                                                     const std::string& workspace_root,
                                                      const GeneratedUnit& point, CasStore& cas) {
   ASSIGN_OR_RETURN(Digest source, cas.PutBytes(point.source_text));
   v1::CompileUnit unit;
   unit.set_name(point.name);
+  unit.set_workspace_root(workspace_root);
   unit.set_working_directory(set.directory());
   std::string source_name = point.name + ".cu";
   std::string object_name = point.name + ".o";
@@ -110,7 +114,7 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& wh
     part->set_index(i);
     part->set_count(targets.size());
     part->set_label(targets[i].label);
-    RETURN_IF_ERROR(ValidateCompileUnit(unit));
+    RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
     parts.push_back(Plan(toolchain, std::move(unit), family_hint, whole.instantiations, history));
   }
   return parts;
@@ -168,6 +172,7 @@ void AllowArchitectureSplit(PlannedUnit& plan, const std::string& toolchain,
 // What splitting a group of instantiations needs; shared by its halves.
 struct SplitContext {
   v1::InstantiationSet set;
+  std::string workspace_root;
   std::string toolchain;
   CasStore* cas;
   const PeakHistory* history;
@@ -199,9 +204,10 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
       if (!part.members.empty()) {
         part.name = group.name + part.name.substr(context->set.name().size());
       }
-      ASSIGN_OR_RETURN(v1::CompileUnit unit,
-                       GeneratedCompileUnit(context->set, part, *context->cas));
-      RETURN_IF_ERROR(ValidateCompileUnit(unit));
+      ASSIGN_OR_RETURN(
+          v1::CompileUnit unit,
+          GeneratedCompileUnit(context->set, context->workspace_root, part, *context->cas));
+      RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
       halves.push_back(Plan(context->toolchain, std::move(unit),
                             absl::StrCat("set:", context->set.name()), part.instantiations,
                             context->history));
@@ -234,12 +240,80 @@ absl::Status AppendWithRememberedSplits(PlannedUnit plan, const UnitSizeChoices*
 
 }  // namespace
 
+absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits) {
+  auto over = [](const char* what, int64_t asked, int64_t limit, const char* flag,
+                 const char* hint) {
+    return absl::ResourceExhaustedError(absl::StrCat("the build asks for ", asked, " ", what,
+                                                     "; this coordinator allows ", limit, " (",
+                                                     flag, "); ", hint));
+  };
+  int64_t points = 0;
+  for (const v1::InstantiationSet& set : request.instantiation_sets()) {
+    points = std::min<int64_t>(points + GridPoints(set), std::numeric_limits<int64_t>::max() / 2);
+  }
+  if (points > limits.max_grid_points) {
+    return over("instantiation grid points", points, limits.max_grid_points, "--max-grid-points",
+                "build fewer axis values at once, or ask the operator to raise the limit");
+  }
+  int64_t units = request.units_size() + points;
+  if (units > limits.max_units) {
+    return over("compile units", units, limits.max_units, "--max-units-per-build",
+                "split the build, or ask the operator to raise the limit");
+  }
+  std::map<std::string, int64_t> sizes;  // distinct inputs by digest
+  auto check_arguments =
+      [&](const std::string& owner,
+          const google::protobuf::RepeatedPtrField<std::string>& arguments,
+          const google::protobuf::RepeatedPtrField<v1::InputFile>& inputs) -> absl::Status {
+    if (arguments.size() > limits.max_arguments_per_unit) {
+      return over(absl::StrCat("arguments in ", owner).c_str(), arguments.size(),
+                  limits.max_arguments_per_unit, "--max-arguments-per-unit", "pass fewer options");
+    }
+    for (const std::string& argument : arguments) {
+      if (static_cast<int64_t>(argument.size()) > limits.max_argument_bytes) {
+        return over(absl::StrCat("bytes in one argument of ", owner).c_str(), argument.size(),
+                    limits.max_argument_bytes, "--max-argument-length", "shorten it");
+      }
+    }
+    if (inputs.size() > limits.max_inputs_per_unit) {
+      return over(absl::StrCat("input files in ", owner).c_str(), inputs.size(),
+                  limits.max_inputs_per_unit, "--max-inputs-per-unit",
+                  "include fewer headers, or ask the operator to raise the limit");
+    }
+    for (const v1::InputFile& input : inputs) {
+      sizes[input.digest().hash()] = std::max<int64_t>(0, input.digest().size_bytes());
+    }
+    return absl::OkStatus();
+  };
+  for (const v1::CompileUnit& unit : request.units()) {
+    RETURN_IF_ERROR(check_arguments(absl::StrCat("unit ", unit.name().substr(0, 200)),
+                                    unit.arguments(), unit.inputs()));
+  }
+  for (const v1::InstantiationSet& set : request.instantiation_sets()) {
+    RETURN_IF_ERROR(check_arguments(absl::StrCat("instantiation set ", set.name().substr(0, 200)),
+                                    set.arguments(), set.inputs()));
+  }
+  int64_t bytes = 0;
+  for (const auto& [hash, size] : sizes) {
+    bytes = std::min<int64_t>(bytes + size, std::numeric_limits<int64_t>::max() / 2);
+  }
+  if (bytes > limits.max_input_bytes) {
+    return over("bytes of input files", bytes, limits.max_input_bytes, "--max-build-input-size",
+                "the build reads more than the operator expects; check what the scan found");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
                                                    CasStore& cas, const PeakHistory* history,
                                                    const ClusterCapacity& capacity,
-                                                   UnitSizeChoices* choices) {
+                                                   UnitSizeChoices* choices,
+                                                   const BuildLimits& limits) {
+  RETURN_IF_ERROR(CheckBuildLimits(request, limits));
   const std::string& toolchain = request.toolchain().digest();
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
+  // Every unit is mounted at the build's root on the workers.
+  for (v1::CompileUnit& unit : units) unit.set_workspace_root(request.workspace_root());
   // Similar units: those of one instantiation set, or ordinary units
   // compiled in the same folder.
   std::vector<std::string> families;
@@ -276,10 +350,11 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
     }
     std::vector<GeneratedUnit> generated = GroupInstantiations(set, std::move(points), per_unit);
     auto context = std::make_shared<const SplitContext>(
-        SplitContext{set, toolchain, &cas, history, choices,
+        SplitContext{set, request.workspace_root(), toolchain, &cas, history, choices,
                      request.architecture_split() != v1::ARCHITECTURE_SPLIT_NEVER});
     for (GeneratedUnit& point : generated) {
-      ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, point, cas));
+      ASSIGN_OR_RETURN(v1::CompileUnit unit,
+                       GeneratedCompileUnit(set, request.workspace_root(), point, cas));
       units.push_back(std::move(unit));
       families.push_back(absl::StrCat("set:", set.name()));
       instantiations.push_back(point.instantiations);

@@ -13,6 +13,23 @@
 
 namespace distcc_cuda::coordinator {
 
+// What one build may ask of the coordinator: everything a submitter controls
+// that costs the coordinator memory, disk or time has a bound. Each has a
+// flag of distcc-cuda-coordinator.
+struct BuildLimits {
+  int64_t max_units = 100000;             // --max-units-per-build: units, grids expanded
+  int64_t max_grid_points = 100000;       // --max-grid-points: points of all instantiation sets
+  int64_t max_arguments_per_unit = 4096;  // --max-arguments-per-unit
+  int64_t max_argument_bytes = 64 << 10;  // --max-argument-length: bytes in one argument
+  int64_t max_inputs_per_unit = 50000;    // --max-inputs-per-unit
+  int64_t max_input_bytes = int64_t{64} << 30;  // --max-build-input-size: distinct inputs' bytes
+};
+
+// OK if `request` stays within `limits` (checked before anything is
+// expanded or stored); RESOURCE_EXHAUSTED naming the limit, its flag, the
+// amount asked and what to do otherwise.
+absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits);
+
 // Returns the build's units in order: the ordinary units, then every
 // instantiation set's grid, each with its predicted cost from `history`
 // (null: the defaults). A set that leaves its unit size to the coordinator
@@ -25,9 +42,11 @@ namespace distcc_cuda::coordinator {
 // split itself (PlannedUnit::split). INVALID_ARGUMENT for a malformed set or unit
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
+// CheckBuildLimits runs first.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
                                                    CasStore& cas, const PeakHistory* history,
                                                    const ClusterCapacity& capacity,
-                                                   UnitSizeChoices* choices);
+                                                   UnitSizeChoices* choices,
+                                                   const BuildLimits& limits = {});
 
 }  // namespace distcc_cuda::coordinator

@@ -34,9 +34,10 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   // Plans the build and hands it to the scheduler. Runs on the planning
   // executor, not in a reactor; the call cannot end before it returns.
   void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results,
-             const PeakHistory* history, UnitSizeChoices* unit_sizes) {
-    absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(
-        request, *cas, history, scheduler_->Capacity(request.toolchain().digest()), unit_sizes);
+             const PeakHistory* history, UnitSizeChoices* unit_sizes, const BuildLimits& limits) {
+    absl::StatusOr<std::vector<PlannedUnit>> units =
+        PlanBuild(request, *cas, history, scheduler_->Capacity(request.toolchain().digest()),
+                  unit_sizes, limits);
     if (!units.ok()) {
       StartDone("", units.status());
       return;
@@ -149,6 +150,12 @@ grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerCon
                                                          const v1::GetClusterStatusRequest* request,
                                                          v1::ClusterStatus* response) {
   auto* reactor = context->DefaultReactor();
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kClient}, "read the cluster status");
+  if (!principal.ok()) {
+    reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
   *response = scheduler_->Status(absl::Now());
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -156,9 +163,15 @@ grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
     grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) {
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kClient}, "submit builds");
+  if (!principal.ok()) {
+    return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(principal.status()));
+  }
   auto* stream = new BuildEventStream(scheduler_);
-  bool queued = planner_->Submit(
-      [this, stream, request] { stream->Start(*request, cas_, results_, history_, unit_sizes_); });
+  bool queued = planner_->Submit([this, stream, request] {
+    stream->Start(*request, cas_, results_, history_, unit_sizes_, limits_);
+  });
   if (!queued) {
     stream->Reject(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment"));

@@ -4,17 +4,26 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/cas_client.h"
 #include "common/status.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
 
+absl::Status CheckBlobSize(const Digest& digest, int64_t max_blob_bytes) {
+  if (digest.size_bytes <= max_blob_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("blob ", digest.ToString().substr(0, 80), " is ",
+                   FormatByteSize(digest.size_bytes), "; this coordinator stores blobs of at most ",
+                   FormatByteSize(max_blob_bytes), " (--max-blob-size)"));
+}
+
 // Receives one blob in chunks and commits it once verified.
 class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobRequest> {
  public:
-  WriteBlobReactor(CasStore* store, v1::WriteBlobResponse* response)
-      : store_(store), response_(response) {
+  WriteBlobReactor(CasStore* store, int64_t max_blob_bytes, v1::WriteBlobResponse* response)
+      : store_(store), max_blob_bytes_(max_blob_bytes), response_(response) {
     StartRead(&request_);
   }
 
@@ -43,9 +52,7 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
   absl::Status Accept() {
     if (writer_ == nullptr) {
       Digest digest = FromProto(request_.digest());
-      if (digest.size_bytes > (int64_t{64} << 30)) {
-        return absl::InvalidArgumentError("blob larger than 64 GiB");
-      }
+      RETURN_IF_ERROR(CheckBlobSize(digest, max_blob_bytes_));
       ASSIGN_OR_RETURN(writer_, store_->StartWrite(digest));
       digest_ = digest;
     }
@@ -67,6 +74,7 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
   }
 
   CasStore* store_;
+  int64_t max_blob_bytes_;
   v1::WriteBlobResponse* response_;
   v1::WriteBlobRequest request_;
   std::unique_ptr<BlobWriter> writer_;
@@ -133,10 +141,20 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
 
 }  // namespace
 
+absl::Status CasService::Authorize(const grpc::CallbackServerContext& context) const {
+  return access_
+      ->Authorize(context, {PeerRole::kClient, PeerRole::kWorker}, "use the content store")
+      .status();
+}
+
 grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerContext* context,
                                                        const v1::FindMissingBlobsRequest* request,
                                                        v1::FindMissingBlobsResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   for (const auto& proto : request->digests()) {
     Digest digest = FromProto(proto);
     absl::Status valid = ValidateDigest(digest);
@@ -154,10 +172,15 @@ grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerConte
                                                        const v1::BatchUpdateBlobsRequest* request,
                                                        v1::BatchUpdateBlobsResponse* response) {
   auto* reactor = context->DefaultReactor();
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   for (const auto& blob : request->blobs()) {
     auto* result = response->add_results();
     *result->mutable_digest() = blob.digest();
-    absl::Status stored = store_->Put(FromProto(blob.digest()), blob.data());
+    absl::Status stored = CheckBlobSize(FromProto(blob.digest()), max_blob_bytes_);
+    if (stored.ok()) stored = store_->Put(FromProto(blob.digest()), blob.data());
     result->set_code(static_cast<int>(stored.code()));
     result->set_message(std::string(stored.message()));
   }
@@ -167,11 +190,17 @@ grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerConte
 
 grpc::ServerReadReactor<v1::WriteBlobRequest>* CasService::WriteBlob(
     grpc::CallbackServerContext* context, v1::WriteBlobResponse* response) {
-  return new WriteBlobReactor(store_, response);
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
+    return RefuseCall<grpc::ServerReadReactor<v1::WriteBlobRequest>>(ToGrpcStatus(allowed));
+  }
+  return new WriteBlobReactor(store_, max_blob_bytes_, response);
 }
 
 grpc::ServerWriteReactor<v1::ReadBlobResponse>* CasService::ReadBlob(
     grpc::CallbackServerContext* context, const v1::ReadBlobRequest* request) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
+    return RefuseCall<grpc::ServerWriteReactor<v1::ReadBlobResponse>>(ToGrpcStatus(allowed));
+  }
   return new ReadBlobReactor(store_, request);
 }
 

@@ -3,13 +3,18 @@
 #pragma once
 
 #include "common/cas_store.h"
+#include "coordinator/access_control.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
 
 namespace distcc_cuda::coordinator {
 
 class CasService final : public v1::ContentStore::CallbackService {
  public:
-  explicit CasService(CasStore* store) : store_(store) {}
+  // Every call needs the client or the worker role in `access`; no blob
+  // above `max_blob_bytes` is stored (RESOURCE_EXHAUSTED naming the limit).
+  CasService(const AccessControl* access, CasStore* store,
+             int64_t max_blob_bytes = int64_t{4} << 30)
+      : access_(access), store_(store), max_blob_bytes_(max_blob_bytes) {}
 
   grpc::ServerUnaryReactor* FindMissingBlobs(grpc::CallbackServerContext* context,
                                              const v1::FindMissingBlobsRequest* request,
@@ -23,7 +28,12 @@ class CasService final : public v1::ContentStore::CallbackService {
       grpc::CallbackServerContext* context, const v1::ReadBlobRequest* request) override;
 
  private:
+  // OK if the caller may use the content store.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+
+  const AccessControl* access_;
   CasStore* store_;
+  int64_t max_blob_bytes_;
 };
 
 }  // namespace distcc_cuda::coordinator

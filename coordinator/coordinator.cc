@@ -15,11 +15,41 @@
 
 namespace distcc_cuda::coordinator {
 
+namespace {
+
+// How peers are trusted, decided before anything is opened: certificates,
+// else loopback only, else --insecure.
+absl::StatusOr<AccessControl::Mode> AccessMode(const CoordinatorOptions& options) {
+  if (options.tls) {
+    if (options.tls->identity.role != PeerRole::kCoordinator) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the coordinator's certificate is a ", RoleName(options.tls->identity.role),
+          " certificate (", options.tls->identity.name,
+          "); it needs a coordinator certificate: distcc-cuda-coordinator certs issue --dir DIR "
+          "--role coordinator --host HOST NAME"));
+    }
+    return AccessControl::Mode::kMutualTls;
+  }
+  if (IsLoopbackAddress(options.listen_address)) return AccessControl::Mode::kLocalTrust;
+  if (options.insecure) return AccessControl::Mode::kInsecure;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "refusing to listen on ", options.listen_address,
+      " without TLS: anyone who can reach it could submit builds, read sources and register "
+      "workers. Make the cluster's certificates (distcc-cuda-coordinator certs init --dir DIR; "
+      "distcc-cuda-coordinator certs issue --dir DIR --role coordinator --host HOST NAME) and "
+      "pass --tls-ca, --tls-cert and --tls-key; or listen on 127.0.0.1 only; or pass --insecure "
+      "on a network where you trust everyone"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   if (options.state_dir.empty()) {
     return absl::InvalidArgumentError("the coordinator needs --state-dir DIR");
   }
+  ASSIGN_OR_RETURN(AccessControl::Mode mode, AccessMode(options));
   std::unique_ptr<Coordinator> coordinator(new Coordinator());
+  coordinator->access_ = std::make_unique<AccessControl>(mode);
   coordinator->options_ = options;
   std::string state = AbsolutePath(options.state_dir);
   ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas"));
@@ -38,18 +68,24 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       },
       coordinator->history_.get(),
       [results](const std::string& action) { return results->Lookup(action); });
-  coordinator->cas_service_ = std::make_unique<CasService>(coordinator->cas_.get());
+  const AccessControl* access = coordinator->access_.get();
+  coordinator->cas_service_ =
+      std::make_unique<CasService>(access, coordinator->cas_.get(), options.max_blob_bytes);
   // Two planners: planning a build hashes and stores its generated units.
   coordinator->planner_ = std::make_unique<BoundedExecutor>(2, 64);
   coordinator->build_service_ = std::make_unique<BuildService>(
-      coordinator->cas_.get(), results, coordinator->history_.get(), coordinator->unit_sizes_.get(),
-      coordinator->scheduler_.get(), coordinator->planner_.get());
+      access, coordinator->cas_.get(), results, coordinator->history_.get(),
+      coordinator->unit_sizes_.get(), coordinator->scheduler_.get(), coordinator->planner_.get(),
+      options.limits);
   coordinator->worker_service_ = std::make_unique<WorkerService>(
-      coordinator->scheduler_.get(), options.scheduler.heartbeat_interval);
+      access, coordinator->scheduler_.get(), coordinator->cas_.get(),
+      options.scheduler.heartbeat_interval);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &coordinator->port_);
+  builder.AddListeningPort(
+      options.listen_address,
+      options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),
+      &coordinator->port_);
   builder.RegisterService(coordinator->cas_service_.get());
   builder.RegisterService(coordinator->build_service_.get());
   builder.RegisterService(coordinator->worker_service_.get());
@@ -66,7 +102,21 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       self->scheduler_->Tick(absl::Now());
     }
   });
-  spdlog::info("coordinator listening on {} (state in {})", coordinator->address(), state);
+  spdlog::info("coordinator serves {} (state in {}; {})", coordinator->address(), state,
+               mode == AccessControl::Mode::kMutualTls    ? "mutual TLS"
+               : mode == AccessControl::Mode::kLocalTrust ? "no TLS, loopback only"
+                                                          : "INSECURE");
+  if (mode == AccessControl::Mode::kInsecure) {
+    std::string bound =
+        absl::StrCat(options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
+                     coordinator->port_);
+    spdlog::warn(
+        "INSECURE: no TLS on {}: anyone who can reach {} can submit builds, read sources and "
+        "register workers, and no worker's result enters the result cache (none is "
+        "authenticated). Make certificates (distcc-cuda-coordinator certs init/issue) and "
+        "pass --tls-ca, --tls-cert and --tls-key instead of --insecure",
+        bound, bound);
+  }
   return coordinator;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -12,6 +13,9 @@
 #include "absl/synchronization/notification.h"
 #include "common/bounded_executor.h"
 #include "common/cas_store.h"
+#include "common/tls_credentials.h"
+#include "coordinator/access_control.h"
+#include "coordinator/build_planner.h"
 #include "coordinator/scheduler.h"
 
 namespace grpc {
@@ -23,11 +27,23 @@ namespace distcc_cuda::coordinator {
 struct CoordinatorOptions {
   // HOST:PORT to listen on; port 0 picks a free one (see Coordinator::port).
   std::string listen_address = "127.0.0.1:0";
+  // The cluster's CA and the coordinator's own certificate (role
+  // coordinator): every peer must then present a certificate from that CA,
+  // and its role decides what it may call. Without it the coordinator
+  // listens on loopback only, unless `insecure`.
+  std::optional<TlsMaterial> tls;
+  // Without `tls`, listen on a reachable address anyway and let every peer
+  // act as a client and a worker.
+  bool insecure = false;
   // Holds the CAS (cas/) and the result cache (results/); created if missing.
   std::string state_dir;
   SchedulerOptions scheduler;
   // What a unit never measured, with no similar unit, is predicted to cost.
   PredictionDefaults prediction;
+  // What one build may ask for (units, grid points, arguments, inputs).
+  BuildLimits limits;
+  // The largest blob the content store takes (--max-blob-size).
+  int64_t max_blob_bytes = int64_t{4} << 30;
 };
 
 class BuildService;
@@ -37,7 +53,9 @@ class ResultCache;
 
 class Coordinator {
  public:
-  // Opens the state dir and starts serving. UNAVAILABLE if the address
+  // Opens the state dir and starts serving. INVALID_ARGUMENT, before
+  // anything else, for an address off loopback without TLS or insecure, or a
+  // TLS certificate whose role is not coordinator; UNAVAILABLE if the address
   // cannot be bound; PERMISSION_DENIED if the state dir cannot be written.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   // Stops serving: in-flight calls are cancelled.
@@ -57,6 +75,7 @@ class Coordinator {
   std::unique_ptr<UnitSizeChoices> unit_sizes_;
   std::unique_ptr<BuildScheduler> scheduler_;
   std::unique_ptr<BoundedExecutor> planner_;
+  std::unique_ptr<AccessControl> access_;
   std::unique_ptr<CasService> cas_service_;
   std::unique_ptr<BuildService> build_service_;
   std::unique_ptr<WorkerService> worker_service_;

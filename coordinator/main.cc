@@ -1,16 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
 // distcc-cuda-coordinator: accepts builds and leases their units to workers.
 #include <iostream>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "common/byte_size.h"
 #include "common/command_line.h"
 #include "common/signals.h"
+#include "common/tls_credentials.h"
+#include "coordinator/certs_command.h"
 #include "coordinator/coordinator.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:3633", "HOST:PORT to listen on for clients and workers");
+ABSL_FLAG(std::string, listen, "0.0.0.0:3633",
+          "HOST:PORT to listen on for clients and workers; an address other than 127.0.0.1, "
+          "::1 or localhost needs --tls-ca, --tls-cert and --tls-key (or --insecure)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "the cluster's CA certificate (ca.crt from `distcc-cuda-coordinator certs init`); with "
+          "--tls-cert and --tls-key, every client and worker must present a certificate from "
+          "this CA, and its role decides what it may do (also tls-ca in the config file)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "this coordinator's certificate, of role coordinator (`distcc-cuda-coordinator certs "
+          "issue --role coordinator --host HOST NAME`)");
+ABSL_FLAG(std::string, tls_key, "", "the private key of --tls-cert");
+ABSL_FLAG(bool, insecure, false,
+          "listen on an address other than loopback without TLS: anyone who can reach it can "
+          "submit builds, read sources and register workers");
 ABSL_FLAG(std::string, state_dir, "", "folder for the content store and result cache (required)");
 ABSL_FLAG(std::string, default_unit_memory, "2GiB",
           "peak memory predicted for a unit never measured and with no similar unit, per "
@@ -19,20 +35,53 @@ ABSL_FLAG(int, default_unit_seconds, 60, "wall time predicted for such a unit");
 ABSL_FLAG(std::string, admission, "memory",
           "memory: start a unit only where its predicted peak fits (the default); static: "
           "fill every worker slot regardless of memory, like ninja -j (for comparisons)");
+ABSL_FLAG(int64_t, max_units_per_build, 100000,
+          "refuse a build of more compile units than this (instantiation grids expanded)");
+ABSL_FLAG(int64_t, max_grid_points, 100000,
+          "refuse a build whose instantiation sets have more grid points than this in all");
+ABSL_FLAG(int64_t, max_arguments_per_unit, 4096, "refuse a unit with more nvcc arguments");
+ABSL_FLAG(std::string, max_argument_length, "64KiB", "refuse a unit with a longer nvcc argument");
+ABSL_FLAG(int64_t, max_inputs_per_unit, 50000, "refuse a unit with more input files");
+ABSL_FLAG(std::string, max_build_input_size, "64GiB",
+          "refuse a build whose distinct input files add up to more");
+ABSL_FLAG(std::string, max_blob_size, "4GiB", "refuse to store a larger blob (input or object)");
+ABSL_FLAG(std::string, max_output, "1MiB",
+          "keep at most this much of each of a unit's stdout and stderr from a worker's report");
 ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
 
 int main(int argc, char** argv) {
+  // `certs` is a command of its own, with its own arguments: it runs before
+  // the server's flags are parsed.
+  if (argc >= 2 && std::string(argv[1]) == "certs") {
+    absl::Status status = distcc_cuda::coordinator::RunCertsCommand(
+        std::vector<std::string>(argv + 2, argv + argc), std::cout);
+    if (status.ok()) return 0;
+    std::cerr << "distcc-cuda-coordinator: " << status.message() << "\n";
+    return absl::IsInvalidArgument(status) ? 2 : 1;
+  }
   absl::SetProgramUsageMessage(
       "Accepts distcc-cuda builds and schedules their compile units on the "
       "workers that connect to it.\n"
-      "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR");
+      "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR \\\n"
+      "           --tls-ca ca.crt --tls-cert NAME.crt --tls-key NAME.key\n"
+      "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
+      "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)");
   distcc_cuda::ParseFlags(argc, argv, "coordinator");
   distcc_cuda::BlockTerminationSignals();
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  auto tls = distcc_cuda::LoadTlsMaterial(
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+      distcc_cuda::PeerRole::kCoordinator);
+  if (!tls.ok()) {
+    std::cerr << "distcc-cuda-coordinator: " << tls.status().message() << "\n";
+    return 2;
+  }
+  options.tls = std::move(*tls);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
   options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   auto default_memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_default_unit_memory));
   if (!default_memory.ok()) {
@@ -41,6 +90,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.prediction.peak_bytes = *default_memory;
+  options.limits.max_units = absl::GetFlag(FLAGS_max_units_per_build);
+  options.limits.max_grid_points = absl::GetFlag(FLAGS_max_grid_points);
+  options.limits.max_arguments_per_unit = absl::GetFlag(FLAGS_max_arguments_per_unit);
+  options.limits.max_inputs_per_unit = absl::GetFlag(FLAGS_max_inputs_per_unit);
+  for (auto [flag, value, into] :
+       {std::make_tuple("--max-argument-length", absl::GetFlag(FLAGS_max_argument_length),
+                        &options.limits.max_argument_bytes),
+        std::make_tuple("--max-build-input-size", absl::GetFlag(FLAGS_max_build_input_size),
+                        &options.limits.max_input_bytes),
+        std::make_tuple("--max-blob-size", absl::GetFlag(FLAGS_max_blob_size),
+                        &options.max_blob_bytes),
+        std::make_tuple("--max-output", absl::GetFlag(FLAGS_max_output),
+                        &options.scheduler.max_output_bytes)}) {
+    auto bytes = distcc_cuda::ParseByteSize(value);
+    if (!bytes.ok()) {
+      std::cerr << "distcc-cuda-coordinator: " << flag << ": " << bytes.status().message() << "\n";
+      return 2;
+    }
+    *into = *bytes;
+  }
   std::string admission = absl::GetFlag(FLAGS_admission);
   if (admission != "memory" && admission != "static") {
     std::cerr << "distcc-cuda-coordinator: --admission is 'memory' or 'static', not '" << admission

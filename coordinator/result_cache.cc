@@ -50,8 +50,11 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
     sha.Update(absl::StrCat(text.size(), ":"));
     sha.Update(text);
   };
-  field("distcc-cuda action v1");
+  field("distcc-cuda action v2");
   field(toolchain_digest);
+  // Where the inputs are mounted: nvcc hashes the source's absolute path
+  // into internal symbol names, so the object depends on it.
+  field(unit.workspace_root());
   field(unit.working_directory());
   for (const auto& argument : unit.arguments()) field(argument);
   field("outputs");

@@ -3,10 +3,15 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "common/digest.h"
+#include "common/status.h"
 #include "common/toolchain.h"
+#include "coordinator/ids.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
@@ -28,20 +33,83 @@ BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_r
       lookup_result_(std::move(lookup_result)),
       history_(history) {}
 
+namespace {
+
+// Limits on what a registering worker says about itself: it is shown to
+// people (status, summaries) and sizes the scheduler's work.
+constexpr int kMaxSlots = 4096;
+constexpr int64_t kMaxCapBytes = int64_t{1} << 50;  // 1 PiB
+constexpr size_t kMaxDescription = 512;
+
+bool Printable(const std::string& text, size_t limit) {
+  return text.size() <= limit && std::all_of(text.begin(), text.end(), [](char c) {
+           return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+         });
+}
+
+}  // namespace
+
+absl::StatusOr<BuildScheduler::WorkerState*> BuildScheduler::WorkerOf(const std::string& worker_id,
+                                                                      const WorkerPeer& peer) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", worker_id, " is not registered; register again"));
+  }
+  if (it->second.peer.name != peer.name) {
+    spdlog::warn("{} used the id of worker {} ({}); refused", peer.name, it->second.info.name(),
+                 it->second.peer.name);
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", worker_id, " was registered by another peer"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<const BuildScheduler::WorkerState*> BuildScheduler::WorkerOf(
+    const std::string& worker_id, const WorkerPeer& peer) const {
+  return const_cast<BuildScheduler*>(this)->WorkerOf(worker_id, peer);
+}
+
 absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWorkerRequest& request,
-                                                           absl::Time now) {
-  if (request.slots() <= 0 || request.memory_cap_bytes() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker '", request.name(), "' offers ", request.slots(), " slots and a memory cap of ",
-        request.memory_cap_bytes(), " bytes; both must be positive"));
+                                                           absl::Time now, const WorkerPeer& peer) {
+  const std::string& name = request.name();
+  if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+               c == '-';
+      })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker name '", absl::CHexEscape(name.substr(0, 64)),
+                     "' is not 1 to 64 of letters, digits and _ . -"));
+  }
+  if (request.slots() <= 0 || request.memory_cap_bytes() <= 0 || request.slots() > kMaxSlots ||
+      request.memory_cap_bytes() > kMaxCapBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker '", name, "' offers ", request.slots(), " slots and a memory cap of ",
+                     request.memory_cap_bytes(), " bytes; both must be positive (at most ",
+                     kMaxSlots, " slots and 1 PiB)"));
   }
   if (request.toolchain().digest().empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("worker '", request.name(), "' sent no toolchain fingerprint"));
+        absl::StrCat("worker '", name, "' sent no toolchain fingerprint"));
+  }
+  const v1::ToolchainFingerprint& toolchain = request.toolchain();
+  for (const std::string* text :
+       {&request.memory_mechanism(), &request.sandbox(), &toolchain.nvcc_release(),
+        &toolchain.nvcc_build(), &toolchain.nvcc_version(), &toolchain.nvcc_path(),
+        &toolchain.host_compiler(), &toolchain.digest(), &toolchain.cuda_version_header()}) {
+    if (!Printable(*text, kMaxDescription)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker '", name, "' describes itself with control characters or over ",
+                       kMaxDescription, " bytes"));
+    }
   }
   absl::MutexLock lock(&mu_);
-  std::string id = absl::StrCat("w", next_id_++, "-", request.name());
-  workers_[id] = WorkerState{request, now, {}, 0};
+  std::string id = NewId('w', epoch_);
+  WorkerState state;
+  state.info = request;
+  state.peer = peer;
+  state.last_heartbeat = now;
+  workers_[id] = std::move(state);
   for (auto& [build_id, build] : builds_) {
     if (build.toolchain_digest == request.toolchain().digest()) build.stranded_since.reset();
   }
@@ -50,20 +118,17 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
   return id;
 }
 
-absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now) {
+absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now,
+                                       const WorkerPeer& peer) {
   Deferred deferred;
   {
     LockedSection lock(&mu_, deferred);
-    auto it = workers_.find(request.worker_id());
-    if (it == workers_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("worker ", request.worker_id(), " is not registered; register again"));
-    }
-    it->second.last_heartbeat = now;
+    ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer));
+    worker->last_heartbeat = now;
     std::set<std::string> running(request.running_task_ids().begin(),
                                   request.running_task_ids().end());
     std::vector<std::string> lost;
-    for (const std::string& task_id : it->second.tasks) {
+    for (const std::string& task_id : worker->tasks) {
       TaskState& task = tasks_.at(task_id);
       if (running.count(task_id)) {
         task.seen_running = true;
@@ -83,14 +148,12 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
 }
 
 absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Time deadline,
-                                          LeaseCallback callback, absl::Time now) {
+                                          LeaseCallback callback, absl::Time now,
+                                          const WorkerPeer& peer) {
   Deferred deferred;
   {
     LockedSection lock(&mu_, deferred);
-    if (!workers_.count(worker_id)) {
-      return absl::NotFoundError(
-          absl::StrCat("worker ", worker_id, " is not registered; register again"));
-    }
+    RETURN_IF_ERROR(WorkerOf(worker_id, peer).status());
     std::optional<v1::Task> task = TakeTaskFor(worker_id, now, deferred);
     if (task || deadline <= now) {
       deferred.leases.emplace_back(std::move(callback), std::move(task));
@@ -184,6 +247,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
     int index = it->second;
     UnitState& unit = build.units[index];
+    if (unit.refused_by.count(worker_id)) continue;
     std::optional<int64_t> reservation = Admission(unit, worker);
     if (first) {
       first = false;
@@ -197,7 +261,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
-    std::string task_id = absl::StrCat("t", next_id_++);
+    std::string task_id = NewId('t', epoch_);
     tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation};
     worker.tasks.insert(task_id);
     worker.reserved_bytes += *reservation;
@@ -364,17 +428,89 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
   Requeue(task_id, absl::StrCat(killed, "; ", next), deferred, /*count_as_loss=*/false);
 }
 
-absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now) {
+std::string BuildScheduler::OutputsDiffer(const v1::TaskResult& result,
+                                          const TaskState& task) const {
+  if (result.outcome() != v1::TASK_COMPLETED || result.exit_code() != 0) {
+    if (result.outputs_size() != 0) return "a failed compile reported outputs";
+    return "";
+  }
+  auto build = builds_.find(task.build_id);
+  if (build == builds_.end()) return "";
+  const v1::CompileUnit& unit = build->second.units[task.unit_index].planned.unit;
+  if (result.outputs_size() != unit.output_paths_size()) {
+    return absl::StrCat("it reported ", result.outputs_size(), " outputs for a unit that declares ",
+                        unit.output_paths_size());
+  }
+  for (int i = 0; i < unit.output_paths_size(); ++i) {
+    const v1::OutputFile& output = result.outputs(i);
+    if (output.path() != unit.output_paths(i)) {
+      return absl::StrCat("it reported output '", absl::CHexEscape(output.path().substr(0, 200)),
+                          "', not the declared '", unit.output_paths(i), "'");
+    }
+    if (!ValidateDigest(FromProto(output.digest())).ok()) {
+      return absl::StrCat("output ", output.path(), " has a malformed digest");
+    }
+  }
+  return "";
+}
+
+absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const std::string& task_id,
+                                          const std::string& why, absl::Time now,
+                                          const WorkerPeer& peer) {
   Deferred deferred;
   {
     LockedSection lock(&mu_, deferred);
+    ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(worker_id, peer));
+    auto task = tasks_.find(task_id);
+    if (task == tasks_.end() || task->second.worker_id != worker_id) {
+      return absl::NotFoundError(absl::StrCat("task ", task_id, " is not leased to ", worker_id));
+    }
+    if (auto build = builds_.find(task->second.build_id); build != builds_.end()) {
+      build->second.units[task->second.unit_index].refused_by.insert(worker_id);
+    }
+    spdlog::warn("refused the report of worker {} ({}) for task {}: {}", worker->info.name(),
+                 worker->peer.name, task_id, why);
+    Requeue(task_id,
+            absl::StrCat("the report of worker ", worker->info.name(), " was refused (", why,
+                         "); the unit runs elsewhere"),
+            deferred);
+    Dispatch(now, deferred);
+  }
+  deferred.Run();
+  return absl::OkStatus();
+}
+
+absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now,
+                                          const WorkerPeer& peer) {
+  Deferred deferred;
+  {
+    LockedSection lock(&mu_, deferred);
+    ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer));
     auto task_it = tasks_.find(request.task_id());
     if (task_it == tasks_.end() || task_it->second.worker_id != request.worker_id()) {
       return absl::NotFoundError(absl::StrCat("task ", request.task_id(), " is not leased to ",
                                               request.worker_id(),
                                               " (its lease was lost and the unit re-queued)"));
     }
-    const v1::TaskResult& result = request.result();
+    // What the worker says it measured, kept within what it can have
+    // measured: no peak above its own cap (which would make every later
+    // unit of the kind wait for a larger worker), no time beyond the lease.
+    v1::TaskResult result = request.result();
+    result.set_peak_memory_bytes(
+        std::clamp<int64_t>(result.peak_memory_bytes(), 0, worker->info.memory_cap_bytes()));
+    const int64_t leased_ms = absl::ToInt64Milliseconds(now - task_it->second.leased_at);
+    result.set_wall_time_ms(std::clamp<int64_t>(result.wall_time_ms(), 0, leased_ms));
+    result.set_cpu_time_ms(std::clamp<int64_t>(result.cpu_time_ms(), 0,
+                                               leased_ms * std::max(1, worker->info.slots())));
+    result.set_worker_name(worker->info.name());
+    for (std::string* text : {result.mutable_stdout_text(), result.mutable_stderr_text(),
+                              result.mutable_error_message()}) {
+      if (static_cast<int64_t>(text->size()) > options_.max_output_bytes) {
+        text->resize(options_.max_output_bytes);
+        absl::StrAppend(text, "\n[distcc-cuda: the coordinator cut this output at ",
+                        FormatByteSize(options_.max_output_bytes), " (--max-output)]\n");
+      }
+    }
     if (result.outcome() == v1::TASK_FAILED_TO_START) {
       Requeue(request.task_id(), absl::StrCat("worker could not run it: ", result.error_message()),
               deferred);
@@ -393,6 +529,17 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
                        "], not the build's [", build->second.toolchain_digest.substr(0, 12), "]");
       Requeue(request.task_id(), reason, deferred, /*count_as_loss=*/false);
       DropWorker(worker_id, absl::StrCat("reported a unit ", reason), now, deferred);
+    } else if (std::string why = OutputsDiffer(result, task_it->second); !why.empty()) {
+      // Only the unit's own declared outputs count as its result.
+      if (auto build = builds_.find(task_it->second.build_id); build != builds_.end()) {
+        build->second.units[task_it->second.unit_index].refused_by.insert(request.worker_id());
+      }
+      Requeue(request.task_id(),
+              absl::StrCat("the report of worker ", worker->info.name(), " was refused (", why,
+                           "); the unit runs elsewhere"),
+              deferred);
+      Dispatch(now, deferred);
+      return absl::InvalidArgumentError(absl::StrCat("report refused: ", why));
     } else {
       std::optional<TaskState> task = EndTask(request.task_id());
       ++workers_.at(task->worker_id).completed;
@@ -403,7 +550,8 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
           history_->Record(planned.identity, planned.family, result.peak_memory_bytes(),
                            absl::Milliseconds(result.wall_time_ms()), planned.instantiations);
         }
-        FinishUnit(build_it->second, task->unit_index, result, false, deferred);
+        FinishUnit(build_it->second, task->unit_index, result, false, deferred,
+                   /*cacheable=*/worker->peer.authenticated);
       }
     }
     Dispatch(now, deferred);
@@ -413,14 +561,14 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
 }
 
 void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result,
-                                bool cached, Deferred& deferred) {
+                                bool cached, Deferred& deferred, bool cacheable) {
   UnitState& unit = build.units[unit_index];
   unit.phase = UnitPhase::kDone;
   bool ok = result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0;
   unit.failed = !ok;
   if (!ok) ++build.failed;
   if (cached) ++build.cached;
-  if (ok && !cached && record_result_) {
+  if (ok && !cached && cacheable && record_result_) {
     record_result_(unit.planned.action_digest, result);
   }
   v1::BuildEvent event;
@@ -481,7 +629,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
           "no connected worker has the build's toolchain ", DescribeToolchain(toolchain),
           "; connected workers have: ", absl::StrJoin(others, "; ")));
     }
-    id = absl::StrCat("b", next_id_++);
+    id = NewId('b', epoch_);
     BuildState& build = builds_[id];
     build.id = id;
     build.toolchain_digest = toolchain.digest();
@@ -729,6 +877,7 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     out->set_tasks_completed(worker.completed);
     out->set_seconds_since_heartbeat(absl::ToInt64Seconds(now - worker.last_heartbeat));
     out->set_memory_mechanism(worker.info.memory_mechanism());
+    out->set_sandbox(worker.info.sandbox());
     out->set_reserved_bytes(worker.reserved_bytes);
   }
   status.set_active_builds(builds_.size());

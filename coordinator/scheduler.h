@@ -34,6 +34,15 @@ using ResultRecorder = std::function<void(const std::string& action_digest, cons
 // Finds a stored result by action digest (for units made during a build).
 using ResultLookup = std::function<std::optional<v1::TaskResult>(const std::string& action_digest)>;
 
+// Who is on the other end of a worker call, as the coordinator's access
+// control established it (the name in its certificate, or "local").
+struct WorkerPeer {
+  std::string name = "local";
+  // Authenticated workers' results enter the result cache; others' (a
+  // coordinator started with --insecure) are used for their build only.
+  bool authenticated = true;
+};
+
 struct SchedulerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A worker with no heartbeat for this long is dropped and its units re-queued.
@@ -41,6 +50,9 @@ struct SchedulerOptions {
   absl::Duration task_timeout = absl::Minutes(30);
   // Attempts per unit for infrastructure failures (lost worker, failed start).
   int max_attempts = 3;
+  // What a report's stdout and stderr may each bring; the rest is cut with a
+  // marker (the worker cuts too; this bounds what a hostile one can send).
+  int64_t max_output_bytes = 1 << 20;
   // False: a static job limit, as `ninja -j` (the worker's slots), with no
   // regard for memory and no retry of memory kills. For comparisons only.
   bool memory_admission = true;
@@ -78,20 +90,32 @@ class BuildScheduler {
   BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
                  PeakHistory* history = nullptr, ResultLookup lookup_result = nullptr);
 
-  // Adds a worker; returns its id. INVALID_ARGUMENT for zero slots or cap.
+  // Adds a worker, bound to `peer`; returns its id (random, NewId).
+  // INVALID_ARGUMENT for zero slots or cap, or a name that is not plain.
   absl::StatusOr<std::string> RegisterWorker(const v1::RegisterWorkerRequest& request,
-                                             absl::Time now);
-  // Refreshes a worker. NOT_FOUND if it was dropped (it must register again).
-  // Leased tasks the worker no longer runs are taken back.
-  absl::Status Heartbeat(const v1::HeartbeatRequest& request, absl::Time now);
+                                             absl::Time now, const WorkerPeer& peer = {});
+  // Refreshes a worker. NOT_FOUND if it was dropped (it must register again);
+  // PERMISSION_DENIED if `peer` is not the one that registered it. Leased
+  // tasks the worker no longer runs are taken back.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request, absl::Time now,
+                         const WorkerPeer& peer = {});
   // Hands the worker a task now, or parks the request until a unit is ready
-  // or `deadline` passes. NOT_FOUND for an unknown worker.
+  // or `deadline` passes. NOT_FOUND for an unknown worker, PERMISSION_DENIED
+  // for another peer's.
   absl::Status RequestLease(const std::string& worker_id, absl::Time deadline,
-                            LeaseCallback callback, absl::Time now);
+                            LeaseCallback callback, absl::Time now, const WorkerPeer& peer = {});
   // Forgets a parked lease request (its call was cancelled).
   void CancelLeaseRequest(const std::string& worker_id);
-  // Records a task's result. NOT_FOUND if the lease is no longer held.
-  absl::Status ReportResult(const v1::ReportResultRequest& request, absl::Time now);
+  // Records a task's result. NOT_FOUND if the lease is no longer held;
+  // PERMISSION_DENIED if `peer` is not the worker holding it. Peaks are
+  // clamped to the worker's cap and times to how long the lease was held.
+  absl::Status ReportResult(const v1::ReportResultRequest& request, absl::Time now,
+                            const WorkerPeer& peer = {});
+  // Refuses a task's report (its outputs were not what the unit declares, or
+  // not in the store): the unit re-runs on another worker. Same errors as
+  // ReportResult.
+  absl::Status RejectResult(const std::string& worker_id, const std::string& task_id,
+                            const std::string& why, absl::Time now, const WorkerPeer& peer = {});
 
   // Starts a build of `units` (results already cached are passed in
   // `cached`, keyed by unit index) and returns its id. FAILED_PRECONDITION
@@ -125,10 +149,11 @@ class BuildScheduler {
     // The memory retry ladder: what the kills taught us.
     int memory_kills = 0;
     int64_t peak_seen = 0;
-    int64_t reservation_floor = 0;  // reserve at least this much
-    bool alone = false;             // only on an otherwise idle worker
-    int64_t needs_cap_above = 0;    // only on a worker with a larger cap
-    bool split = false;             // replaced by smaller units
+    int64_t reservation_floor = 0;     // reserve at least this much
+    bool alone = false;                // only on an otherwise idle worker
+    int64_t needs_cap_above = 0;       // only on a worker with a larger cap
+    bool split = false;                // replaced by smaller units
+    std::set<std::string> refused_by;  // workers whose reports for it were refused
   };
   struct BuildState {
     std::string id;
@@ -155,6 +180,7 @@ class BuildScheduler {
   };
   struct WorkerState {
     v1::RegisterWorkerRequest info;
+    WorkerPeer peer;
     absl::Time last_heartbeat;
     std::set<std::string> tasks;
     int64_t reserved_bytes = 0;
@@ -220,8 +246,11 @@ class BuildScheduler {
   // Inserts units in priority order: longest predicted wall time first.
   void Enqueue(const std::string& build_id, const std::vector<int>& units)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a unit's end; its result enters the result cache only if it
+  // compiled, was not itself cached, and is `cacheable` (from an
+  // authenticated worker).
   void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result, bool cached,
-                  Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  Deferred& deferred, bool cacheable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropWorker(const std::string& worker_id, const std::string& reason, absl::Time now,
                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a build's units from the queue; returns their indexes.
@@ -230,12 +259,25 @@ class BuildScheduler {
   // toolchain for longer than a grace period (one may come back).
   void FailStrandedBuilds(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Why `result` does not count as the result of `task`'s unit (a successful
+  // compile must report exactly the declared outputs, with digests), or "".
+  std::string OutputsDiffer(const v1::TaskResult& result, const TaskState& task) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker `worker_id` if `peer` registered it: NOT_FOUND or
+  // PERMISSION_DENIED otherwise.
+  absl::StatusOr<WorkerState*> WorkerOf(const std::string& worker_id, const WorkerPeer& peer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const WorkerState*> WorkerOf(const std::string& worker_id,
+                                              const WorkerPeer& peer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const SchedulerOptions options_;
+  // Carried by every id this scheduler hands out.
+  const int64_t epoch_ = absl::ToUnixSeconds(absl::Now());
   const ResultRecorder record_result_;
   const ResultLookup lookup_result_;
   PeakHistory* const history_;
   mutable absl::Mutex mu_;
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);

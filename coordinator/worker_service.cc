@@ -3,6 +3,9 @@
 
 #include <atomic>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/digest.h"
 #include "common/status.h"
 
 namespace distcc_cuda::coordinator {
@@ -12,14 +15,18 @@ namespace {
 // its wait runs out, or the worker hangs up.
 class LeaseReactor final : public grpc::ServerUnaryReactor {
  public:
-  LeaseReactor(BuildScheduler* scheduler, std::string worker_id, v1::LeaseTaskResponse* response)
-      : scheduler_(scheduler), worker_id_(std::move(worker_id)), response_(response) {}
+  LeaseReactor(BuildScheduler* scheduler, std::string worker_id, WorkerPeer peer,
+               v1::LeaseTaskResponse* response)
+      : scheduler_(scheduler),
+        worker_id_(std::move(worker_id)),
+        peer_(std::move(peer)),
+        response_(response) {}
 
   void Start(absl::Duration wait) {
     absl::Time now = absl::Now();
     absl::Status status = scheduler_->RequestLease(
         worker_id_, now + wait, [this](std::optional<v1::Task> task) { Answer(std::move(task)); },
-        now);
+        now, peer_);
     if (!status.ok()) FinishOnce(ToGrpcStatus(status));
   }
 
@@ -38,9 +45,15 @@ class LeaseReactor final : public grpc::ServerUnaryReactor {
 
   BuildScheduler* scheduler_;
   std::string worker_id_;
+  WorkerPeer peer_;
   v1::LeaseTaskResponse* response_;
   std::atomic<bool> finished_{false};
 };
+
+// Who the scheduler binds a worker id to.
+WorkerPeer PeerOf(const Principal& principal) {
+  return WorkerPeer{principal.name, principal.authenticated};
+}
 
 }  // namespace
 
@@ -48,7 +61,15 @@ grpc::ServerUnaryReactor* WorkerService::RegisterWorker(grpc::CallbackServerCont
                                                         const v1::RegisterWorkerRequest* request,
                                                         v1::RegisterWorkerResponse* response) {
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<std::string> id = scheduler_->RegisterWorker(*request, absl::Now());
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kWorker}, "register a worker");
+  if (!principal.ok()) {
+    reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
+  // The id answers only to this principal from now on.
+  absl::StatusOr<std::string> id =
+      scheduler_->RegisterWorker(*request, absl::Now(), PeerOf(*principal));
   if (id.ok()) {
     response->set_worker_id(*id);
     response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(heartbeat_interval_));
@@ -61,14 +82,27 @@ grpc::ServerUnaryReactor* WorkerService::Heartbeat(grpc::CallbackServerContext* 
                                                    const v1::HeartbeatRequest* request,
                                                    v1::HeartbeatResponse* response) {
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(scheduler_->Heartbeat(*request, absl::Now())));
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kWorker}, "send worker heartbeats");
+  if (!principal.ok()) {
+    reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
+  reactor->Finish(ToGrpcStatus(scheduler_->Heartbeat(*request, absl::Now(), PeerOf(*principal))));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::LeaseTask(grpc::CallbackServerContext* context,
                                                    const v1::LeaseTaskRequest* request,
                                                    v1::LeaseTaskResponse* response) {
-  auto* reactor = new LeaseReactor(scheduler_, request->worker_id(), response);
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kWorker}, "lease compile units");
+  if (!principal.ok()) {
+    auto* refused = context->DefaultReactor();
+    refused->Finish(ToGrpcStatus(principal.status()));
+    return refused;
+  }
+  auto* reactor = new LeaseReactor(scheduler_, request->worker_id(), PeerOf(*principal), response);
   // Never hold a call longer than 30 s, whatever the worker asks for.
   reactor->Start(absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000)));
   return reactor;
@@ -78,7 +112,33 @@ grpc::ServerUnaryReactor* WorkerService::ReportResult(grpc::CallbackServerContex
                                                       const v1::ReportResultRequest* request,
                                                       v1::ReportResultResponse* response) {
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(scheduler_->ReportResult(*request, absl::Now())));
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kWorker}, "report results");
+  if (!principal.ok()) {
+    reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
+  // A successful compile's outputs must be in the store, whole, before the
+  // result can be linked or cached: else the unit runs elsewhere.
+  const v1::TaskResult& result = request->result();
+  if (result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0) {
+    for (const v1::OutputFile& output : result.outputs()) {
+      Digest digest = FromProto(output.digest());
+      if (!ValidateDigest(digest).ok() || !cas_->Contains(digest)) {
+        std::string why =
+            absl::StrCat("output ", absl::CHexEscape(output.path().substr(0, 200)), " (",
+                         digest.ToString().substr(0, 80), ") is not in the content store");
+        absl::Status rejected = scheduler_->RejectResult(request->worker_id(), request->task_id(),
+                                                         why, absl::Now(), PeerOf(*principal));
+        reactor->Finish(ToGrpcStatus(
+            rejected.ok() ? absl::InvalidArgumentError(absl::StrCat("report refused: ", why))
+                          : rejected));
+        return reactor;
+      }
+    }
+  }
+  reactor->Finish(
+      ToGrpcStatus(scheduler_->ReportResult(*request, absl::Now(), PeerOf(*principal))));
   return reactor;
 }
 

@@ -2,6 +2,8 @@
 // The WorkerService: registration, heartbeats, leases and results.
 #pragma once
 
+#include "common/cas_store.h"
+#include "coordinator/access_control.h"
 #include "coordinator/scheduler.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
 
@@ -9,8 +11,14 @@ namespace distcc_cuda::coordinator {
 
 class WorkerService final : public v1::WorkerService::CallbackService {
  public:
-  WorkerService(BuildScheduler* scheduler, absl::Duration heartbeat_interval)
-      : scheduler_(scheduler), heartbeat_interval_(heartbeat_interval) {}
+  // Every call needs the worker role in `access`; worker ids are bound to
+  // the caller's principal; a report's outputs must be in `cas`.
+  WorkerService(const AccessControl* access, BuildScheduler* scheduler, const CasStore* cas,
+                absl::Duration heartbeat_interval)
+      : access_(access),
+        scheduler_(scheduler),
+        cas_(cas),
+        heartbeat_interval_(heartbeat_interval) {}
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -26,7 +34,9 @@ class WorkerService final : public v1::WorkerService::CallbackService {
                                          v1::ReportResultResponse* response) override;
 
  private:
+  const AccessControl* access_;
   BuildScheduler* scheduler_;
+  const CasStore* cas_;
   absl::Duration heartbeat_interval_;
 };
 

@@ -10,6 +10,10 @@
 #                                    keep it on a volume
 #   DISTCC_CUDA_DEFAULT_UNIT_MEMORY  --default-unit-memory SIZE
 #   DISTCC_CUDA_HEARTBEAT_TIMEOUT_S  --heartbeat-timeout-s N
+#   DISTCC_CUDA_TLS_CA               --tls-ca FILE (the cluster's ca.crt)
+#   DISTCC_CUDA_TLS_CERT             --tls-cert FILE (role coordinator)
+#   DISTCC_CUDA_TLS_KEY              --tls-key FILE
+#   DISTCC_CUDA_INSECURE             1: --insecure (no TLS on a reachable address)
 #   DISTCC_CUDA_BIN_DIR              where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -34,6 +38,10 @@ fi
 if [ -n "${DISTCC_CUDA_HEARTBEAT_TIMEOUT_S:-}" ]; then
   set -- "--heartbeat-timeout-s=$DISTCC_CUDA_HEARTBEAT_TIMEOUT_S" "$@"
 fi
+if [ "${DISTCC_CUDA_INSECURE:-}" = 1 ]; then set -- --insecure "$@"; fi
+if [ -n "${DISTCC_CUDA_TLS_KEY:-}" ]; then set -- "--tls-key=$DISTCC_CUDA_TLS_KEY" "$@"; fi
+if [ -n "${DISTCC_CUDA_TLS_CERT:-}" ]; then set -- "--tls-cert=$DISTCC_CUDA_TLS_CERT" "$@"; fi
+if [ -n "${DISTCC_CUDA_TLS_CA:-}" ]; then set -- "--tls-ca=$DISTCC_CUDA_TLS_CA" "$@"; fi
 if [ -n "${DISTCC_CUDA_DEFAULT_UNIT_MEMORY:-}" ]; then
   set -- "--default-unit-memory=$DISTCC_CUDA_DEFAULT_UNIT_MEMORY" "$@"
 fi

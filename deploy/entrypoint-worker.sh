@@ -18,7 +18,12 @@
 #   DISTCC_CUDA_NAME              --name NAME (default HOST-PID); healthcheck.sh
 #                                 looks for this name, so set the name here
 #                                 rather than with --name
-#   DISTCC_CUDA_WORK_DIR          --work-dir DIR
+#   DISTCC_CUDA_WORK_DIR          --work-dir DIR (healthcheck.sh reads its
+#                                 health file)
+#   DISTCC_CUDA_TLS_CA            --tls-ca FILE (the cluster's ca.crt)
+#   DISTCC_CUDA_TLS_CERT          --tls-cert FILE (role worker)
+#   DISTCC_CUDA_TLS_KEY           --tls-key FILE
+#   DISTCC_CUDA_SANDBOX_USER      --sandbox-user USER (when the worker is root)
 #   DISTCC_CUDA_BIN_DIR           where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -51,6 +56,12 @@ else
   esac
 fi
 if [ -n "${DISTCC_CUDA_WORK_DIR:-}" ]; then set -- "--work-dir=$DISTCC_CUDA_WORK_DIR" "$@"; fi
+if [ -n "${DISTCC_CUDA_SANDBOX_USER:-}" ]; then
+  set -- "--sandbox-user=$DISTCC_CUDA_SANDBOX_USER" "$@"
+fi
+if [ -n "${DISTCC_CUDA_TLS_KEY:-}" ]; then set -- "--tls-key=$DISTCC_CUDA_TLS_KEY" "$@"; fi
+if [ -n "${DISTCC_CUDA_TLS_CERT:-}" ]; then set -- "--tls-cert=$DISTCC_CUDA_TLS_CERT" "$@"; fi
+if [ -n "${DISTCC_CUDA_TLS_CA:-}" ]; then set -- "--tls-ca=$DISTCC_CUDA_TLS_CA" "$@"; fi
 if [ -n "${DISTCC_CUDA_NAME:-}" ]; then set -- "--name=$DISTCC_CUDA_NAME" "$@"; fi
 if [ -n "${DISTCC_CUDA_NVCC:-}" ]; then set -- "--nvcc=$DISTCC_CUDA_NVCC" "$@"; fi
 if [ -n "${DISTCC_CUDA_REQUIRE_NVCC:-}" ]; then

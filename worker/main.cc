@@ -13,6 +13,7 @@
 #include "common/host_resources.h"
 #include "common/memory_cap.h"
 #include "common/signals.h"
+#include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
@@ -36,10 +37,29 @@ ABSL_FLAG(std::string, work_dir, "",
           "/tmp/distcc-cuda-worker-NAME)");
 ABSL_FLAG(bool, keep_sandboxes, false, "leave each task's folder behind");
 ABSL_FLAG(bool, stable_compile_path, true,
-          "compile every unit at /run/distcc-cuda-unit (a mount namespace per unit) where "
-          "the kernel allows it, so objects do not depend on the worker; "
-          "--nostable-compile-path compiles at the sandbox paths");
+          "with --insecure-no-sandbox only: compile every unit at /run/distcc-cuda-unit (a "
+          "mount namespace per unit) where the kernel allows it; --nostable-compile-path "
+          "compiles at the task folders' paths (sandboxed compiles always see the client's "
+          "own paths)");
+ABSL_FLAG(bool, insecure_no_sandbox, false,
+          "run nvcc WITHOUT the bubblewrap sandbox, with this worker's user, files and "
+          "network; only for machines where user namespaces are unavailable and every "
+          "submitter is trusted. Printed at start and in `distcc-cuda status`");
+ABSL_FLAG(std::string, sandbox_user, "",
+          "the user compiles run as when the worker runs as root (default: "
+          "distcc-cuda-sandbox if it exists, else nobody)");
+ABSL_FLAG(std::string, bwrap, "bwrap", "the bubblewrap program that builds each sandbox");
+ABSL_FLAG(std::string, max_output, "1MiB",
+          "the most of each of a unit's stdout and stderr sent back; the rest is cut with a "
+          "marker");
 ABSL_FLAG(bool, print_toolchain, false, "print this worker's toolchain fingerprint and exit");
+ABSL_FLAG(std::string, tls_ca, "",
+          "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, connect to "
+          "the coordinator over mutual TLS (also tls-ca in the config file's [worker] table)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "this worker's certificate, of role worker (`distcc-cuda-coordinator certs issue "
+          "--role worker NAME`)");
+ABSL_FLAG(std::string, tls_key, "", "the private key of --tls-cert");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -65,6 +85,14 @@ int main(int argc, char** argv) {
   }
   distcc_cuda::worker::WorkerOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  auto tls = distcc_cuda::LoadTlsMaterial(
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+      distcc_cuda::PeerRole::kWorker);
+  if (!tls.ok()) {
+    std::cerr << "distcc-cuda-worker: " << tls.status().message() << "\n";
+    return 2;
+  }
+  options.tls = std::move(*tls);
   options.nvcc_path = *nvcc;
   options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
   options.name = absl::GetFlag(FLAGS_name);
@@ -93,6 +121,15 @@ int main(int argc, char** argv) {
   }
   options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
   options.stable_compile_path = absl::GetFlag(FLAGS_stable_compile_path);
+  options.sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
+  options.sandbox_options.user = absl::GetFlag(FLAGS_sandbox_user);
+  options.sandbox_options.bwrap = absl::GetFlag(FLAGS_bwrap);
+  auto max_output = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_max_output));
+  if (!max_output.ok()) {
+    std::cerr << "distcc-cuda-worker: --max-output: " << max_output.status().message() << "\n";
+    return 2;
+  }
+  options.max_output_bytes = *max_output;
   std::string mechanism = absl::GetFlag(FLAGS_memory_mechanism);
   if (mechanism != "auto" && mechanism != "watchdog") {
     std::cerr << "distcc-cuda-worker: --memory-mechanism is 'auto' or 'watchdog', not '"
@@ -106,6 +143,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "memory cap enforced by " << (*worker)->memory_mechanism() << std::endl;
+  std::cout << (*worker)->sandbox_description() << std::endl;
   int signal = distcc_cuda::WaitForTerminationSignal();
   spdlog::info("worker {} stopping (signal {})", options.name, signal);
   return 0;

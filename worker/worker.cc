@@ -9,10 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/digest.h"
 #include "common/files.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
 
@@ -61,15 +63,41 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
     worker->toolchain_ = toolchain;
     worker->toolchain_files_ = ToolchainFilesSignature(options.nvcc_path);
   }
-  if (options.stable_compile_path) {
-    absl::Status mounts = MountNamespacesWork(kUnitRoot);
-    if (mounts.ok()) {
-      worker->unit_root_ = kUnitRoot;
-    } else {
-      spdlog::info(
-          "worker {}: units compile at their sandbox paths (no mount namespace: {}); objects of "
-          "units with anonymous namespaces then differ from worker to worker",
-          options.name, std::string(mounts.message()));
+  worker->toolkit_root_ =
+      std::filesystem::path(AbsolutePath(options.nvcc_path)).parent_path().parent_path().string();
+  worker->tasks_dir_ = options.work_dir + "/tasks";
+  if (options.sandbox) {
+    SandboxOptions sandbox = options.sandbox_options;
+    sandbox.toolkit_root = worker->toolkit_root_;
+    // The sandbox user must reach the task folders; a work dir under a
+    // private home folder (root's ~/.cache) is not reachable, so its tasks
+    // go to a folder of their own under /var/tmp.
+    std::string fallback =
+        absl::StrCat("/var/tmp/distcc-cuda-sandbox/",
+                     DigestOf(AbsolutePath(options.work_dir)).hash.substr(0, 16));
+    absl::StatusOr<std::unique_ptr<Sandbox>> made =
+        Sandbox::Create(sandbox, options.nvcc_path, {worker->tasks_dir_, fallback});
+    if (!made.ok()) {
+      return Annotate(made.status(),
+                      absl::StrCat("worker ", options.name, " cannot sandbox compiles"));
+    }
+    worker->sandbox_ = *std::move(made);
+    worker->tasks_dir_ = worker->sandbox_->task_root();
+  } else {
+    spdlog::warn(
+        "INSECURE: worker {} runs every compile WITHOUT a sandbox (--insecure-no-sandbox): "
+        "nvcc runs as this worker's user with its files and network; run only builds you "
+        "trust",
+        options.name);
+    if (options.stable_compile_path) {
+      absl::Status mounts = MountNamespacesWork(kUnitRoot);
+      if (mounts.ok()) {
+        worker->unit_root_ = kUnitRoot;
+      } else {
+        spdlog::info(
+            "worker {}: units compile at their task folders' paths (no mount namespace: {})",
+            options.name, std::string(mounts.message()));
+      }
     }
   }
   ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
@@ -78,9 +106,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   cap.name = options.name;
   cap.force_watchdog = options.force_watchdog;
   ASSIGN_OR_RETURN(worker->memory_cap_, NodeMemoryCap::Create(cap));
-  RETURN_IF_ERROR(MakeDirectories(options.work_dir + "/tasks"));
-  worker->channel_ =
-      grpc::CreateChannel(options.coordinator_address, grpc::InsecureChannelCredentials());
+  RETURN_IF_ERROR(MakeDirectories(worker->tasks_dir_));
+  worker->channel_ = OpenChannel(options.coordinator_address, options.tls);
   if (!worker->channel_->WaitForConnected(DeadlineIn(options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
                                                options.coordinator_address, " within ",
@@ -90,10 +117,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
   RETURN_IF_ERROR(worker->Register());
-  spdlog::info("worker {} registered with {}: {} slots, {}; {}; units compile at {}", options.name,
+  spdlog::info("worker {} registered with {}: {} slots, {}; {}; {}", options.name,
                options.coordinator_address, options.slots, worker->memory_cap_->Describe(),
-               DescribeToolchain(toolchain),
-               worker->unit_root_.empty() ? "their sandbox paths" : worker->unit_root_);
+               DescribeToolchain(toolchain), worker->sandbox_description());
   Worker* self = worker.get();
   worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
   for (int slot = 0; slot < options.slots; ++slot) {
@@ -109,6 +135,9 @@ Worker::~Worker() {
     for (grpc::ClientContext* context : waiting_) context->TryCancel();
   }
   for (std::thread& thread : threads_) thread.join();
+  // A stopped worker is not healthy (deploy/healthcheck.sh).
+  std::error_code ignored;
+  std::filesystem::remove(options_.work_dir + "/health", ignored);
   // For benchmarks and people: how close the node came to its cap. (A
   // worker whose start failed early has no cap in force.)
   if (memory_cap_ != nullptr) {
@@ -124,6 +153,7 @@ absl::Status Worker::Register() {
   request.set_memory_cap_bytes(options_.memory_cap_bytes);
   request.set_slots(options_.slots);
   request.set_memory_mechanism(memory_cap_->Describe());
+  request.set_sandbox(sandbox_description());
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));
@@ -184,6 +214,15 @@ void Worker::HeartbeatLoop() {
     } else if (!status.ok()) {
       spdlog::warn("heartbeat to {} failed: {}", options_.coordinator_address,
                    status.error_message());
+    } else {
+      // What deploy/healthcheck.sh reads: the coordinator took a heartbeat
+      // this recently. (A health check that asked the coordinator would need
+      // a client certificate on every worker.)
+      WriteFileAtomically(options_.work_dir + "/health",
+                          absl::StrCat("worker ", options_.name, " heartbeat accepted by ",
+                                       options_.coordinator_address, " at ",
+                                       absl::FormatTime(absl::Now()), "\n"))
+          .IgnoreError();
     }
   }
 }
@@ -224,27 +263,59 @@ void Worker::SlotLoop(int slot) {
   }
 }
 
+std::string Worker::sandbox_description() const {
+  if (sandbox_ != nullptr) return absl::StrCat("compiles sandboxed by ", sandbox_->Describe());
+  return absl::StrCat("INSECURE: compiles run without a sandbox (--insecure-no-sandbox), at ",
+                      unit_root_.empty() ? "their task folders' paths" : unit_root_);
+}
+
+namespace {
+
+// What a stream of nvcc's output brings back: at most `limit` bytes, and a
+// line saying how much was cut.
+std::string Capped(std::string text, int64_t limit, bool truncated) {
+  if (!truncated && static_cast<int64_t>(text.size()) <= limit) return text;
+  if (static_cast<int64_t>(text.size()) > limit) text.resize(limit);
+  return absl::StrCat(text, "\n[distcc-cuda: output cut at ", FormatByteSize(limit),
+                      "; the worker's --max-output limit]\n");
+}
+
+}  // namespace
+
 v1::TaskResult Worker::RunTask(const v1::Task& task) {
   RefreshToolchainIfChanged();
   const v1::CompileUnit& unit = task.unit();
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
-  absl::Status valid = ValidateCompileUnit(unit);
+  // The same checks as the client's and the coordinator's, with this
+  // worker's own toolkit as the system folder it allows.
+  absl::Status valid = ValidateCompileUnit(unit, SystemIncludePrefixes(toolkit_root_));
   if (!valid.ok()) {
     v1::TaskResult result = FailedToStart(std::string(valid.message()));
     result.set_outcome(v1::TASK_REJECTED);
     return result;
   }
-  absl::StatusOr<std::string> sandbox =
-      MakeTempDirectory(options_.work_dir + "/tasks", task.task_id() + "-");
-  if (!sandbox.ok()) return FailedToStart(std::string(sandbox.status().message()));
+  absl::StatusOr<std::string> task_dir = MakeTempDirectory(tasks_dir_, "task-");
+  if (!task_dir.ok()) return FailedToStart(std::string(task_dir.status().message()));
   auto cleanup = [&] {
-    if (!options_.keep_sandboxes) RemoveAll(*sandbox).IgnoreError();
+    if (!options_.keep_sandboxes) RemoveAll(*task_dir).IgnoreError();
   };
+  // The input tree, as the client's workspace root: copies of the stored
+  // blobs, read-only to the compile.
+  const std::string tree = *task_dir + "/tree";
+  const std::string temp = *task_dir + "/tmp";
+  absl::Status prepared = MakeDirectories(tree);
+  if (prepared.ok()) prepared = MakeDirectories(temp);
+  if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantReach(*task_dir);
+  if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantWrite(temp);
+  if (!prepared.ok()) {
+    cleanup();
+    return FailedToStart(std::string(prepared.message()));
+  }
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
     absl::Status fetched = cas_client_->DownloadToStore(digest, *cache_);
     if (fetched.ok()) {
-      fetched = cache_->Materialize(digest, *sandbox + "/" + input.path(), input.is_executable());
+      fetched = cache_->Materialize(digest, tree + "/" + input.path(), input.is_executable());
     }
     if (!fetched.ok()) {
       cleanup();
@@ -252,27 +323,22 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
           absl::StrCat("cannot fetch input ", input.path(), ": ", fetched.message()));
     }
   }
-  std::string cwd =
-      unit.working_directory().empty() ? *sandbox : *sandbox + "/" + unit.working_directory();
-  // Where nvcc sees it: the same path for every task on every worker where
-  // mount namespaces work (nvcc hashes the source's absolute path into
-  // symbol names), else the sandbox itself.
-  std::string unit_root = unit_root_;
-  if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {
-    // Removed by a /tmp cleaner, or replaced by someone else's link: this
-    // unit compiles at its sandbox path instead.
-    spdlog::warn("{} is not a folder of this worker's own; unit {} compiles at its sandbox path",
-                 unit_root, unit.name());
-    unit_root.clear();
+  const std::string cwd =
+      unit.working_directory().empty() ? tree : tree + "/" + unit.working_directory();
+  // The only folders the compile may write: where its outputs go.
+  for (const std::string& folder : {cwd}) {
+    prepared = MakeDirectories(folder);
+    if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantWrite(folder);
   }
-  std::string run_cwd = cwd;
-  if (!unit_root.empty()) {
-    run_cwd =
-        unit.working_directory().empty() ? unit_root : unit_root + "/" + unit.working_directory();
-  }
-  MakeDirectories(cwd).IgnoreError();
   for (const std::string& output : unit.output_paths()) {
-    MakeDirectories(fs::path(cwd + "/" + output).parent_path().string()).IgnoreError();
+    std::string folder = std::filesystem::path(cwd + "/" + output).parent_path().string();
+    if (!prepared.ok()) break;
+    prepared = MakeDirectories(folder);
+    if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantWrite(folder);
+  }
+  if (!prepared.ok()) {
+    cleanup();
+    return FailedToStart(std::string(prepared.message()));
   }
   absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
       memory_cap_->StartTask(task.task_id(), task.reserved_bytes());
@@ -285,13 +351,35 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   spec.on_started = [&scope](pid_t pid) { (*scope)->Attach(pid).IgnoreError(); };
   spec.argv.push_back(options_.nvcc_path);
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
-  spec.working_directory = run_cwd;
-  if (!unit_root.empty()) {
-    spec.bind_source = *sandbox;
-    spec.bind_target = unit_root;
-  }
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
-  absl::StatusOr<ProcessResult> run = RunProcess(spec);
+  spec.output_limit_bytes = static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0));
+  absl::StatusOr<ProcessSpec> run_spec = spec;
+  if (sandbox_ != nullptr) {
+    // Inside, the tree is at the client's own workspace root: nvcc sees the
+    // paths of a local build.
+    std::string root = unit.workspace_root().empty() ? kUnitRoot : unit.workspace_root();
+    std::string inside = unit.working_directory().empty()
+                             ? root
+                             : (std::filesystem::path(root) / unit.working_directory()).string();
+    run_spec = sandbox_->Wrap(spec, SandboxTask{tree, root, temp, inside});
+  } else {
+    std::string unit_root = unit_root_;
+    if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {
+      // Removed by a /tmp cleaner, or replaced by someone else's link.
+      spdlog::warn("{} is not a folder of this worker's own; unit {} compiles at its task path",
+                   unit_root, unit.name());
+      unit_root.clear();
+    }
+    run_spec->working_directory = cwd;
+    if (!unit_root.empty()) {
+      run_spec->working_directory =
+          unit.working_directory().empty() ? unit_root : unit_root + "/" + unit.working_directory();
+      run_spec->bind_source = tree;
+      run_spec->bind_target = unit_root;
+    }
+  }
+  absl::StatusOr<ProcessResult> run =
+      run_spec.ok() ? RunProcess(*run_spec) : absl::StatusOr<ProcessResult>(run_spec.status());
   if (!run.ok()) {
     cleanup();
     return FailedToStart(
@@ -307,8 +395,14 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   v1::TaskResult result;
   result.set_outcome(run->timed_out ? v1::TASK_TIMED_OUT : v1::TASK_COMPLETED);
   result.set_exit_code(run->exit_code);
-  result.set_stdout_text(run->stdout_text);
-  result.set_stderr_text(run->stderr_text);
+  result.set_stdout_text(
+      Capped(run->stdout_text, options_.max_output_bytes,
+             run->output_truncated &&
+                 static_cast<int64_t>(run->stdout_text.size()) >= options_.max_output_bytes));
+  result.set_stderr_text(
+      Capped(run->stderr_text, options_.max_output_bytes,
+             run->output_truncated &&
+                 static_cast<int64_t>(run->stderr_text.size()) >= options_.max_output_bytes));
   result.set_wall_time_ms(absl::ToInt64Milliseconds(run->wall_time));
   result.set_cpu_time_ms(absl::ToInt64Milliseconds(run->user_cpu_time + run->system_cpu_time));
   // The watchdog samples; rusage has the largest single process exactly.
@@ -329,7 +423,10 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     std::vector<BlobSource> uploads;
     for (const std::string& output : unit.output_paths()) {
       std::string path = cwd + "/" + output;
-      absl::StatusOr<Digest> digest = DigestOfFile(path);
+      // A regular file the compile wrote, not a link it planted to make the
+      // worker upload something else.
+      absl::StatusOr<Digest> digest =
+          IsRegularFile(path) && !IsSymlink(path) ? DigestOfFile(path) : absl::NotFoundError(path);
       if (!digest.ok()) {
         result.set_exit_code(-1);
         result.set_outcome(v1::TASK_COMPLETED);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "common/cas_client.h"
 #include "common/cas_store.h"
 #include "common/memory_cap.h"
+#include "common/sandbox.h"
+#include "common/tls_credentials.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
 
 namespace distcc_cuda::worker {
@@ -34,8 +37,18 @@ struct WorkerOptions {
   // namespace per task) where the kernel allows it, so objects do not depend
   // on which worker or sandbox compiled them.
   bool stable_compile_path = true;
+  // Run every compile in a bubblewrap sandbox (common/sandbox.h). False only
+  // with --insecure-no-sandbox: nvcc then runs with the worker's own rights.
+  bool sandbox = true;
+  SandboxOptions sandbox_options;  // bwrap and the user; toolkit_root is set from nvcc_path
+  // What a unit's stdout and stderr may each bring back; the rest is cut
+  // with a marker.
+  int64_t max_output_bytes = 1 << 20;
   // How long to keep trying to reach the coordinator at start.
   absl::Duration connect_timeout = absl::Seconds(30);
+  // The cluster's CA and this worker's certificate (role worker); nullopt:
+  // no TLS, for a coordinator on loopback or one run with --insecure.
+  std::optional<TlsMaterial> tls;
 };
 
 // Where each unit's sandbox appears to nvcc when mount namespaces work.
@@ -59,6 +72,9 @@ class Worker {
   v1::ToolchainFingerprint toolchain() const;
   // How the cap is enforced, for people: "cgroup v1 at ..., cap 4.0 GiB".
   std::string memory_mechanism() const { return memory_cap_->Describe(); }
+  // How compiles are isolated, for people: the sandbox's Describe(), or a
+  // warning that there is none.
+  std::string sandbox_description() const;
 
  private:
   Worker() = default;
@@ -85,6 +101,9 @@ class Worker {
   std::unique_ptr<CasClient> cas_client_;
   std::unique_ptr<CasStore> cache_;
   std::unique_ptr<NodeMemoryCap> memory_cap_;
+  std::unique_ptr<Sandbox> sandbox_;  // null with --insecure-no-sandbox
+  std::string tasks_dir_;             // where task folders are made
+  std::string toolkit_root_;          // the folder above nvcc's bin/
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

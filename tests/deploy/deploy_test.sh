@@ -10,7 +10,12 @@
 #       configured only by DISTCC_CUDA_* variables, seen by `distcc-cuda
 #       status` and by healthcheck.sh;
 #   (d) a worker whose nvcc is not DISTCC_CUDA_REQUIRE_NVCC refuses to start
-#       and names the release it found.
+#       and names the release it found;
+#   (e) mutual TLS as the Compose file deploys it, outside Docker: certs-init.sh
+#       makes the CA and the role certificates (again: nothing changes), a
+#       coordinator and a worker start with them through the entrypoints, the
+#       healthchecks pass, a client without a certificate is refused and one
+#       with the client certificate is served.
 # Exit 0: all passed; 1: a check failed; 77 (ctest's SKIP_RETURN_CODE): the
 # rest passed but (a) had no compose tool, or (d) a worker without
 # --require-nvcc. Every wait is bounded; every process started is stopped and
@@ -162,6 +167,23 @@ else
     fail "compose: the coordinator's state is not on the named volume"
   grep -qE '^  coordinator-state:' <(sed -n '/^volumes:/,/^[^ v]/p' "$config") ||
     fail "compose: no top-level volume coordinator-state"
+  certs_block=$(service_block certs <"$config")
+  [[ -n $certs_block ]] || fail "compose: no service 'certs' that makes the cluster's certificates"
+  grep -q 'certs-init.sh' <<<"$certs_block" || fail "compose: the certs service does not run certs-init.sh"
+  grep -q 'service_completed_successfully' <<<"$coordinator_block" ||
+    fail "compose: the coordinator does not wait for its certificates"
+  for variable in DISTCC_CUDA_TLS_CA DISTCC_CUDA_TLS_CERT DISTCC_CUDA_TLS_KEY; do
+    grep -q "$variable" <<<"$coordinator_block" || fail "compose: coordinator without $variable"
+    grep -q "$variable" <<<"$worker_block" || fail "compose: worker without $variable"
+  done
+  ! grep -q 'cluster-ca' <<<"$coordinator_block$worker_block" ||
+    fail "compose: the CA's key volume is mounted into the coordinator or a worker"
+  grep -q 'DISTCC_CUDA_INSECURE' <<<"$coordinator_block" &&
+    fail "compose: the coordinator runs --insecure"
+  grep -q 'seccomp=unconfined' <<<"$worker_block" ||
+    fail "compose: the worker's seccomp profile refuses the sandbox's user namespaces"
+  ! grep -qE 'privileged: true|cap_add' <<<"$worker_block" ||
+    fail "compose: the worker is privileged or has added capabilities"
   grep -qE "(published: ['\"]?3633['\"]?|- ['\"]?3633:3633)" <<<"$coordinator_block" ||
     fail "compose: the coordinator does not publish port 3633"
   # The memory limit is a setting: DISTCC_CUDA_WORKER_MEMORY=8g reaches mem_limit.
@@ -340,12 +362,20 @@ health() {
   fail "healthcheck.sh coordinator: unhealthy while the coordinator runs"
 [[ $(health coordinator DISTCC_CUDA_LISTEN="0.0.0.0:$port") == 0 ]] ||
   fail "healthcheck.sh coordinator: does not ask 127.0.0.1 for a coordinator on 0.0.0.0"
-[[ $(health worker DISTCC_CUDA_COORDINATOR="127.0.0.1:$port" DISTCC_CUDA_NAME="$name") == 0 ]] ||
-  fail "healthcheck.sh worker: unhealthy for $name, which is registered"
-[[ $(health worker DISTCC_CUDA_COORDINATOR="127.0.0.1:$port") == 0 ]] ||
+# A worker is healthy while the coordinator takes its heartbeats (it writes
+# WORK_DIR/health then); it needs no client certificate to say so.
+wait_for_line "$tmp/work1/health" 'heartbeat accepted' 20 "$worker1_pid"
+wait_for_line "$tmp/work2/health" 'heartbeat accepted' 20 "$worker2_pid"
+[[ $(health worker DISTCC_CUDA_WORK_DIR="$tmp/work1") == 0 ]] ||
+  fail "healthcheck.sh worker: unhealthy for $name, whose heartbeats are accepted"
+[[ $(health worker DISTCC_CUDA_WORK_DIR="$tmp/work2") == 0 ]] ||
   fail "healthcheck.sh worker: unhealthy for the unnamed worker $worker2_name"
-[[ $(health worker DISTCC_CUDA_COORDINATOR="127.0.0.1:$port" DISTCC_CUDA_NAME=no-such-worker) == 1 ]] ||
-  fail "healthcheck.sh worker: not 1 for a worker that is not registered"
+[[ $(health worker DISTCC_CUDA_WORK_DIR="$tmp/no-such-worker") == 1 ]] ||
+  fail "healthcheck.sh worker: not 1 for a worker that never had a heartbeat accepted"
+touch -d '2 minutes ago' "$tmp/stale-health" && mkdir -p "$tmp/stale" &&
+  mv "$tmp/stale-health" "$tmp/stale/health"
+[[ $(health worker DISTCC_CUDA_WORK_DIR="$tmp/stale") == 1 ]] ||
+  fail "healthcheck.sh worker: not 1 for a worker whose last heartbeat is 2 minutes old"
 [[ $(health nonsense) == 1 ]] || fail "healthcheck.sh with an unknown role: not 1"
 pass "(c) coordinator and workers started through the entrypoints, configured by DISTCC_CUDA_*," \
   "registered; status and healthcheck.sh see them"
@@ -374,7 +404,71 @@ stop "$worker2_pid" "worker $worker2_name"
 stop "$coordinator_pid" coordinator
 [[ $(health coordinator DISTCC_CUDA_LISTEN="127.0.0.1:$port") == 1 ]] ||
   fail "healthcheck.sh coordinator: not 1 once the coordinator is gone"
+[[ $(health worker DISTCC_CUDA_WORK_DIR="$tmp/work1") == 1 ]] ||
+  fail "healthcheck.sh worker: not 1 once the worker is stopped"
 pass "SIGTERM stops workers and coordinator with status 0; healthcheck then says unhealthy"
+
+# --- (e) mutual TLS as deployed: certs-init.sh, then the entrypoints ----------
+certs=$tmp/certs
+hosts=localhost,127.0.0.1
+certs_env=(DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_CERTS_DIR="$certs/ca"
+  DISTCC_CUDA_COORDINATOR_HOSTS="$hosts"
+  DISTCC_CUDA_EXPORT_COORDINATOR="$certs/coordinator" DISTCC_CUDA_EXPORT_WORKER="$certs/worker"
+  DISTCC_CUDA_EXPORT_CLIENT="$certs/client")
+env "${certs_env[@]}" "$deploy/certs-init.sh" >"$tmp/certs-init.log" 2>&1 ||
+  fail "certs-init.sh: $(cat "$tmp/certs-init.log")"
+for file in coordinator/ca.crt coordinator/coordinator.key coordinator/admin.crt \
+  worker/ca.crt worker/worker.crt worker/worker.key client/admin.crt client/admin.key; do
+  [[ -f $certs/$file ]] || fail "certs-init.sh did not export $file"
+done
+[[ ! -e $certs/worker/ca.key && ! -e $certs/worker/admin.key && ! -e $certs/client/ca.key ]] ||
+  fail "certs-init.sh exported a key a role must not have"
+[[ $(stat -c %a "$certs/worker/worker.key") == 600 ]] || fail "the worker's key is not private"
+before=$(sha256sum "$certs"/ca/*.crt)
+env "${certs_env[@]}" "$deploy/certs-init.sh" >>"$tmp/certs-init.log" 2>&1 ||
+  fail "certs-init.sh a second time: $(cat "$tmp/certs-init.log")"
+[[ $(sha256sum "$certs"/ca/*.crt) == "$before" ]] || fail "certs-init.sh replaced certificates"
+
+spawn "$tmp/tls-coordinator.log" env DISTCC_CUDA_BIN_DIR="$bin_dir" \
+  DISTCC_CUDA_LISTEN=127.0.0.1:0 DISTCC_CUDA_STATE_DIR="$tmp/tls-state" \
+  DISTCC_CUDA_TLS_CA="$certs/coordinator/ca.crt" \
+  DISTCC_CUDA_TLS_CERT="$certs/coordinator/coordinator.crt" \
+  DISTCC_CUDA_TLS_KEY="$certs/coordinator/coordinator.key" "$deploy/entrypoint-coordinator.sh"
+tls_coordinator_pid=$spawned
+wait_for_line "$tmp/tls-coordinator.log" '^listening on ' 20 "$tls_coordinator_pid"
+tls_port=$(sed -n 's/^listening on 127\.0\.0\.1://p' "$tmp/tls-coordinator.log" | head -n 1)
+spawn "$tmp/tls-worker.log" env "${worker_env[@]}" DISTCC_CUDA_COORDINATOR="127.0.0.1:$tls_port" \
+  DISTCC_CUDA_NAME="$name-tls" DISTCC_CUDA_WORK_DIR="$tmp/tls-work" \
+  DISTCC_CUDA_TLS_CA="$certs/worker/ca.crt" DISTCC_CUDA_TLS_CERT="$certs/worker/worker.crt" \
+  DISTCC_CUDA_TLS_KEY="$certs/worker/worker.key" "$deploy/entrypoint-worker.sh"
+tls_worker_pid=$spawned
+wait_for_line "$tmp/tls-worker.log" 'registered' 20 "$tls_worker_pid"
+wait_for_line "$tmp/tls-work/health" 'heartbeat accepted' 20 "$tls_worker_pid"
+[[ $(health worker DISTCC_CUDA_WORK_DIR="$tmp/tls-work") == 0 ]] ||
+  fail "healthcheck.sh worker: unhealthy for a worker over mutual TLS"
+[[ $(health coordinator DISTCC_CUDA_LISTEN="127.0.0.1:$tls_port" \
+  DISTCC_CUDA_TLS_CA="$certs/coordinator/ca.crt" \
+  DISTCC_CUDA_HEALTHCHECK_TLS_CERT="$certs/coordinator/admin.crt" \
+  DISTCC_CUDA_HEALTHCHECK_TLS_KEY="$certs/coordinator/admin.key") == 0 ]] ||
+  fail "healthcheck.sh coordinator: unhealthy over mutual TLS"
+[[ $(health coordinator DISTCC_CUDA_LISTEN="127.0.0.1:$tls_port") == 1 ]] ||
+  fail "healthcheck.sh coordinator: healthy without a certificate for a TLS coordinator"
+status=0
+timeout 30 "$bin_dir/distcc-cuda" status --coordinator "127.0.0.1:$tls_port" \
+  >"$tmp/tls-status-anonymous.out" 2>&1 || status=$?
+((status != 0)) || fail "distcc-cuda status without a certificate was served by a TLS coordinator"
+timeout 30 "$bin_dir/distcc-cuda" status --coordinator "localhost:$tls_port" \
+  --tls-ca "$certs/client/ca.crt" --tls-cert "$certs/client/admin.crt" \
+  --tls-key "$certs/client/admin.key" >"$tmp/tls-status.out" 2>&1 ||
+  fail "distcc-cuda status with the client certificate: $(cat "$tmp/tls-status.out")"
+grep -qE "^  $name-tls +slots" "$tmp/tls-status.out" ||
+  fail "status over TLS does not list $name-tls: $(cat "$tmp/tls-status.out")"
+grep -q 'compiles sandboxed by bubblewrap' "$tmp/tls-status.out" ||
+  fail "status does not say the worker sandboxes its compiles: $(cat "$tmp/tls-status.out")"
+stop "$tls_worker_pid" "worker $name-tls"
+stop "$tls_coordinator_pid" "TLS coordinator"
+pass "(e) certs-init.sh makes and exports the role certificates once; coordinator and worker" \
+  "run over mutual TLS through the entrypoints; a client without a certificate is refused"
 
 echo "deploy_test: $((SECONDS - started)) s"
 if ((${#skipped[@]})); then

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/certificates.h"
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "common/status.h"
@@ -144,6 +145,31 @@ class NetnsTest : public ::testing::Test {
     for (int i = 1; i <= 3; ++i) {
       ASSERT_TRUE(network_->AddHost(absl::StrCat("w", i), 10 + i).ok());
     }
+    // The cluster runs over mutual TLS with roles, as across real machines:
+    // a CA, the coordinator's certificate for its address, one certificate
+    // per worker and one for the client.
+    certs_ = root_ + "/certs";
+    ASSERT_TRUE(InitCertificateAuthority(certs_, "netns-test").ok());
+    ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kCoordinator, "coordinator",
+                                               {absl::StrCat(kSubnet, kCoordinatorHost)}})
+                    .ok());
+    for (const char* name : {"netns-w1", "netns-w2", "netns-w3"}) {
+      ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kWorker, name}).ok());
+    }
+    ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kClient, "netns-client"}).ok());
+  }
+
+  // --tls-ca, --tls-cert and --tls-key for the certificate `name`.
+  std::vector<std::string> Tls(const std::string& name) const {
+    return {"--tls-ca", certs_ + "/ca.crt", "--tls-cert", certs_ + "/" + name + ".crt",
+            "--tls-key", certs_ + "/" + name + ".key"};
+  }
+
+  // `argv` with `more` appended.
+  static std::vector<std::string> With(std::vector<std::string> argv,
+                                       const std::vector<std::string>& more) {
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
   }
 
   void TearDown() override {
@@ -159,9 +185,11 @@ class NetnsTest : public ::testing::Test {
     workers_.clear();
     coordinator_.reset();
     auto coordinator = testing::BackgroundProcess::Start(
-        network_->In("coordinator", {testing::BinaryPath("distcc-cuda-coordinator"), "--listen",
-                                     absl::StrCat(kSubnet, kCoordinatorHost, ":0"), "--state-dir",
-                                     root_ + "/" + run + "/state", "--heartbeat-timeout-s", "3"}),
+        network_->In("coordinator",
+                     With({testing::BinaryPath("distcc-cuda-coordinator"), "--listen",
+                           absl::StrCat(kSubnet, kCoordinatorHost, ":0"), "--state-dir",
+                           root_ + "/" + run + "/state", "--heartbeat-timeout-s", "3"},
+                          Tls("coordinator"))),
         root_ + "/" + run + "-coordinator.log");
     ASSERT_TRUE(coordinator.ok());
     coordinator_ = std::move(*coordinator);
@@ -171,9 +199,11 @@ class NetnsTest : public ::testing::Test {
     for (int i = 1; i <= 3; ++i) {
       std::string role = absl::StrCat("w", i);
       auto worker = testing::BackgroundProcess::Start(
-          network_->In(role, {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", address_,
-                              "--name", "netns-" + role, "--slots", "1", "--memory-cap", "4GiB",
-                              "--nvcc", nvcc_, "--work-dir", root_ + "/" + run + "/" + role}),
+          network_->In(role, With({testing::BinaryPath("distcc-cuda-worker"), "--coordinator",
+                                   address_, "--name", "netns-" + role, "--slots", "1",
+                                   "--memory-cap", "4GiB", "--nvcc", nvcc_, "--work-dir",
+                                   root_ + "/" + run + "/" + role},
+                                  Tls("netns-" + role))),
           root_ + "/" + run + "-" + role + ".log");
       ASSERT_TRUE(worker.ok());
       workers_.push_back(std::move(*worker));
@@ -186,13 +216,15 @@ class NetnsTest : public ::testing::Test {
   // `distcc-cuda build` of examples/attention from the client's namespace.
   ProcessResult Build(const std::string& out) {
     return testing::RunToEnd(
-        network_->In("client", {testing::BinaryPath("distcc-cuda"), "build",
-                                testing::SourceDir() + "/examples/attention/kernels.toml",
-                                "--coordinator", address_, "-o", out, "--nvcc", nvcc_}));
+        network_->In("client", With({testing::BinaryPath("distcc-cuda"), "build",
+                                     testing::SourceDir() + "/examples/attention/kernels.toml",
+                                     "--coordinator", address_, "-o", out, "--nvcc", nvcc_},
+                                    Tls("netns-client"))));
   }
 
   std::string nvcc_;
   std::string root_;
+  std::string certs_;
   std::string address_;
   std::unique_ptr<Network> network_;
   std::unique_ptr<testing::BackgroundProcess> coordinator_;

@@ -21,11 +21,19 @@ std::string BinaryPath(const std::string& name) {
 std::string FakeNvccPath() { return std::string(DISTCC_BINARY_DIR) + "/tests/fake_nvcc"; }
 
 std::string FakeNvccWithRelease(const std::string& dir, const std::string& release) {
-  std::string nvcc = dir + "/cuda-" + release + "/bin/nvcc";
-  absl::Status written =
-      WriteFileAtomically(nvcc, absl::StrCat("#!/bin/sh\nFAKE_NVCC_RELEASE=", release, " exec ",
-                                             FakeNvccPath(), " \"$@\"\n"));
-  if (!written.ok() || chmod(nvcc.c_str(), 0755) != 0) {
+  std::string bin = dir + "/cuda-" + release + "/bin";
+  std::string nvcc = bin + "/nvcc";
+  // The fake compiler lives inside the toolkit, as a real toolkit's programs
+  // do: a worker's sandbox holds the toolkit and nothing beside it.
+  absl::StatusOr<std::string> fake = ReadFile(FakeNvccPath());
+  absl::Status written = fake.ok() ? WriteFileAtomically(bin + "/fake_nvcc", *fake) : fake.status();
+  if (written.ok()) {
+    written =
+        WriteFileAtomically(nvcc, absl::StrCat("#!/bin/sh\nFAKE_NVCC_RELEASE=", release,
+                                               " exec \"$(dirname \"$0\")/fake_nvcc\" \"$@\"\n"));
+  }
+  if (!written.ok() || chmod(nvcc.c_str(), 0755) != 0 ||
+      chmod((bin + "/fake_nvcc").c_str(), 0755) != 0) {
     ADD_FAILURE() << "cannot write " << nvcc << ": " << written;
   }
   return nvcc;
@@ -75,6 +83,9 @@ TempDirCleanup* Cleanup() {
 std::string NewTempDir(const std::string& prefix) {
   absl::StatusOr<std::string> dir = MakeTempDirectory(::testing::TempDir(), prefix);
   EXPECT_TRUE(dir.ok()) << dir.status();
+  // Reachable by a worker's sandbox user, as a source tree or a toolkit on a
+  // real machine is (mkdtemp makes it private).
+  if (dir.ok()) chmod(dir->c_str(), 0755);
   if (dir.ok()) Cleanup()->Add(*dir);
   return dir.ok() ? *dir : "";
 }

@@ -335,6 +335,22 @@ INSTANTIATE_TEST_SUITE_P(
                                       absl::StatusCode::kInvalidArgument,
                                       2,
                                       {"'output'", "-o"}},
+                      BadManifestCase{"EmptyOutput",
+                                      "[build]\n"
+                                      "output = \"\"\n"
+                                      "sources = [\"k.cu\"]\n",
+                                      {{"k.cu", ""}},
+                                      absl::StatusCode::kInvalidArgument,
+                                      2,
+                                      {"'output' is a file name"}},
+                      BadManifestCase{"OutputDotDot",
+                                      "[build]\n"
+                                      "output = \"..\"\n"
+                                      "sources = [\"k.cu\"]\n",
+                                      {{"k.cu", ""}},
+                                      absl::StatusCode::kInvalidArgument,
+                                      2,
+                                      {"'output' is a file name"}},
                       BadManifestCase{"BadArch",
                                       "[build]\n"
                                       "output = \"libk.so\"\n"

@@ -334,7 +334,9 @@ TEST_F(CasStoreTest, TwoWritersForDifferentBlobsAtOnce) {
   EXPECT_EQ(*store_->Get(DigestOf("second")), "second");
 }
 
-TEST_F(CasStoreTest, MaterializeAsHardLink) {
+// A compile that overwrote one of its inputs once changed the worker's
+// stored header for every later unit: inputs are copies.
+TEST_F(CasStoreTest, MaterializeIsACopyThatCannotReachTheStore) {
   Digest digest = *store_->PutBytes("header text");
   std::string destination = dir_ + "/sandbox/include/deep/a.h";
   ASSERT_TRUE(store_->Materialize(digest, destination, /*executable=*/false).ok());
@@ -342,8 +344,15 @@ TEST_F(CasStoreTest, MaterializeAsHardLink) {
   struct stat placed, stored;
   ASSERT_EQ(stat(destination.c_str(), &placed), 0);
   ASSERT_EQ(stat(store_->PathOf(digest).c_str(), &stored), 0);
-  EXPECT_EQ(placed.st_ino, stored.st_ino);
-  EXPECT_EQ(placed.st_dev, stored.st_dev);
+  EXPECT_NE(placed.st_ino, stored.st_ino);
+  EXPECT_FALSE(placed.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) << "inputs are read-only";
+  // Even root writing through the placed file leaves the blob alone.
+  ASSERT_EQ(chmod(destination.c_str(), 0644), 0);
+  {
+    std::ofstream overwrite(destination, std::ios::trunc);
+    overwrite << "EVIL";
+  }
+  EXPECT_EQ(*store_->Get(digest), "header text");
 }
 
 TEST_F(CasStoreTest, MaterializeExecutableAsCopy) {

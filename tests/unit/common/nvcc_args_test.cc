@@ -144,18 +144,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "",
                   false,
                   {{"-Xcompiler", "-fPIC,-Wall", kText}}},
-        ParseCase{"UnlistedSwitches",
+        ParseCase{"Switches",
                   {"-G", "--use_fast_math", "-lineinfo", "a.cu"},
                   {"a.cu"},
                   "",
                   false,
                   {{"-G", "", kNone}, {"--use_fast_math", "", kNone}, {"-lineinfo", "", kNone}}},
-        ParseCase{"UnlistedOptionWithEqualsKeptWhole",
+        ParseCase{"SwitchWithBooleanValueAfterEquals",
                   {"-ftz=true", "a.cu"},
                   {"a.cu"},
                   "",
                   false,
-                  {{"-ftz=true", "", kNone}}},
+                  {{"-ftz", "true", kText}}},
         ParseCase{"DependencyFlagsDropped",
                   {"-c", "a.cu", "-MD", "-MT", "x", "-MF", "y", "-o", "a.o"},
                   {"a.cu"},
@@ -294,14 +294,18 @@ struct SandboxCase {
   Args arguments;
   bool ok;
   std::string message_has = "";
+  std::string workspace_root = "";
+  std::string working_directory = "";
 };
 
 void PrintTo(const SandboxCase& c, std::ostream* os) { *os << c.name; }
 
-class ValidateSandboxedArgumentsTest : public ::testing::TestWithParam<SandboxCase> {};
+class ValidateCompileArgumentsTest : public ::testing::TestWithParam<SandboxCase> {};
 
-TEST_P(ValidateSandboxedArgumentsTest, Checks) {
-  absl::Status status = ValidateSandboxedArguments(GetParam().arguments);
+TEST_P(ValidateCompileArgumentsTest, Checks) {
+  PathPolicy policy{GetParam().workspace_root, GetParam().working_directory,
+                    SystemIncludePrefixes("/opt/cuda-12.8")};
+  absl::Status status = ValidateCompileArguments(GetParam().arguments, policy);
   if (GetParam().ok) {
     EXPECT_TRUE(status.ok()) << status;
   } else {
@@ -311,7 +315,7 @@ TEST_P(ValidateSandboxedArgumentsTest, Checks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Cases, ValidateSandboxedArgumentsTest,
+    Cases, ValidateCompileArgumentsTest,
     ::testing::Values(
         SandboxCase{"RelativePathsOk",
                     {"-c", "src/a.cu", "-o", "out/a.o", "-Iinclude", "-O3", "-Xcompiler=-fPIC"},
@@ -319,10 +323,50 @@ INSTANTIATE_TEST_SUITE_P(
         SandboxCase{"InnerDotDotStaysInside",
                     {"-c", "src/../a.cu", "-o", "out/./a.o", "-Iinclude/../gen"},
                     true},
+        SandboxCase{"DotDotFromWorkingDirectoryStaysInside",
+                    {"-c", "../src/a.cu", "-o", "a.o", "-I../include"},
+                    true,
+                    "",
+                    "/work/proj",
+                    "build"},
         SandboxCase{
-            "AbsoluteIncludeAllowed",
+            "SystemIncludesAllowed",
             {"-c", "a.cu", "-o", "a.o", "-I/usr/local/cuda/include", "-isystem", "/usr/include"},
-            true},
+            true,
+            "",
+            "/work/proj"},
+        SandboxCase{"OwnToolkitIncludeAllowed",
+                    {"-c", "a.cu", "-o", "a.o", "-I/opt/cuda-12.8/include"},
+                    true,
+                    "",
+                    "/work/proj"},
+        SandboxCase{"AbsoluteIncludeInsideTheRootAllowed",
+                    {"-c", "a.cu", "-o", "a.o", "-I/work/proj/include"},
+                    true,
+                    "",
+                    "/work/proj"},
+        SandboxCase{"AbsoluteIncludeOutsideTheRootRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-I/home/other/include"},
+                    false,
+                    "/home/other/include",
+                    "/work/proj"},
+        SandboxCase{"AbsoluteIncludeAllowedWhileTheRootIsUnknown",
+                    {"-c", "a.cu", "-o", "a.o", "-I/home/me/include"},
+                    true},
+        SandboxCase{"EtcIncludeRejectedEvenWithoutRoot",
+                    {"-c", "a.cu", "-o", "a.o", "-I/etc"},
+                    false,
+                    "-I '/etc'"},
+        SandboxCase{"ShadowPreIncludeRejected",
+                    {"-c", "a.cu", "-o", "a.o", "-include", "/etc/shadow"},
+                    false,
+                    "/etc/shadow"},
+        SandboxCase{
+            "SshFolderRejected", {"-c", "a.cu", "-o", "a.o", "-I/home/me/.ssh"}, false, ".ssh"},
+        SandboxCase{"IncludeListCheckedPieceByPiece",
+                    {"-c", "a.cu", "-o", "a.o", "-Iinclude,/proc/self"},
+                    false,
+                    "/proc/self"},
         SandboxCase{"AbsoluteOutputRejected", {"-c", "a.cu", "-o", "/tmp/a.o"}, false, "/tmp/a.o"},
         SandboxCase{"OutputEscapeRejected", {"-c", "a.cu", "-o", "../a.o"}, false, "../a.o"},
         SandboxCase{"AbsoluteSourceRejected", {"-c", "/etc/a.cu", "-o", "a.o"}, false, "/etc/a.cu"},
@@ -331,6 +375,12 @@ INSTANTIATE_TEST_SUITE_P(
                     {"-c", "src/../../a.cu", "-o", "a.o"},
                     false,
                     "src/../../a.cu"},
+        SandboxCase{"SourceEscapeFromWorkingDirectory",
+                    {"-c", "../../a.cu", "-o", "a.o"},
+                    false,
+                    "../../a.cu",
+                    "/work/proj",
+                    "build"},
         SandboxCase{
             "IncludeEscapeRejected", {"-c", "a.cu", "-o", "a.o", "-I../inc"}, false, "../inc"},
         SandboxCase{"IncludeSeparateEscapeRejected",
@@ -358,6 +408,11 @@ INSTANTIATE_TEST_SUITE_P(
                     false,
                     "-o"},
         SandboxCase{"NoOutputRejected", {"-c", "a.cu"}, false, "-o"},
+        SandboxCase{"NoActionRejected", {"a.cu", "-o", "a.o"}, false, "exactly one thing"},
+        SandboxCase{
+            "TwoActionsRejected", {"-c", "-ptx", "a.cu", "-o", "a.o"}, false, "-c and -ptx"},
+        SandboxCase{"CubinIsAnAction", {"-cubin", "a.cu", "-o", "a.cubin"}, true},
+        SandboxCase{"TwoSourcesRejected", {"-c", "a.cu", "b.cu", "-o", "a.o"}, false, "one source"},
         SandboxCase{
             "DependencyFlagsRejected", {"-c", "a.cu", "-o", "a.o", "-MD"}, false, "dependency"},
         SandboxCase{"ForbiddenOptionRejected",
@@ -365,6 +420,19 @@ INSTANTIATE_TEST_SUITE_P(
                     false,
                     "-ccbin"}),
     [](const ::testing::TestParamInfo<SandboxCase>& info) { return info.param.name; });
+
+TEST(IsHostPrivatePathTest, HostStateAndCredentialsButNotSourceTrees) {
+  for (const char* path : {"/etc", "/etc/shadow", "/proc/self/environ", "/sys/kernel", "/dev/sda",
+                           "/run/secrets/x", "/var/log/syslog", "/home/me/.ssh/id_rsa",
+                           "/root/.aws/credentials", "/work/a/../../etc/passwd"}) {
+    EXPECT_TRUE(IsHostPrivatePath(path)) << path;
+  }
+  for (const char* path : {"/work/fa/csrc/x.cu", "/root/.pyenv/versions/3.11.7/include/x.h",
+                           "/var/lib/jenkins/workspace/x.cu", "/etcetera/x.h", "/usr/include/x.h",
+                           "/home/me/.local/lib/python3.11/site-packages/torch/include/x.h"}) {
+    EXPECT_FALSE(IsHostPrivatePath(path)) << path;
+  }
+}
 
 struct GencodeCase {
   std::string name;
@@ -430,7 +498,7 @@ TEST(SplitByArchitectureTest, OnePartPerGencodeWithTheWholesArchList) {
                   "-U__CUDA_ARCH_LIST__", "-D__CUDA_ARCH_LIST__=900\\,1000", "-c", "k.cu", "-o",
                   "obj/k.sm_90+compute_90.o"));
   for (const ArchitecturePart& part : *parts) {
-    EXPECT_TRUE(ValidateSandboxedArguments(part.arguments).ok()) << part.label;
+    EXPECT_TRUE(ValidateCompileArguments(part.arguments, {}).ok()) << part.label;
   }
 }
 
@@ -478,11 +546,13 @@ INSTANTIATE_TEST_SUITE_P(
                          "__CUDA_ARCH_LIST__ itself"}),
     [](const ::testing::TestParamInfo<UnsplittableCase>& info) { return info.param.name; });
 
-TEST(SplitByArchitectureTest, GencodeItDoesNotReadLeavesTheUnitWhole) {
+// The argument model refuses a -gencode value it does not read before any
+// split is considered (nvcc would refuse it too).
+TEST(SplitByArchitectureTest, MalformedGencodeIsRefusedByTheArgumentModel) {
   absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(
       {"-gencode", "sm_90", "-gencode", "arch=compute_100,code=sm_100", "-c", "k.cu", "-o", "k.o"});
-  EXPECT_EQ(parts.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(parts.status().message(), HasSubstr("'sm_90'"));
+  EXPECT_EQ(parts.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(parts.status().message(), HasSubstr("-gencode 'sm_90'"));
 }
 
 }  // namespace

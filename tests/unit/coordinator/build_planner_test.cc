@@ -4,6 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "common/instantiation.h"
 #include "coordinator/result_cache.h"
 #include "tests/support/test_paths.h"
 
@@ -329,6 +334,103 @@ TEST_F(ArchitectureSplitTest, UnitThatCannotSplitStaysWhole) {
   ASSERT_THAT(Names(*units), ::testing::ElementsAre("mha"));
   EXPECT_FALSE((*units)[0].split);
 }
+
+// The report: a 1,000,000-point grid grew the coordinator to 1.5 GB. The
+// limit is checked from the axes' sizes, before anything is expanded.
+TEST_F(BuildPlannerTest, AMillionPointGridIsRefusedBeforeItIsExpanded) {
+  v1::InstantiationSet* set = request_.mutable_instantiation_sets(0);
+  set->clear_axes();
+  set->set_unit_name_template("k_{a}{b}{c}{d}{e}{f}");
+  set->set_text_template("template void K<{a}{b}{c}{d}{e}{f}>();");
+  for (const char* name : {"a", "b", "c", "d", "e", "f"}) {
+    auto* axis = set->add_axes();
+    axis->set_name(name);
+    for (int v = 0; v < 10; ++v) axis->add_values(std::to_string(v));
+  }
+  EXPECT_EQ(GridPoints(*set), 1000000);
+  absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_FALSE(units.ok());
+  EXPECT_EQ(units.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(units.status().message(), HasSubstr("1000000 instantiation grid points"));
+  EXPECT_THAT(units.status().message(), HasSubstr("--max-grid-points"));
+  // Nothing was generated: the store holds only the header.
+  int blobs = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(cas_->root());
+       it != std::filesystem::recursive_directory_iterator(); ++it) {
+    blobs += it->is_regular_file();
+  }
+  EXPECT_EQ(blobs, 1);
+  (void)start;
+}
+
+TEST_F(BuildPlannerTest, GridPointsSaturateInsteadOfOverflowing) {
+  v1::InstantiationSet set;
+  for (int i = 0; i < 40; ++i) {
+    auto* axis = set.add_axes();
+    axis->set_name(absl::StrCat("x", i));
+    for (int v = 0; v < 1000; ++v) axis->add_values("v");
+  }
+  EXPECT_EQ(GridPoints(set), int64_t{1} << 62);
+  EXPECT_EQ(GridPoints(v1::InstantiationSet{}), 0);
+}
+
+struct LimitCase {
+  std::string name;
+  std::function<void(v1::SubmitBuildRequest&, BuildLimits&)> setup;
+  std::string message_has;
+};
+
+class BuildLimitsTest : public BuildPlannerTest, public ::testing::WithParamInterface<LimitCase> {};
+
+TEST_P(BuildLimitsTest, IsRefusedNamingItsFlag) {
+  BuildLimits limits;
+  GetParam().setup(request_, limits);
+  absl::Status status = CheckBuildLimits(request_, limits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr(GetParam().message_has));
+  // The defaults take a build of this size.
+  EXPECT_TRUE(CheckBuildLimits(request_, BuildLimits{}).ok() || GetParam().name == "InputBytes");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Limits, BuildLimitsTest,
+    ::testing::Values(LimitCase{"Units",
+                                [](v1::SubmitBuildRequest& request, BuildLimits& limits) {
+                                  limits.max_units = 2;
+                                  request.add_units()->set_name("extra");
+                                },
+                                "--max-units-per-build"},
+                      LimitCase{"Arguments",
+                                [](v1::SubmitBuildRequest& request, BuildLimits& limits) {
+                                  limits.max_arguments_per_unit = 3;
+                                  for (int i = 0; i < 4; ++i) {
+                                    request.mutable_instantiation_sets(0)->add_arguments("-O3");
+                                  }
+                                },
+                                "--max-arguments-per-unit"},
+                      LimitCase{"ArgumentLength",
+                                [](v1::SubmitBuildRequest& request, BuildLimits& limits) {
+                                  limits.max_argument_bytes = 10;
+                                  request.mutable_instantiation_sets(0)->add_arguments(
+                                      "-DX=" + std::string(20, 'y'));
+                                },
+                                "--max-argument-length"},
+                      LimitCase{"InputsPerUnit",
+                                [](v1::SubmitBuildRequest& request, BuildLimits& limits) {
+                                  limits.max_inputs_per_unit = 0;
+                                },
+                                "--max-inputs-per-unit"},
+                      LimitCase{"InputBytes",
+                                [](v1::SubmitBuildRequest& request, BuildLimits& limits) {
+                                  limits.max_input_bytes = 4;
+                                  auto* input = request.add_units()->add_inputs();
+                                  input->mutable_digest()->set_hash(std::string(64, 'b'));
+                                  input->mutable_digest()->set_size_bytes(int64_t{1} << 60);
+                                },
+                                "--max-build-input-size"}),
+    [](const ::testing::TestParamInfo<LimitCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace distcc_cuda::coordinator

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/ids.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -445,7 +446,7 @@ TEST_F(SchedulerTest, MeasuredPeaksGoIntoTheHistory) {
   v1::TaskResult done = Completed(0);
   done.set_peak_memory_bytes(321 * kMiB);
   done.set_wall_time_ms(4000);
-  ASSERT_TRUE(Report(worker, *task, done).ok());
+  ASSERT_TRUE(Report(worker, *task, done, kStart + absl::Seconds(5)).ok());
   UnitDemand demand = history_->Predict("identity0", "family", 1);
   EXPECT_EQ(demand.source, "history");
   EXPECT_EQ(demand.peak_bytes, 321 * kMiB + 321 * kMiB / 20) << "plus the 5% margin";
@@ -694,6 +695,196 @@ TEST_F(SchedulerTest, MemoryKillsDoNotCountAsLostLeases) {
   ASSERT_TRUE(Report(worker, *task, Completed(0)).ok());
   ASSERT_NE(Finished(), nullptr);
   EXPECT_TRUE(Finished()->success());
+}
+
+}  // namespace
+}  // namespace distcc_cuda::coordinator
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+// The trust rules of the worker protocol: ids cannot be guessed, a lease
+// answers only to the worker that holds it, and a result counts only with
+// exactly the unit's declared outputs.
+class SchedulerTrustTest : public SchedulerTest {
+ protected:
+  std::string AddWorkerAs(const std::string& name, const WorkerPeer& peer, int64_t cap = 8 * kGiB) {
+    v1::RegisterWorkerRequest request;
+    request.set_name(name);
+    *request.mutable_toolchain() = Toolchain("13.0");
+    request.set_memory_cap_bytes(cap);
+    request.set_slots(1);
+    absl::StatusOr<std::string> id = scheduler_.RegisterWorker(request, kStart, peer);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return *id;
+  }
+
+  // A unit whose object is obj/unit<i>.o.
+  std::vector<PlannedUnit> UnitsWithOutputs(int count) {
+    std::vector<PlannedUnit> units = Units(count);
+    for (int i = 0; i < count; ++i) units[i].unit.add_output_paths(absl::StrCat("unit", i, ".o"));
+    return units;
+  }
+
+  v1::TaskResult CompletedWith(const std::string& path) {
+    v1::TaskResult result = Completed(0);
+    auto* output = result.add_outputs();
+    output->set_path(path);
+    output->mutable_digest()->set_hash(std::string(64, 'a'));
+    output->mutable_digest()->set_size_bytes(10);
+    return result;
+  }
+
+  absl::Status ReportAs(const std::string& worker, const v1::Task& task,
+                        const v1::TaskResult& result, const WorkerPeer& peer,
+                        absl::Time now = kStart + absl::Seconds(1)) {
+    v1::ReportResultRequest request;
+    request.set_worker_id(worker);
+    request.set_task_id(task.task_id());
+    *request.mutable_result() = result;
+    request.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
+    return scheduler_.ReportResult(request, now, peer);
+  }
+};
+
+TEST_F(SchedulerTrustTest, IdsAreRandomAndCarryTheEpoch) {
+  std::string a = AddWorker("zulu");
+  std::string b = AddWorker("yankee");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find("zulu"), std::string::npos) << "the name is not part of the id: " << a;
+  ASSERT_TRUE(IdEpoch(a).has_value()) << a;
+  EXPECT_EQ(IdEpoch(a), IdEpoch(b));
+  EXPECT_NEAR(static_cast<double>(*IdEpoch(a)), absl::ToUnixSeconds(absl::Now()), 3600);
+  ASSERT_TRUE(Submit(2).ok());
+  std::optional<v1::Task> first = LeaseNow(a);
+  std::optional<v1::Task> second = LeaseNow(b);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->task_id().size(), second->task_id().size());
+  EXPECT_NE(first->task_id().substr(first->task_id().find('-')),
+            second->task_id().substr(second->task_id().find('-')));
+  EXPECT_EQ(first->task_id()[0], 't');
+}
+
+TEST_F(SchedulerTrustTest, AnotherPeerCannotUseAWorkersIdOrItsLease) {
+  WorkerPeer alice{"alice", true};
+  WorkerPeer mallory{"mallory", true};
+  std::string worker = AddWorkerAs("alice", alice);
+  ASSERT_TRUE(SubmitUnits(UnitsWithOutputs(1)).ok());
+  std::optional<v1::Task> task;
+  ASSERT_TRUE(
+      scheduler_
+          .RequestLease(
+              worker, kStart, [&](std::optional<v1::Task> got) { task = got; }, kStart, alice)
+          .ok());
+  ASSERT_TRUE(task);
+
+  // The stranger's heartbeat that would drop the lease, its lease request
+  // and its report are all refused.
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(worker);
+  EXPECT_EQ(scheduler_.Heartbeat(beat, kStart + absl::Seconds(10), mallory).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(scheduler_
+                .RequestLease(
+                    worker, kStart, [](std::optional<v1::Task>) {}, kStart, mallory)
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ReportAs(worker, *task, CompletedWith("unit0.o"), mallory).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(recorded_.empty());
+  // The lease is still the real worker's, whose report counts.
+  EXPECT_EQ(scheduler_.Status(kStart).running_units(), 1);
+  ASSERT_TRUE(ReportAs(worker, *task, CompletedWith("unit0.o"), alice).ok());
+  EXPECT_EQ(recorded_.size(), 1u);
+}
+
+TEST_F(SchedulerTrustTest, ReportWithOtherOutputsIsRefusedAndTheUnitRunsElsewhere) {
+  WorkerPeer peer{"local", true};
+  std::string liar = AddWorkerAs("liar", peer);
+  std::string honest = AddWorkerAs("honest", peer);
+  ASSERT_TRUE(SubmitUnits(UnitsWithOutputs(1)).ok());
+  std::optional<v1::Task> task = LeaseNow(liar);
+  ASSERT_TRUE(task);
+  absl::Status refused = ReportAs(liar, *task, CompletedWith("../../evil.o"), peer);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(LastRequeueReason(), HasSubstr("was refused"));
+  EXPECT_TRUE(recorded_.empty());
+  EXPECT_FALSE(LeaseNow(liar)) << "the unit does not go back to the worker that lied";
+  std::optional<v1::Task> again = LeaseNow(honest);
+  ASSERT_TRUE(again);
+  ASSERT_TRUE(ReportAs(honest, *again, CompletedWith("unit0.o"), peer).ok());
+  EXPECT_EQ(recorded_.size(), 1u);
+}
+
+TEST_F(SchedulerTrustTest, MissingOrExtraOutputsAreRefused) {
+  WorkerPeer peer;
+  std::string worker = AddWorkerAs("w", peer);
+  std::string other = AddWorkerAs("x", peer);
+  ASSERT_TRUE(SubmitUnits(UnitsWithOutputs(1)).ok());
+  std::optional<v1::Task> task = LeaseNow(worker);
+  ASSERT_TRUE(task);
+  v1::TaskResult two = CompletedWith("unit0.o");
+  *two.add_outputs() = two.outputs(0);
+  EXPECT_EQ(ReportAs(worker, *task, two, peer).code(), absl::StatusCode::kInvalidArgument);
+  task = LeaseNow(other);
+  ASSERT_TRUE(task);
+  EXPECT_EQ(ReportAs(other, *task, Completed(0), peer).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(recorded_.empty());
+}
+
+TEST_F(SchedulerTrustTest, ReportedPeaksAreClampedToTheWorkersCap) {
+  std::string worker = AddWorkerAs("w", {}, 2 * kGiB);
+  ASSERT_TRUE(SubmitUnits(UnitsWithOutputs(1)).ok());
+  std::optional<v1::Task> task = LeaseNow(worker);
+  ASSERT_TRUE(task);
+  v1::TaskResult huge = CompletedWith("unit0.o");
+  huge.set_peak_memory_bytes(int64_t{1} << 50);
+  huge.set_wall_time_ms(int64_t{1} << 40);
+  ASSERT_TRUE(ReportAs(worker, *task, huge, {}, kStart + absl::Seconds(3)).ok());
+  UnitDemand demand = history_->Predict("identity0", "family", 1);
+  EXPECT_LE(demand.peak_bytes, 2 * kGiB + 2 * kGiB / 20) << "the cap plus the 5% margin";
+  EXPECT_LE(demand.wall, absl::Seconds(3));
+}
+
+TEST_F(SchedulerTrustTest, OnlyAuthenticatedWorkersResultsAreCached) {
+  std::string anonymous = AddWorkerAs("anon", {"anonymous", false});
+  ASSERT_TRUE(SubmitUnits(UnitsWithOutputs(1)).ok());
+  std::optional<v1::Task> task;
+  ASSERT_TRUE(scheduler_
+                  .RequestLease(anonymous, kStart, [&](std::optional<v1::Task> got) { task = got; },
+                                kStart, {"anonymous", false})
+                  .ok());
+  ASSERT_TRUE(task);
+  ASSERT_TRUE(ReportAs(anonymous, *task, CompletedWith("unit0.o"), {"anonymous", false}).ok());
+  EXPECT_TRUE(recorded_.empty());
+  EXPECT_TRUE(events_.back().has_finished());
+  EXPECT_TRUE(events_.back().finished().success()) << "the build itself still uses the result";
+}
+
+TEST_F(SchedulerTrustTest, WorkerNamesAndDescriptionsMustBePlain) {
+  for (const std::string& name :
+       {std::string(""), std::string("a b"), std::string("\x1b[2J"), std::string(65, 'x')}) {
+    v1::RegisterWorkerRequest request;
+    request.set_name(name);
+    *request.mutable_toolchain() = Toolchain("13.0");
+    request.set_memory_cap_bytes(kGiB);
+    request.set_slots(1);
+    EXPECT_EQ(scheduler_.RegisterWorker(request, kStart).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+  v1::RegisterWorkerRequest request;
+  request.set_name("ok");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(kGiB);
+  request.set_slots(1);
+  request.set_sandbox("\x1b]0;pwned\x07");
+  EXPECT_EQ(scheduler_.RegisterWorker(request, kStart).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  request.set_sandbox("fine");
+  request.set_slots(1 << 20);
+  EXPECT_EQ(scheduler_.RegisterWorker(request, kStart).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

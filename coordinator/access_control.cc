@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/access_control.h"
+
+#include <arpa/inet.h>
+#include <grpc/grpc_security_constants.h>
+#include <grpcpp/security/auth_context.h>
+#include <grpcpp/server_context.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+bool Allows(std::initializer_list<PeerRole> allowed, PeerRole role) {
+  return std::find(allowed.begin(), allowed.end(), role) != allowed.end();
+}
+
+std::string RoleList(std::initializer_list<PeerRole> allowed) {
+  std::vector<std::string> names;
+  for (PeerRole role : allowed) names.emplace_back(RoleName(role));
+  return absl::StrJoin(names, " or ");
+}
+
+}  // namespace
+
+absl::StatusOr<Principal> AccessControl::Authorize(const grpc::CallbackServerContext& context,
+                                                   std::initializer_list<PeerRole> allowed,
+                                                   absl::string_view action) const {
+  std::optional<std::string> certificate;
+  if (mode_ == Mode::kMutualTls) {
+    std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    if (auth != nullptr) {
+      std::vector<grpc::string_ref> values =
+          auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+      if (!values.empty()) certificate.emplace(values.front().data(), values.front().size());
+    }
+  }
+  return AuthorizeCertificate(certificate, allowed, action);
+}
+
+absl::StatusOr<Principal> AccessControl::AuthorizeCertificate(
+    const std::optional<std::string>& peer_certificate_pem, std::initializer_list<PeerRole> allowed,
+    absl::string_view action) const {
+  if (mode_ != Mode::kMutualTls) {
+    // Without certificates every peer may be a client and a worker, never
+    // anything more.
+    for (PeerRole role : allowed) {
+      if (role == PeerRole::kClient || role == PeerRole::kWorker) {
+        bool local = mode_ == Mode::kLocalTrust;
+        return Principal{local, role, local ? "local" : "anonymous"};
+      }
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "without TLS no peer may ", action, "; that needs a ", RoleList(allowed), " certificate"));
+  }
+  if (!peer_certificate_pem) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the call carries no client certificate, and ", action, " needs a ", RoleList(allowed),
+        " certificate from the cluster's CA; pass --tls-ca, --tls-cert and --tls-key"));
+  }
+  absl::StatusOr<CertificateIdentity> identity = IdentityOfCertificate(*peer_certificate_pem);
+  if (!identity.ok()) return absl::PermissionDeniedError(identity.status().message());
+  if (!Allows(allowed, identity->role)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("a ", RoleName(identity->role), " certificate (", identity->name, ") cannot ",
+                     action, "; that needs a ", RoleList(allowed), " certificate"));
+  }
+  return Principal{true, identity->role, identity->name};
+}
+
+bool IsLoopbackAddress(absl::string_view listen_address) {
+  std::string host;
+  if (!listen_address.empty() && listen_address.front() == '[') {
+    size_t end = listen_address.find(']');
+    if (end == absl::string_view::npos) return false;
+    host = std::string(listen_address.substr(1, end - 1));
+  } else {
+    size_t colon = listen_address.rfind(':');
+    host = std::string(listen_address.substr(0, colon));
+  }
+  if (host == "localhost") return true;
+  unsigned char address[16];
+  if (inet_pton(AF_INET, host.c_str(), address) == 1) return address[0] == 127;
+  if (inet_pton(AF_INET6, host.c_str(), address) == 1) {
+    static constexpr unsigned char kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static constexpr unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::equal(address, address + 16, kLoopback)) return true;
+    return std::equal(address, address + 12, kMappedPrefix) && address[12] == 127;
+  }
+  return false;
+}
+
+}  // namespace distcc_cuda::coordinator

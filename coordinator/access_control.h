@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// Who may call what on the coordinator: each handler asks AccessControl
+// first, before it reads its request. Roles come from the peer's verified
+// certificate under mutual TLS; without TLS the coordinator either serves
+// loopback only (local trust) or was told to trust everyone (--insecure).
+#pragma once
+
+#include <grpcpp/support/server_callback.h>
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/certificates.h"
+
+namespace grpc {
+class CallbackServerContext;
+}
+
+namespace distcc_cuda::coordinator {
+
+// The caller of one RPC, as far as the coordinator knows.
+struct Principal {
+  // True when a certificate or the loopback-only listener vouches for the
+  // caller; false under --insecure.
+  bool authenticated = false;
+  // The role the caller acts in for this call.
+  PeerRole role = PeerRole::kClient;
+  // The certificate's CN under mutual TLS; "local" under local trust;
+  // "anonymous" under --insecure.
+  std::string name;
+};
+
+class AccessControl {
+ public:
+  enum class Mode {
+    // Roles and names come from the peer's certificate, which the TLS
+    // handshake verified against the cluster's CA.
+    kMutualTls,
+    // No credentials, the listener is on loopback only: every peer is a
+    // local user and may act as a client and as a worker.
+    kLocalTrust,
+    // No credentials on a reachable address (--insecure): every peer may act
+    // as a client and as a worker, unauthenticated.
+    kInsecure,
+  };
+
+  explicit AccessControl(Mode mode) : mode_(mode) {}
+
+  Mode mode() const { return mode_; }
+
+  // The principal of the call in `context` if it may act in one of the
+  // `allowed` roles to do `action` (for messages: "register a worker").
+  // UNAUTHENTICATED when, under mutual TLS, the call carries no certificate;
+  // PERMISSION_DENIED naming the role it has and the one it needs.
+  absl::StatusOr<Principal> Authorize(const grpc::CallbackServerContext& context,
+                                      std::initializer_list<PeerRole> allowed,
+                                      absl::string_view action) const;
+
+  // As Authorize, for the peer certificate `peer_certificate_pem` (nullopt:
+  // none), without a gRPC call.
+  absl::StatusOr<Principal> AuthorizeCertificate(
+      const std::optional<std::string>& peer_certificate_pem,
+      std::initializer_list<PeerRole> allowed, absl::string_view action) const;
+
+ private:
+  Mode mode_;
+};
+
+// True if the HOST of `listen_address` (HOST:PORT, [IPV6]:PORT) can only be
+// reached from this machine: 127.0.0.0/8, ::1 or localhost.
+bool IsLoopbackAddress(absl::string_view listen_address);
+
+// A reactor that ends its call at once with `status`, for a streaming
+// handler that refuses the call before it starts. `Reactor` is one of
+// grpc::ServerReadReactor<T> or grpc::ServerWriteReactor<T>.
+template <typename Reactor>
+Reactor* RefuseCall(const grpc::Status& status) {
+  class Refused final : public Reactor {
+   public:
+    explicit Refused(const grpc::Status& status) { this->Finish(status); }
+    void OnDone() override { delete this; }
+  };
+  return new Refused(status);
+}
+
+}  // namespace distcc_cuda::coordinator

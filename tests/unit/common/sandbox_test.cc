@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// The worker's sandbox: how its file system is planned, and (as root, with
+// bubblewrap and the real nvcc) what a program inside can and cannot do.
+#include "common/sandbox.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The mounts as "op source dest" lines, for matching.
+std::string Lines(const std::vector<std::string>& args) {
+  std::string out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& op = args[i];
+    if (op == "--bind" || op == "--ro-bind" || op == "--symlink") {
+      absl::StrAppend(&out, op, " ", args[i + 1], " ", args[i + 2], "\n");
+      i += 2;
+    } else if (op == "--dir" || op == "--proc" || op == "--dev" || op == "--chdir" ||
+               op == "--remount-ro") {
+      absl::StrAppend(&out, op, " ", args[i + 1], "\n");
+      i += 1;
+    }
+  }
+  return out;
+}
+
+void Touch(const std::string& path) { ASSERT_TRUE(WriteFileAtomically(path, "x").ok()) << path; }
+
+TEST(SandboxMountArgumentsTest, TreeAtTheRootSystemPathsReadOnlyTempUnderRun) {
+  std::string dir = testing::NewTempDir("mounts-");
+  Touch(dir + "/tree/src/a.cu");
+  absl::StatusOr<std::vector<std::string>> args = SandboxMountArguments(
+      {"/usr", "/etc/ld.so.cache"},
+      SandboxTask{dir + "/tree", "/work/proj", dir + "/tmp", "/work/proj/src"});
+  ASSERT_TRUE(args.ok()) << args.status();
+  std::string lines = Lines(*args);
+  EXPECT_THAT(lines, HasSubstr("--ro-bind /usr /usr\n"));
+  EXPECT_THAT(lines, HasSubstr("--ro-bind /etc/ld.so.cache /etc/ld.so.cache\n"));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree /work/proj\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tmp /run/distcc-cuda/tmp\n")));
+  EXPECT_THAT(lines, HasSubstr("--proc /proc\n--dev /dev\n"));
+  EXPECT_THAT(lines, HasSubstr("--remount-ro /\n--chdir /work/proj/src\n"));
+  // /etc holds ld.so's cache and nothing else.
+  for (absl::string_view line : absl::StrSplit(lines, '\n')) {
+    if (line.find("/etc") == absl::string_view::npos) continue;
+    EXPECT_TRUE(line == "--dir /etc" || line == "--ro-bind /etc/ld.so.cache /etc/ld.so.cache")
+        << line;
+  }
+}
+
+// A workspace under a system folder (torch's headers installed by pip into
+// /usr/local/lib): the system folder is rebuilt entry by entry around it.
+TEST(SandboxMountArgumentsTest, WorkspaceInsideASystemFolderIsMergedEntryByEntry) {
+  std::string dir = testing::NewTempDir("mounts-");
+  std::string sys = dir + "/usr";
+  Touch(sys + "/bin/gcc");
+  Touch(sys + "/local/cuda/bin/nvcc");
+  Touch(sys + "/local/lib/other.so");
+  Touch(dir + "/tree/torch/include/t.h");
+  absl::StatusOr<std::vector<std::string>> args = SandboxMountArguments(
+      {sys},
+      SandboxTask{dir + "/tree", sys + "/local/lib/py", dir + "/tmp", sys + "/local/lib/py"});
+  ASSERT_TRUE(args.ok()) << args.status();
+  std::string lines = Lines(*args);
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--dir ", sys, "\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--ro-bind ", sys, "/bin ", sys, "/bin\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--dir ", sys, "/local\n")));
+  EXPECT_THAT(lines,
+              HasSubstr(absl::StrCat("--ro-bind ", sys, "/local/cuda ", sys, "/local/cuda\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--dir ", sys, "/local/lib\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--ro-bind ", sys, "/local/lib/other.so ", sys,
+                                            "/local/lib/other.so\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree ", sys, "/local/lib/py\n")));
+  EXPECT_THAT(lines, Not(HasSubstr(absl::StrCat("--ro-bind ", sys, " "))));
+}
+
+// flash-attention next to torch in ~/.pyenv: the common root is "/". Input
+// files win over a system file at the same path.
+TEST(SandboxMountArgumentsTest, RootWorkspaceBindsEachTopFolderAndInputsWin) {
+  std::string dir = testing::NewTempDir("mounts-");
+  std::string sys = dir + "/sys";
+  Touch(sys + "/include/a.h");
+  Touch(sys + "/include/b.h");
+  Touch(dir + "/tree/work/fa/x.cu");
+  Touch(dir + "/tree" + sys + "/include/a.h");
+  absl::StatusOr<std::vector<std::string>> args =
+      SandboxMountArguments({sys}, SandboxTask{dir + "/tree", "/", dir + "/tmp", "/work/fa"});
+  ASSERT_TRUE(args.ok()) << args.status();
+  std::string lines = Lines(*args);
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree/work /work\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree", sys, "/include/a.h ", sys,
+                                            "/include/a.h\n")));
+  EXPECT_THAT(lines,
+              HasSubstr(absl::StrCat("--ro-bind ", sys, "/include/b.h ", sys, "/include/b.h\n")));
+  EXPECT_THAT(lines, Not(HasSubstr(absl::StrCat(dir, "/tree /\n"))))
+      << "nothing is mounted over the root itself";
+}
+
+TEST(SandboxMountArgumentsTest, SymlinkedSystemPathsStaySymlinks) {
+  std::string dir = testing::NewTempDir("mounts-");
+  fs::create_directories(dir + "/usr/lib");
+  fs::create_symlink("usr/lib", dir + "/lib");
+  absl::StatusOr<std::vector<std::string>> args = SandboxMountArguments(
+      {dir + "/usr", dir + "/lib"}, SandboxTask{dir + "/tree", "/w", dir + "/tmp", "/w"});
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(Lines(*args), HasSubstr(absl::StrCat("--symlink usr/lib ", dir, "/lib\n")));
+}
+
+TEST(SandboxMountArgumentsTest, RelativeOrUnnormalisedPathsAreRefused) {
+  for (const SandboxTask& task : {SandboxTask{"/t", "work", "/tmp/x", "/work"},
+                                  SandboxTask{"/t", "/work/../etc", "/tmp/x", "/work"},
+                                  SandboxTask{"tree", "/work", "/tmp/x", "/work"}}) {
+    EXPECT_EQ(SandboxMountArguments({"/usr"}, task).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_FALSE(SandboxMountArguments({"/"}, SandboxTask{"/t", "/w", "/x", "/w"}).ok());
+}
+
+// The real thing: bubblewrap, an unprivileged user, the real nvcc's toolkit.
+class RealSandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (the worker's sandbox user is nobody)";
+    nvcc_ = testing::RealNvccPath();
+    if (nvcc_.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
+    if (access("/usr/bin/bwrap", X_OK) != 0) GTEST_SKIP() << "needs bubblewrap";
+    dir_ = testing::NewTempDir("sandbox-");
+    SandboxOptions options;
+    options.toolkit_root = "/usr/local/cuda";
+    absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Sandbox::Create(options, nvcc_, {dir_});
+    ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+    sandbox_ = std::move(*sandbox);
+  }
+
+  // Runs `script` with /bin/sh inside a task whose tree holds in/a.h
+  // (an input) and an output folder out/, at workspace root /work/p.
+  ProcessResult RunInside(const std::string& script) {
+    std::string task = dir_ + "/task";
+    RemoveAll(task).IgnoreError();
+    EXPECT_TRUE(WriteFileAtomically(task + "/tree/in/a.h", "input").ok());
+    chmod((task + "/tree/in/a.h").c_str(), 0444);
+    EXPECT_TRUE(MakeDirectories(task + "/tree/out").ok());
+    EXPECT_TRUE(MakeDirectories(task + "/tmp").ok());
+    EXPECT_TRUE(sandbox_->GrantReach(task).ok());
+    EXPECT_TRUE(sandbox_->GrantWrite(task + "/tree/out").ok());
+    EXPECT_TRUE(sandbox_->GrantWrite(task + "/tmp").ok());
+    ProcessSpec spec;
+    spec.argv = {"/bin/sh", "-c", script};
+    spec.timeout = absl::Seconds(30);
+    absl::StatusOr<ProcessSpec> wrapped =
+        sandbox_->Wrap(spec, SandboxTask{task + "/tree", "/work/p", task + "/tmp", "/work/p"});
+    EXPECT_TRUE(wrapped.ok()) << wrapped.status();
+    absl::StatusOr<ProcessResult> ran = RunProcess(*wrapped);
+    EXPECT_TRUE(ran.ok()) << ran.status();
+    return ran.ok() ? *ran : ProcessResult{};
+  }
+
+  std::string nvcc_;
+  std::string dir_;
+  std::unique_ptr<Sandbox> sandbox_;
+};
+
+TEST_F(RealSandboxTest, SeesOnlyTheToolchainItsTreeAndNoNetwork) {
+  // A canary beside the task folder and one in /etc.
+  Touch(dir_ + "/canary");
+  ProcessResult run =
+      RunInside("echo pid=$$ uid=$(id -u); ls /; ls /etc; cat /etc/hostname /etc/shadow " + dir_ +
+                "/canary 2>&1; echo cwd=$(pwd); cat in/a.h; echo; cat /proc/net/dev | tail -n +3");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("pid=1 uid=65534"));
+  EXPECT_THAT(run.stdout_text, HasSubstr("cwd=/work/p"));
+  EXPECT_THAT(run.stdout_text, HasSubstr("\ninput\n")) << "the tree is at the client's path";
+  EXPECT_THAT(run.stdout_text, HasSubstr("/etc/hostname: No such file"));
+  EXPECT_THAT(run.stdout_text, HasSubstr("/etc/shadow: No such file"));
+  EXPECT_THAT(run.stdout_text, HasSubstr("canary: No such file"));
+  EXPECT_THAT(run.stdout_text, Not(HasSubstr("root\n"))) << "no home folders: " << run.stdout_text;
+  EXPECT_THAT(run.stdout_text, Not(HasSubstr("eth"))) << "only loopback: " << run.stdout_text;
+}
+
+TEST_F(RealSandboxTest, WritesOnlyItsOutputFolderAndTemp) {
+  ProcessResult run = RunInside(
+      "echo x > out/o.o && echo x > /run/distcc-cuda/tmp/t && echo wrote;"
+      "echo x > in/a.h 2>/dev/null || echo input-read-only;"
+      "echo x > in/new 2>/dev/null || echo input-folder-read-only;"
+      "echo x > /usr/evil 2>/dev/null || echo usr-read-only;"
+      "echo x > /evil 2>/dev/null || echo root-read-only;"
+      "mount -t tmpfs none /work 2>/dev/null || echo no-mount");
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  for (const char* expected : {"wrote", "input-read-only", "input-folder-read-only",
+                               "usr-read-only", "root-read-only", "no-mount"}) {
+    EXPECT_THAT(run.stdout_text, HasSubstr(expected));
+  }
+  EXPECT_EQ(*ReadFile(dir_ + "/task/tree/in/a.h"), "input");
+  EXPECT_TRUE(IsRegularFile(dir_ + "/task/tree/out/o.o"));
+  EXPECT_FALSE(fs::exists("/usr/evil"));
+}
+
+TEST_F(RealSandboxTest, TheRealNvccCompilesInside) {
+  std::string task = dir_ + "/task";
+  ASSERT_TRUE(WriteFileAtomically(task + "/tree/k.cu", "__global__ void k() {}\n").ok());
+  ASSERT_TRUE(MakeDirectories(task + "/tmp").ok());
+  ASSERT_TRUE(sandbox_->GrantReach(task).ok());
+  ASSERT_TRUE(sandbox_->GrantWrite(task + "/tree").ok());
+  ASSERT_TRUE(sandbox_->GrantWrite(task + "/tmp").ok());
+  ProcessSpec spec;
+  spec.argv = {nvcc_, "-gencode", "arch=compute_100,code=sm_100", "-c", "k.cu", "-o", "k.o"};
+  spec.timeout = absl::Minutes(2);
+  absl::StatusOr<ProcessSpec> wrapped =
+      sandbox_->Wrap(spec, SandboxTask{task + "/tree", "/work/p", task + "/tmp", "/work/p"});
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  absl::StatusOr<ProcessResult> ran = RunProcess(*wrapped);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->exit_code, 0) << ran->stderr_text;
+  EXPECT_TRUE(IsRegularFile(task + "/tree/k.o"));
+  // The CPU time and peak of the compile reach the caller through bwrap.
+  EXPECT_GT(ran->user_cpu_time + ran->system_cpu_time, absl::Milliseconds(100));
+  EXPECT_GT(ran->peak_rss_bytes, 20 << 20);
+}
+
+TEST(SandboxCreateTest, MissingBubblewrapSaysWhatToDo) {
+  SandboxOptions options;
+  options.bwrap = "/nonexistent/bwrap";
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox =
+      Sandbox::Create(options, "/bin/true", {testing::NewTempDir("sandbox-")});
+  ASSERT_FALSE(sandbox.ok());
+  EXPECT_EQ(sandbox.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(sandbox.status().message(), HasSubstr("apt-get install bubblewrap"));
+  EXPECT_THAT(sandbox.status().message(), HasSubstr("--insecure-no-sandbox"));
+}
+
+TEST(SandboxCreateTest, AnUnreachableTaskFolderIsRefusedNamingIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the sandbox user differs from ours)";
+  if (access("/usr/bin/bwrap", X_OK) != 0) GTEST_SKIP() << "needs bubblewrap";
+  std::string dir = testing::NewTempDir("sandbox-");
+  ASSERT_TRUE(MakeDirectories(dir + "/private/tasks").ok());
+  chmod((dir + "/private").c_str(), 0700);
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox =
+      Sandbox::Create(SandboxOptions{}, "/bin/true", {dir + "/private/tasks"});
+  ASSERT_FALSE(sandbox.ok());
+  EXPECT_THAT(sandbox.status().message(), HasSubstr(dir + "/private is not searchable"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda
