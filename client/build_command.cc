@@ -199,9 +199,13 @@ absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
   // A source may #include an absolute path; its file must not leave here.
   auto check_closure = [](const std::string& name, const std::vector<std::string>& closure) {
     for (const std::string& file : closure) {
-      if (IsHostPrivatePath(file)) {
+      // Through a symlink too: what is read is the link's target.
+      std::error_code error;
+      std::string real = fs::canonical(file, error).string();
+      for (const std::string& path : {file, error ? file : real}) {
+        if (!IsHostPrivatePath(path)) continue;
         return absl::InvalidArgumentError(absl::StrCat(
-            name, " reads ", file,
+            name, " reads ", file, path == file ? "" : absl::StrCat(" (a link to ", path, ")"),
             ", a file in a private folder of this machine; distcc-cuda does not send such files "
             "to the cluster. Remove the #include or the option that pulls it in"));
       }

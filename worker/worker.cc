@@ -138,6 +138,11 @@ Worker::~Worker() {
   // A stopped worker is not healthy (deploy/healthcheck.sh).
   std::error_code ignored;
   std::filesystem::remove(options_.work_dir + "/health", ignored);
+  // Task folders outside the work dir (see Start) go with the worker.
+  if (!tasks_dir_.empty() && tasks_dir_ != options_.work_dir + "/tasks" &&
+      !options_.keep_sandboxes) {
+    RemoveAll(tasks_dir_).IgnoreError();
+  }
   // For benchmarks and people: how close the node came to its cap. (A
   // worker whose start failed early has no cap in force.)
   if (memory_cap_ != nullptr) {
@@ -218,10 +223,10 @@ void Worker::HeartbeatLoop() {
       // What deploy/healthcheck.sh reads: the coordinator took a heartbeat
       // this recently. (A health check that asked the coordinator would need
       // a client certificate on every worker.)
-      WriteFileAtomically(options_.work_dir + "/health",
-                          absl::StrCat("worker ", options_.name, " heartbeat accepted by ",
-                                       options_.coordinator_address, " at ",
-                                       absl::FormatTime(absl::Now()), "\n"))
+      WriteFileAtomically(
+          options_.work_dir + "/health",
+          absl::StrCat("worker ", options_.name, " heartbeat accepted by ",
+                       options_.coordinator_address, " at ", absl::FormatTime(absl::Now()), "\n"))
           .IgnoreError();
     }
   }

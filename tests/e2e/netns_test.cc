@@ -150,7 +150,8 @@ class NetnsTest : public ::testing::Test {
     // per worker and one for the client.
     certs_ = root_ + "/certs";
     ASSERT_TRUE(InitCertificateAuthority(certs_, "netns-test").ok());
-    ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kCoordinator, "coordinator",
+    ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kCoordinator,
+                                               "coordinator",
                                                {absl::StrCat(kSubnet, kCoordinatorHost)}})
                     .ok());
     for (const char* name : {"netns-w1", "netns-w2", "netns-w3"}) {
@@ -161,7 +162,7 @@ class NetnsTest : public ::testing::Test {
 
   // --tls-ca, --tls-cert and --tls-key for the certificate `name`.
   std::vector<std::string> Tls(const std::string& name) const {
-    return {"--tls-ca", certs_ + "/ca.crt", "--tls-cert", certs_ + "/" + name + ".crt",
+    return {"--tls-ca",  certs_ + "/ca.crt",          "--tls-cert", certs_ + "/" + name + ".crt",
             "--tls-key", certs_ + "/" + name + ".key"};
   }
 
@@ -199,11 +200,11 @@ class NetnsTest : public ::testing::Test {
     for (int i = 1; i <= 3; ++i) {
       std::string role = absl::StrCat("w", i);
       auto worker = testing::BackgroundProcess::Start(
-          network_->In(role, With({testing::BinaryPath("distcc-cuda-worker"), "--coordinator",
-                                   address_, "--name", "netns-" + role, "--slots", "1",
-                                   "--memory-cap", "4GiB", "--nvcc", nvcc_, "--work-dir",
-                                   root_ + "/" + run + "/" + role},
-                                  Tls("netns-" + role))),
+          network_->In(role,
+                       With({testing::BinaryPath("distcc-cuda-worker"), "--coordinator", address_,
+                             "--name", "netns-" + role, "--slots", "1", "--memory-cap", "4GiB",
+                             "--nvcc", nvcc_, "--work-dir", root_ + "/" + run + "/" + role},
+                            Tls("netns-" + role))),
           root_ + "/" + run + "-" + role + ".log");
       ASSERT_TRUE(worker.ok());
       workers_.push_back(std::move(*worker));

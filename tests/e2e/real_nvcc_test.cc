@@ -144,6 +144,53 @@ TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
   EXPECT_GE(sm100, 25) << "every unit's sm_100 cubin is in the library";
 }
 
+// nvcc hashes the source's absolute path into the names of internal device
+// entities (_INTERNAL_<hash>_, _GLOBAL__N__<hash>_). Workers mount the
+// unit's inputs at the client's own path and run nvcc as PID 1 of its
+// namespace, so a remote object's device code is byte for byte a local
+// build's; the same source compiled at another path is not.
+TEST_F(RealNvccTest, DeviceCodeOfInternalEntitiesEqualsALocalBuildAtTheSamePath) {
+  const std::string source = R"(
+namespace { __device__ float scale = 2.0f; }
+static __device__ int counter;
+__global__ void Scale(float* x) { x[threadIdx.x] *= scale; atomicAdd(&counter, 1); }
+void Launch(float* x) { Scale<<<1, 32>>>(x); }
+)";
+  std::string proj = root_ + "/samepath";
+  ASSERT_TRUE(WriteFileAtomically(proj + "/k.cu", source).ok());
+  ASSERT_TRUE(WriteFileAtomically(root_ + "/elsewhere/k.cu", source).ok());
+  const std::vector<std::string> flags = {"-O3", "-Xcompiler=-fPIC", "-gencode",
+                                          "arch=compute_100,code=[sm_100,compute_100]"};
+  std::string db = absl::StrCat(R"([{"directory": ")", proj,
+                                R"(", "file": "k.cu", "arguments": [")", nvcc_, "\"");
+  for (const std::string& flag : flags) absl::StrAppend(&db, ", \"", flag, "\"");
+  absl::StrAppend(&db, R"(, "-c", "k.cu", "-o", "obj/k.o"]}])");
+  ASSERT_TRUE(WriteFileAtomically(proj + "/compile_commands.json", db).ok());
+  ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
+                                "--library", "libk.so", "-o", proj, "--nvcc", nvcc_});
+  ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+
+  auto compile_locally = [&](const std::string& directory) {
+    ProcessSpec local;
+    local.argv = {nvcc_};
+    local.argv.insert(local.argv.end(), flags.begin(), flags.end());
+    for (const char* arg : {"-c", "k.cu", "-o", "local.o"}) local.argv.push_back(arg);
+    local.working_directory = directory;
+    local.timeout = absl::Minutes(5);
+    absl::StatusOr<ProcessResult> ran = RunProcess(local);
+    ASSERT_TRUE(ran.ok() && ran->exit_code == 0) << ran->stderr_text;
+  };
+  compile_locally(proj);
+  compile_locally(root_ + "/elsewhere");
+  absl::StatusOr<std::vector<DeviceImage>> remote = ReadDeviceImages(proj + "/obj/k.o");
+  absl::StatusOr<std::vector<DeviceImage>> here = ReadDeviceImages(proj + "/local.o");
+  absl::StatusOr<std::vector<DeviceImage>> there = ReadDeviceImages(root_ + "/elsewhere/local.o");
+  ASSERT_TRUE(remote.ok() && here.ok() && there.ok());
+  ASSERT_EQ(remote->size(), 2u) << "an sm_100 cubin and compute_100 PTX";
+  EXPECT_TRUE(*remote == *here) << "the worker's device code differs from a local build's";
+  EXPECT_FALSE(*there == *here) << "the control: another path gives other internal names";
+}
+
 // A compile for two targets with --threads 2 runs as one unit per target
 // on the workers; the object the client merges has the device code and
 // the host code (including what __CUDA_ARCH_LIST__ selects) of a local

@@ -114,3 +114,34 @@ TEST_F(CasServiceTest, MalformedDigestIsInvalidArgument) {
 
 }  // namespace
 }  // namespace distcc_cuda
+
+namespace distcc_cuda {
+namespace {
+
+// --max-blob-size: a blob above it is refused by size, before any of its
+// bytes are stored, streamed or batched.
+TEST(CasServiceLimitTest, BlobAboveTheLimitIsRefusedNamingIt) {
+  coordinator::CoordinatorOptions options;
+  options.state_dir = testing::NewTempDir("cas-limit-");
+  options.max_blob_bytes = 1000;
+  auto started = coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto channel = grpc::CreateChannel((*started)->address(), grpc::InsecureChannelCredentials());
+  CasClient client(
+      std::shared_ptr<v1::ContentStore::StubInterface>(v1::ContentStore::NewStub(channel)));
+  std::string small(1000, 's');
+  std::string batched(1001, 'b');
+  std::string streamed((3 << 20), 'x');  // past the batch size: streamed
+  EXPECT_TRUE(client.UploadMissing({{DigestOf(small), "", small}}).ok());
+  for (const std::string* blob : {&batched, &streamed}) {
+    absl::StatusOr<int> sent = client.UploadMissing({{DigestOf(*blob), "", *blob}});
+    ASSERT_FALSE(sent.ok()) << blob->size();
+    EXPECT_THAT(sent.status().message(), HasSubstr("--max-blob-size")) << blob->size();
+    absl::StatusOr<std::vector<Digest>> missing = client.FindMissing({DigestOf(*blob)});
+    ASSERT_TRUE(missing.ok());
+    EXPECT_EQ(missing->size(), 1u) << "nothing of it was stored";
+  }
+}
+
+}  // namespace
+}  // namespace distcc_cuda

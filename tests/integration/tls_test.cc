@@ -115,6 +115,44 @@ TEST_F(TlsTest, WorkerCertificateRegistersAWorker) {
   EXPECT_EQ(cluster.workers(0).name(), "gpu-1");
 }
 
+// A worker id answers only to the certificate that registered it: another
+// worker's certificate cannot beat, lease or report for it (a stranger's
+// heartbeat once re-queued real workers' units).
+TEST_F(TlsTest, AnotherWorkersCertificateCannotUseAWorkersId) {
+  v1::RegisterWorkerResponse registered;
+  ASSERT_TRUE(Register(OpenChannel(address_, worker_), "gpu-1", &registered).ok());
+  auto mallory =
+      v1::WorkerService::NewStub(OpenChannel(address_, Material(PeerRole::kWorker, "mallory")));
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(registered.worker_id());
+  v1::HeartbeatResponse beat_response;
+  grpc::ClientContext beat_context;
+  beat_context.set_deadline(Deadline());
+  EXPECT_EQ(mallory->Heartbeat(&beat_context, beat, &beat_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::LeaseTaskRequest lease;
+  lease.set_worker_id(registered.worker_id());
+  v1::LeaseTaskResponse lease_response;
+  grpc::ClientContext lease_context;
+  lease_context.set_deadline(Deadline());
+  EXPECT_EQ(mallory->LeaseTask(&lease_context, lease, &lease_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::ReportResultRequest report;
+  report.set_worker_id(registered.worker_id());
+  report.set_task_id("t0-00000000000000000000000000000000");
+  v1::ReportResultResponse report_response;
+  grpc::ClientContext report_context;
+  report_context.set_deadline(Deadline());
+  EXPECT_EQ(mallory->ReportResult(&report_context, report, &report_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // The real worker's own heartbeat still counts.
+  grpc::ClientContext own_context;
+  own_context.set_deadline(Deadline());
+  EXPECT_TRUE(v1::WorkerService::NewStub(OpenChannel(address_, worker_))
+                  ->Heartbeat(&own_context, beat, &beat_response)
+                  .ok());
+}
+
 TEST_F(TlsTest, PeerWithoutACertificateCannotConnect) {
   grpc::SslCredentialsOptions roots_only;
   roots_only.pem_root_certs = ca_.certificate_pem;

@@ -887,5 +887,47 @@ TEST_F(SchedulerTrustTest, WorkerNamesAndDescriptionsMustBePlain) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// --max-output: what a report brings back is cut, with a marker, whatever
+// the worker sends.
+TEST_F(SchedulerTrustTest, OutputOfAReportIsCutAtTheLimit) {
+  SchedulerOptions options;
+  options.max_output_bytes = 100;
+  std::vector<v1::BuildEvent> events;
+  BuildScheduler scheduler(options, nullptr);
+  v1::RegisterWorkerRequest request;
+  request.set_name("w");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(kGiB);
+  request.set_slots(1);
+  std::string worker = *scheduler.RegisterWorker(request, kStart);
+  ASSERT_TRUE(scheduler
+                  .SubmitBuild(
+                      "b", Toolchain("13.0"), Units(1), {},
+                      [&](const v1::BuildEvent& event) { events.push_back(event); }, kStart)
+                  .ok());
+  std::optional<v1::Task> task;
+  ASSERT_TRUE(scheduler
+                  .RequestLease(
+                      worker, kStart, [&](std::optional<v1::Task> got) { task = got; }, kStart)
+                  .ok());
+  ASSERT_TRUE(task);
+  v1::ReportResultRequest report;
+  report.set_worker_id(worker);
+  report.set_task_id(task->task_id());
+  report.mutable_result()->set_outcome(v1::TASK_COMPLETED);
+  report.mutable_result()->set_exit_code(1);
+  report.mutable_result()->set_stderr_text(std::string(1 << 20, 'e'));
+  report.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
+  ASSERT_TRUE(scheduler.ReportResult(report, kStart).ok());
+  const v1::BuildEvent* finished = nullptr;
+  for (const v1::BuildEvent& event : events) {
+    if (event.has_unit_finished()) finished = &event;
+  }
+  ASSERT_NE(finished, nullptr);
+  const std::string& text = finished->unit_finished().result().stderr_text();
+  EXPECT_LT(text.size(), 300u);
+  EXPECT_THAT(text, HasSubstr("cut this output at 100 B (--max-output)"));
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator
