@@ -390,11 +390,14 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   std::unique_ptr<EmbeddedCluster> embedded;
   std::string address = options.coordinator_address;
   if (address.empty()) {
-    ASSIGN_OR_RETURN(embedded, EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
-                                                      options.embedded_slots));
+    ASSIGN_OR_RETURN(embedded,
+                     EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
+                                            options.embedded_slots, options.embedded_sandbox));
     address = embedded->address();
     out << "distcc-cuda: no --coordinator given; building on this machine (" << embedded->slots()
         << " slots, memory cap " << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
+    if (!options.embedded_sandbox)
+      out << "distcc-cuda: " << embedded->sandbox_description() << "\n";
   }
   // The embedded coordinator serves loopback only, without TLS.
   auto channel = OpenChannel(address, embedded == nullptr ? options.tls : std::nullopt);

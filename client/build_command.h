@@ -22,6 +22,7 @@ struct BuildOptions {
   std::string required_nvcc_release;  // "12.8": refuse to build with another release
   std::string state_dir;              // embedded default's CAS, cache, sandboxes
   int embedded_slots = 0;             // 0: the usable cores
+  bool embedded_sandbox = true;       // false: --insecure-no-sandbox
   // Whether a unit's -gencode targets may compile as units of their own,
   // whose objects are merged here before the link.
   v1::ArchitectureSplit architecture_split = v1::ARCHITECTURE_SPLIT_AUTO;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/embedded_cluster.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/host_resources.h"
 #include "common/memory_cap.h"
 #include "common/status.h"
@@ -8,7 +9,7 @@
 namespace distcc_cuda::client {
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
-    const std::string& state_dir, const std::string& nvcc, int slots) {
+    const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox) {
   auto cluster = std::make_unique<EmbeddedCluster>();
   coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.listen_address = "127.0.0.1:0";
@@ -21,7 +22,17 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.memory_cap_bytes = DefaultMemoryCap().bytes;
   worker_options.nvcc_path = nvcc;
   worker_options.work_dir = state_dir + "/worker";
-  ASSIGN_OR_RETURN(cluster->worker_, worker::Worker::Start(worker_options));
+  worker_options.sandbox = sandbox;
+  absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(worker_options);
+  if (!worker.ok() && sandbox && absl::IsFailedPrecondition(worker.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        worker.status().message(),
+        ". For `distcc-cuda build` on this machine, --insecure-no-sandbox compiles without "
+        "one (only your own builds reach this machine's embedded coordinator, but any local "
+        "user could connect to it while it runs)"));
+  }
+  if (!worker.ok()) return worker.status();
+  cluster->worker_ = *std::move(worker);
   cluster->slots_ = worker_options.slots;
   cluster->memory_cap_bytes_ = worker_options.memory_cap_bytes;
   return cluster;

@@ -15,13 +15,17 @@ namespace distcc_cuda::client {
 class EmbeddedCluster {
  public:
   // Starts both on 127.0.0.1 with state under `state_dir`; the worker gets
-  // `slots` (0: the usable cores) and the machine's default memory cap.
+  // `slots` (0: the usable cores) and the machine's default memory cap, and
+  // sandboxes every compile unless `sandbox` is false.
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(const std::string& state_dir,
-                                                                const std::string& nvcc, int slots);
+                                                                const std::string& nvcc, int slots,
+                                                                bool sandbox = true);
 
   std::string address() const { return coordinator_->address(); }
   int slots() const { return slots_; }
   int64_t memory_cap_bytes() const { return memory_cap_bytes_; }
+  // How the worker isolates compiles (Worker::sandbox_description).
+  std::string sandbox_description() const { return worker_->sandbox_description(); }
 
  private:
   std::unique_ptr<coordinator::Coordinator> coordinator_;

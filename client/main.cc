@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, split_architectures, "auto",
           "compile a unit's -gencode targets as units of their own and merge their objects: "
           "auto (when it fits the caps or packs better), always, never");
 ABSL_FLAG(bool, verbose, false, "log what the embedded coordinator and worker do");
+ABSL_FLAG(bool, insecure_no_sandbox, false,
+          "embedded default only: compile without the bubblewrap sandbox (where this machine "
+          "cannot make one); the build says so");
 ABSL_FLAG(std::string, tls_ca, "",
           "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, talk to "
           "--coordinator over mutual TLS (also tls-ca in the config file's [client] table)");
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
       options.state_dir = cache + "/distcc-cuda";
     }
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
+    options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
     const std::string split = absl::GetFlag(FLAGS_split_architectures);
     if (split == "auto") {
       options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_AUTO;

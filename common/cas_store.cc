@@ -91,6 +91,12 @@ absl::Status BlobWriter::Commit() {
 absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root) {
   std::string absolute = AbsolutePath(root);
   RETURN_IF_ERROR(MakeDirectories(absolute + "/tmp"));
+  // The store holds every submitter's sources: nobody else on this machine
+  // may read it (blobs are 0444 for their owner's sake only).
+  if (chmod(absolute.c_str(), 0700) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot make the content store ", absolute, " private: ", strerror(errno)));
+  }
   return std::unique_ptr<CasStore>(new CasStore(absolute));
 }
 

@@ -46,7 +46,8 @@ class BlobWriter {
 
 class CasStore {
  public:
-  // Opens (creating if needed) a store rooted at `root`.
+  // Opens (creating if needed) a store rooted at `root`, readable by this
+  // process's user only (mode 0700). PERMISSION_DENIED if it cannot be made so.
   static absl::StatusOr<std::unique_ptr<CasStore>> Open(const std::string& root);
 
   // True if the store holds the blob: a regular file of the digest's size

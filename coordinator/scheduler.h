@@ -149,11 +149,11 @@ class BuildScheduler {
     // The memory retry ladder: what the kills taught us.
     int memory_kills = 0;
     int64_t peak_seen = 0;
-    int64_t reservation_floor = 0;     // reserve at least this much
-    bool alone = false;                // only on an otherwise idle worker
-    int64_t needs_cap_above = 0;       // only on a worker with a larger cap
-    bool split = false;                // replaced by smaller units
-    std::set<std::string> refused_by;  // workers whose reports for it were refused
+    int64_t reservation_floor = 0;          // reserve at least this much
+    bool alone = false;                     // only on an otherwise idle worker
+    int64_t needs_cap_above = 0;            // only on a worker with a larger cap
+    bool split = false;                     // replaced by smaller units
+    std::set<std::string> refused_by = {};  // workers whose reports for it were refused
   };
   struct BuildState {
     std::string id;

@@ -155,9 +155,9 @@ class NetnsTest : public ::testing::Test {
                                                {absl::StrCat(kSubnet, kCoordinatorHost)}})
                     .ok());
     for (const char* name : {"netns-w1", "netns-w2", "netns-w3"}) {
-      ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kWorker, name}).ok());
+      ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kWorker, name, {}}).ok());
     }
-    ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kClient, "netns-client"}).ok());
+    ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kClient, "netns-client", {}}).ok());
   }
 
   // --tls-ca, --tls-cert and --tls-key for the certificate `name`.

@@ -334,6 +334,13 @@ TEST_F(CasStoreTest, TwoWritersForDifferentBlobsAtOnce) {
   EXPECT_EQ(*store_->Get(DigestOf("second")), "second");
 }
 
+// The report found /etc/shadow's copy world-readable in both stores.
+TEST_F(CasStoreTest, TheStoreIsPrivateToItsOwner) {
+  struct stat info;
+  ASSERT_EQ(stat(store_->root().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+}
+
 // A compile that overwrote one of its inputs once changed the worker's
 // stored header for every later unit: inputs are copies.
 TEST_F(CasStoreTest, MaterializeIsACopyThatCannotReachTheStore) {
