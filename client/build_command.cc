@@ -399,8 +399,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     if (!options.embedded_sandbox)
       out << "distcc-cuda: " << embedded->sandbox_description() << "\n";
   }
-  // The embedded coordinator serves loopback only, without TLS.
-  auto channel = OpenChannel(address, embedded == nullptr ? options.tls : std::nullopt);
+  // The embedded coordinator speaks mutual TLS with certificates of its own.
+  auto channel = OpenChannel(address, embedded == nullptr
+                                          ? options.tls
+                                          : std::optional<TlsMaterial>(embedded->client_tls()));
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(options.connect_timeout))) {
     return absl::UnavailableError(

@@ -2,6 +2,7 @@
 #include "client/embedded_cluster.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/certificates.h"
 #include "common/host_resources.h"
 #include "common/memory_cap.h"
 #include "common/status.h"
@@ -11,9 +12,26 @@ namespace distcc_cuda::client {
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox) {
   auto cluster = std::make_unique<EmbeddedCluster>();
+  // Mutual TLS with certificates made here, kept in memory only: no other
+  // user of this machine can submit to, or work for, this build's
+  // coordinator while it listens on loopback.
+  ASSIGN_OR_RETURN(CertificateAuthority ca, NewCertificateAuthority("distcc-cuda-embedded"));
+  auto issue = [&](PeerRole role, const std::string& name,
+                   std::vector<std::string> hosts) -> absl::StatusOr<TlsMaterial> {
+    IssueOptions options;
+    options.role = role;
+    options.name = name;
+    options.hosts = std::move(hosts);
+    options.validity = absl::Hours(24 * 7);
+    ASSIGN_OR_RETURN(IssuedCertificate issued, IssueCertificate(ca, options));
+    return FromIssued(ca, issued);
+  };
   coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.listen_address = "127.0.0.1:0";
   coordinator_options.state_dir = state_dir + "/coordinator";
+  ASSIGN_OR_RETURN(coordinator_options.tls,
+                   issue(PeerRole::kCoordinator, "embedded-coordinator", {"127.0.0.1"}));
+  ASSIGN_OR_RETURN(cluster->client_tls_, issue(PeerRole::kClient, "embedded-client", {}));
   ASSIGN_OR_RETURN(cluster->coordinator_, coordinator::Coordinator::Start(coordinator_options));
   worker::WorkerOptions worker_options;
   worker_options.coordinator_address = cluster->coordinator_->address();
@@ -23,6 +41,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.nvcc_path = nvcc;
   worker_options.work_dir = state_dir + "/worker";
   worker_options.sandbox = sandbox;
+  ASSIGN_OR_RETURN(worker_options.tls, issue(PeerRole::kWorker, "local", {}));
   absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(worker_options);
   if (!worker.ok() && sandbox && absl::IsFailedPrecondition(worker.status())) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/tls_credentials.h"
 #include "coordinator/coordinator.h"
 #include "worker/worker.h"
 
@@ -14,7 +15,9 @@ namespace distcc_cuda::client {
 
 class EmbeddedCluster {
  public:
-  // Starts both on 127.0.0.1 with state under `state_dir`; the worker gets
+  // Starts both on 127.0.0.1 with state under `state_dir`, speaking mutual
+  // TLS with certificates made for this run (client_tls() is the client's);
+  // the worker gets
   // `slots` (0: the usable cores) and the machine's default memory cap, and
   // sandboxes every compile unless `sandbox` is false.
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(const std::string& state_dir,
@@ -22,6 +25,8 @@ class EmbeddedCluster {
                                                                 bool sandbox = true);
 
   std::string address() const { return coordinator_->address(); }
+  // The client certificate of this run, for the build's channel.
+  const TlsMaterial& client_tls() const { return client_tls_; }
   int slots() const { return slots_; }
   int64_t memory_cap_bytes() const { return memory_cap_bytes_; }
   // How the worker isolates compiles (Worker::sandbox_description).
@@ -30,6 +35,7 @@ class EmbeddedCluster {
  private:
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<worker::Worker> worker_;  // destroyed first
+  TlsMaterial client_tls_;
   int slots_ = 0;
   int64_t memory_cap_bytes_ = 0;
 };

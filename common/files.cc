@@ -13,6 +13,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace distcc_cuda {
 namespace fs = std::filesystem;
@@ -129,6 +130,80 @@ absl::Status RemoveAll(const std::string& path) {
     return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", error.message()));
   }
   return absl::OkStatus();
+}
+
+absl::Status CopyFileBeneath(const std::string& root, const std::string& relative,
+                             const std::string& destination) {
+  auto fail = [&](const std::string& part, int error) {
+    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(relative, ": no ", part));
+    if (error == ELOOP || error == ENOTDIR) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(relative, ": ", part, " is a symbolic link or not a folder; not followed"));
+    }
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot open ", part, " of ", relative, ": ", std::strerror(error)));
+  };
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return fail(root, errno);
+  std::vector<std::string> parts = absl::StrSplit(relative, '/', absl::SkipEmpty());
+  if (parts.empty()) {
+    close(fd);
+    return absl::InvalidArgumentError("no file named");
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i] == "..") {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(relative, " climbs out with '..'"));
+    }
+    bool last = i + 1 == parts.size();
+    int next = openat(fd, parts[i].c_str(),
+                      (last ? O_RDONLY : O_RDONLY | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
+    int error = errno;
+    close(fd);
+    if (next < 0) return fail(parts[i], error);
+    fd = next;
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(relative, " is not a regular file"));
+  }
+  int out = open(destination.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) {
+    int error = errno;
+    close(fd);
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", destination, ": ", std::strerror(error)));
+  }
+  char buffer[1 << 16];
+  absl::Status status;
+  for (;;) {
+    ssize_t got = read(fd, buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      status =
+          absl::InternalError(absl::StrCat("cannot read ", relative, ": ", std::strerror(errno)));
+      break;
+    }
+    if (got == 0) break;
+    for (ssize_t done = 0; done < got;) {
+      ssize_t wrote = write(out, buffer + done, got - done);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) {
+        status = absl::InternalError(
+            absl::StrCat("cannot write ", destination, ": ", std::strerror(errno)));
+        break;
+      }
+      done += wrote;
+    }
+    if (!status.ok()) break;
+  }
+  close(fd);
+  if (close(out) != 0 && status.ok()) {
+    status = absl::InternalError(absl::StrCat("cannot write ", destination));
+  }
+  if (!status.ok()) unlink(destination.c_str());
+  return status;
 }
 
 bool IsSymlink(const std::string& path) {

@@ -38,6 +38,15 @@ bool IsRegularFile(const std::string& path);
 // True if `path` itself is a symbolic link (whatever it points at).
 bool IsSymlink(const std::string& path);
 
+// Copies the regular file at `relative` (normalised, without "..") below the
+// folder `root` to `destination` (created 0600), following no symbolic link
+// on the way: every folder is opened with O_NOFOLLOW from the one above, so
+// a link planted anywhere on the path (by a compile, in its own tree) cannot
+// make the caller read a file elsewhere. NOT_FOUND if a part is missing;
+// PERMISSION_DENIED naming the part that is a link or not a regular file.
+absl::Status CopyFileBeneath(const std::string& root, const std::string& relative,
+                             const std::string& destination);
+
 // True if `path` names an existing file that its owner may execute.
 bool IsExecutableFile(const std::string& path);
 

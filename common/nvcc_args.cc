@@ -148,15 +148,55 @@ std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root) 
   return prefixes;
 }
 
+std::vector<std::string> ToolchainFolders(const std::string& toolkit_root) {
+  std::vector<std::string> folders = {
+      "/usr/bin/",        "/usr/sbin/",       "/usr/lib/",     "/usr/lib32/", "/usr/lib64/",
+      "/usr/libx32/",     "/usr/libexec/",    "/usr/include/", "/usr/share/", "/usr/local/include/",
+      "/usr/local/cuda/", "/usr/local/cuda-", "/bin/",         "/sbin/",      "/lib/",
+      "/lib32/",          "/lib64/",          "/libx32/",      "/etc/"};
+  if (!toolkit_root.empty()) {
+    folders.push_back(toolkit_root.back() == '/' ? toolkit_root : toolkit_root + "/");
+  }
+  return folders;
+}
+
 bool IsHostPrivatePath(absl::string_view path) {
   std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
-  for (const char* folder : {"/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/log",
-                             "/var/run", "/var/spool", "/var/mail", "/var/lib/private"}) {
+  for (const char* folder :
+       {"/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/log", "/var/run", "/var/spool",
+        "/var/mail", "/var/lib/private", "/var/lib/distcc-cuda", "/var/lib/distcc-cuda-worker"}) {
     if (normal == folder || absl::StartsWith(normal, absl::StrCat(folder, "/"))) return true;
   }
+  // Tokens of common tools that keep them under ~/.config.
+  for (const char* tool :
+       {"/.config/gh/", "/.config/gcloud/", "/.config/hub", "/.config/distcc-cuda/"}) {
+    if (normal.find(tool) != std::string::npos) return true;
+  }
   for (absl::string_view part : absl::StrSplit(normal, '/')) {
-    for (const char* secret : {".ssh", ".gnupg", ".aws", ".kube", ".docker", ".netrc",
-                               ".git-credentials", ".pypirc", ".password-store"}) {
+    for (const char* secret : {".ssh",
+                               ".gnupg",
+                               ".aws",
+                               ".azure",
+                               ".kube",
+                               ".docker",
+                               ".netrc",
+                               ".git-credentials",
+                               ".pypirc",
+                               ".password-store",
+                               ".npmrc",
+                               ".pgpass",
+                               ".vault-token",
+                               ".bash_history",
+                               ".zsh_history",
+                               ".python_history",
+                               ".psql_history",
+                               ".mysql_history",
+                               "credentials",
+                               "credentials.json",
+                               "credentials.toml",
+                               "id_rsa",
+                               "id_ecdsa",
+                               "id_ed25519"}) {
       if (part == secret) return true;
     }
   }
@@ -178,9 +218,20 @@ std::string Resolve(const std::string& path, const PathPolicy& policy) {
   return (fs::path(root) / from_root).lexically_normal().string();
 }
 
+// Whether `path` is `folder` or lies below it.
 bool Under(const std::string& path, const std::string& folder) {
   std::string prefix = folder.back() == '/' ? folder : folder + "/";
   return path + "/" == prefix || absl::StartsWith(path, prefix);
+}
+
+// Whether `path` matches one of `prefixes`: one ending in '/' is a folder
+// (Under), another a plain string prefix ("/usr/local/cuda-" for every
+// versioned toolkit folder).
+bool UnderAny(const std::string& path, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) {
+    return !prefix.empty() &&
+           (prefix.back() == '/' ? Under(path, prefix) : absl::StartsWith(path, prefix));
+  });
 }
 
 }  // namespace
@@ -228,9 +279,8 @@ absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
       bool allowed = !resolved.empty() && !IsHostPrivatePath(resolved);
       if (allowed && path[0] == '/' && !policy.workspace_root.empty()) {
         // Known root: an absolute path must be inside it or a system folder.
-        allowed = Under(resolved, policy.workspace_root) ||
-                  std::any_of(policy.system_prefixes.begin(), policy.system_prefixes.end(),
-                              [&](const std::string& prefix) { return Under(resolved, prefix); });
+        allowed =
+            Under(resolved, policy.workspace_root) || UnderAny(resolved, policy.system_prefixes);
       }
       if (!allowed) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -294,6 +344,22 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
         .string();
   };
   std::string output = in_root(command.output);
+  // Where the unit's files land on a worker: never among the toolchain's.
+  std::vector<std::string> reserved = ToolchainFolders();
+  reserved.insert(reserved.end(), system_prefixes.begin(), system_prefixes.end());
+  auto reserved_place = [&](const std::string& relative) {
+    std::string absolute =
+        (std::filesystem::path(root.empty() ? "/" : root) / relative).lexically_normal().string();
+    return UnderAny(absolute, reserved) ? absolute : "";
+  };
+  for (const std::string& place : {cwd, output}) {
+    if (std::string at = reserved_place(place); !at.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", at,
+                       " is in the toolchain's own folders; a unit's working directory and "
+                       "output lie in its workspace"));
+    }
+  }
   std::set<std::string> inputs;
   for (const auto& input : unit.inputs()) {
     const std::string& path = input.path();
@@ -303,6 +369,12 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": input '", absl::CHexEscape(path),
                        "' is not a plain normalised path inside the workspace"));
+    }
+    if (std::string at = reserved_place(path); !at.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": input ", at,
+          " would lie among the toolchain's own files on the worker; the toolkit's and the "
+          "system's files are never inputs"));
     }
     if (!inputs.insert(path).second) {
       return absl::InvalidArgumentError(

@@ -68,6 +68,14 @@ struct PathPolicy {
 // above nvcc's bin/) if given; each ends with '/'.
 std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root = "");
 
+// The folders a worker takes from its own system, read-only, to compile
+// with: programs, libraries, headers and the toolkits (/usr/bin, /usr/lib,
+// /lib*, /usr/include, /usr/local/cuda*, ... and `toolkit_root` if given).
+// A unit's inputs, working directory and outputs never lie in them: an input
+// there would replace or add to the toolchain (a gcc, a libc, a specs file).
+// Entries ending in '/' are folders; "/usr/local/cuda-" is a string prefix.
+std::vector<std::string> ToolchainFolders(const std::string& toolkit_root = "");
+
 // True for an absolute path in the host's own configuration and state (/etc,
 // /proc, /sys, /dev, /boot, /run, /var/log...) or in a well-known credential
 // folder (.ssh, .gnupg, .aws, .kube, .docker): never an input of a compile.
@@ -86,7 +94,9 @@ absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
 // name), its workspace root (absolute, not host-private), its working
 // directory, its arguments (ValidateCompileArguments with the unit's root and
 // `system_prefixes`), its declared outputs (exactly the -o file, not an
-// input) and its inputs (relative, inside, unique, plain names).
+// input) and its inputs (relative, inside, unique, plain names). None of the
+// inputs, the working directory and the output may lie in ToolchainFolders()
+// or `system_prefixes`.
 // INVALID_ARGUMENT naming the unit and the offending path or argument.
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                                  const std::vector<std::string>& system_prefixes);

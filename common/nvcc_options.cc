@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/forwarded_flags.h"
+#include "common/status.h"
 
 namespace distcc_cuda {
 namespace {
@@ -171,7 +172,7 @@ absl::Status CheckWord(absl::string_view option, absl::string_view value) {
 
 absl::Status CheckOutputPath(absl::string_view option, absl::string_view value) {
   if (value.empty()) return Bad(option, value, "the output path is empty");
-  return CheckShellInert(value, absl::StrCat("nvcc option ", option));
+  return CheckNvccPath(option, value);
 }
 
 template <ForwardedTool kTool>
@@ -387,13 +388,24 @@ const std::map<std::string, const NvccOptionSpec*, std::less<>>& Table() {
 
 }  // namespace
 
+absl::Status CheckNvccPath(absl::string_view option, absl::string_view path) {
+  RETURN_IF_ERROR(CheckShellInert(path, absl::StrCat("nvcc option ", option, " path")));
+  // nvcc hands -isystem, -include and -o values to the host compiler as
+  // arguments of their own, and gcc reads any argument that starts with '@'
+  // as a file of more options (-wrapper, -B, ...). A path starting with '-'
+  // would be read as an option.
+  if (path.empty() || path[0] == '@' || path[0] == '-') {
+    return Bad(option, path,
+               "a path must not be empty or start with '@' or '-' (the host compiler would "
+               "read it as a response file or an option); write ./PATH");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNvccPathList(absl::string_view option, absl::string_view value) {
   for (const std::string& path : SplitNvccList(value)) {
     if (path.empty()) return Bad(option, value, "a path is empty");
-    if (absl::Status inert = CheckShellInert(path, absl::StrCat("nvcc option ", option, " path"));
-        !inert.ok()) {
-      return inert;
-    }
+    RETURN_IF_ERROR(CheckNvccPath(option, path));
   }
   return absl::OkStatus();
 }

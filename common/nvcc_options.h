@@ -46,7 +46,10 @@ const NvccOptionSpec* FindNvccOption(absl::string_view name);
 // "-I"), or nullptr. Only options with allows_joined qualify.
 const NvccOptionSpec* FindJoinedNvccOption(absl::string_view argument, std::string* name);
 
-// The form checks the table uses, for callers that build arguments.
+// The form checks the table uses, for callers that build arguments. A path
+// is shell-inert and does not start with '@' or '-'; a list is split at
+// unescaped commas, each piece a path.
+absl::Status CheckNvccPath(absl::string_view option, absl::string_view path);
 absl::Status CheckNvccPathList(absl::string_view option, absl::string_view value);
 absl::Status CheckNvccDefinitions(absl::string_view option, absl::string_view value);
 

@@ -55,35 +55,42 @@ std::set<std::string> Entries(const std::string& folder) {
 // Emits the mounts for `dest` inside the sandbox, where the system offers
 // `sys` (a path on this machine, or "") and the input tree `in` ("" if none),
 // with `node` the planned paths at or below `dest`.
-void Plan(const std::string& dest, const std::string& sys, const std::string& in,
-          const MountTrie* node, const std::string& tree, std::vector<std::string>& out) {
+absl::Status Plan(const std::string& dest, const std::string& sys, const std::string& in,
+                  const MountTrie* node, const std::string& tree, std::vector<std::string>& out) {
   struct stat sys_info, in_info;
   bool has_sys = !sys.empty() && lstat(sys.c_str(), &sys_info) == 0;
   bool has_in = !in.empty() && lstat(in.c_str(), &in_info) == 0;
   bool deeper = node != nullptr && !node->children.empty();
   bool root = dest == "/";
-  if (!root && has_in && !S_ISDIR(in_info.st_mode)) {
-    out.insert(out.end(), {"--bind", in, dest});  // an input file wins
-    return;
+  if (has_sys && has_in) {
+    // The inputs never replace or add to the toolchain's files: a gcc, a
+    // libc or a specs file of the submitter's would run as the compile.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the unit's files would lie among the system's at ", dest,
+        "; inputs, working directory and outputs never lie in the toolchain's folders"));
   }
   if (!root && !deeper && !has_in) {
-    if (!has_sys) return;  // a system path this machine lacks
+    if (!has_sys) return absl::OkStatus();  // a system path this machine lacks
     if (S_ISLNK(sys_info.st_mode)) {
       std::error_code error;
       fs::path target = fs::read_symlink(sys, error);
       if (!error) out.insert(out.end(), {"--symlink", target.string(), dest});
-      return;
+      return absl::OkStatus();
     }
     out.insert(out.end(), {"--ro-bind", sys, dest});
-    return;
+    return absl::OkStatus();
   }
-  if (!root && !deeper && (!has_sys || !S_ISDIR(sys_info.st_mode))) {
+  if (!root && !deeper && !has_sys) {
     out.insert(out.end(), {"--bind", in, dest});
-    return;
+    return absl::OkStatus();
   }
-  // Both offer something here, or planned paths lie below: a folder of the
-  // sandbox's own, filled entry by entry. A system symlink or file loses to
-  // input folders.
+  if (!root && has_in && !S_ISDIR(in_info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the unit's file ", dest, " lies where system folders are planned"));
+  }
+  // System paths lie below: a folder of the sandbox's own, filled entry by
+  // entry (only the ancestors of system paths are merged, never the system
+  // paths themselves).
   bool sys_dir = has_sys && S_ISDIR(sys_info.st_mode);
   bool in_dir = has_in && S_ISDIR(in_info.st_mode);
   if (!root) out.insert(out.end(), {"--dir", dest});
@@ -107,8 +114,9 @@ void Plan(const std::string& dest, const std::string& sys, const std::string& in
     // Only what was planned: a system folder's other entries come along
     // only inside a system path, an input folder's inside the input tree.
     if (child_sys.empty() && child_in.empty() && child == nullptr) continue;
-    Plan(child_dest, child_sys, child_in, child, tree, out);
+    RETURN_IF_ERROR(Plan(child_dest, child_sys, child_in, child, tree, out));
   }
+  return absl::OkStatus();
 }
 
 bool Normalised(const std::string& path) {
@@ -156,7 +164,8 @@ absl::StatusOr<std::vector<std::string>> SandboxMountArguments(
   for (const std::string& path : system_paths) Insert(trie, path)->system = true;
   Insert(trie, task.workspace_root)->input = true;
   std::vector<std::string> out = {"--proc", "/proc", "--dev", "/dev"};
-  Plan("/", "", task.workspace_root == "/" ? task.tree : "", &trie, task.tree, out);
+  RETURN_IF_ERROR(
+      Plan("/", "", task.workspace_root == "/" ? task.tree : "", &trie, task.tree, out));
   out.insert(out.end(), {"--bind", task.temp, kSandboxTemp, "--remount-ro", "/", "--chdir",
                          task.working_directory});
   return out;
@@ -309,7 +318,8 @@ absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile,
   wrapped.argv.insert(wrapped.argv.end(), mounts.begin(), mounts.end());
   wrapped.argv.push_back("--");
   wrapped.argv.insert(wrapped.argv.end(), compile.argv.begin(), compile.argv.end());
-  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  // Not /usr/local/bin: a workspace may lie there.
+  std::string path = "/usr/bin:/bin";
   if (!options_.toolkit_root.empty()) path = absl::StrCat(options_.toolkit_root, "/bin:", path);
   wrapped.inherit_environment = false;
   wrapped.environment = {

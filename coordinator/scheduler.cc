@@ -40,6 +40,9 @@ namespace {
 constexpr int kMaxSlots = 4096;
 constexpr int64_t kMaxCapBytes = int64_t{1} << 50;  // 1 PiB
 constexpr size_t kMaxDescription = 512;
+// Workers one certificate may have registered at once (a Compose deployment
+// shares one worker certificate among its scaled workers).
+constexpr int kMaxWorkersPerPeer = 1024;
 
 bool Printable(const std::string& text, size_t limit) {
   return text.size() <= limit && std::all_of(text.begin(), text.end(), [](char c) {
@@ -104,6 +107,14 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
     }
   }
   absl::MutexLock lock(&mu_);
+  int of_peer = 0;
+  for (const auto& [other_id, other] : workers_) of_peer += other.peer.name == peer.name;
+  if (of_peer >= kMaxWorkersPerPeer) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(peer.name, " has ", of_peer,
+                     " workers registered, the most one certificate may have; "
+                     "give each machine's worker a certificate of its own"));
+  }
   std::string id = NewId('w', epoch_);
   WorkerState state;
   state.info = request;
@@ -124,6 +135,11 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
   {
     LockedSection lock(&mu_, deferred);
     ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer));
+    if (request.running_task_ids_size() > 2 * worker->info.slots() + 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a heartbeat lists ", request.running_task_ids_size(), " running tasks for ",
+                       worker->info.slots(), " slots"));
+    }
     worker->last_heartbeat = now;
     std::set<std::string> running(request.running_task_ids().begin(),
                                   request.running_task_ids().end());

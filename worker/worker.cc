@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/digest.h"
@@ -397,6 +399,13 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     cleanup();
     return FailedToStart(absl::StrCat("memory cap: ", usage.status().message()));
   }
+  if (sandbox_ != nullptr && run->exit_code == 1 && absl::StartsWith(run->stderr_text, "bwrap: ")) {
+    // bwrap could not build the sandbox: nvcc never ran. Not a compile
+    // error: the unit is re-queued (and fails after a few such losses).
+    cleanup();
+    return FailedToStart(absl::StrCat("the sandbox could not be built: ",
+                                      absl::StripAsciiWhitespace(run->stderr_text)));
+  }
   v1::TaskResult result;
   result.set_outcome(run->timed_out ? v1::TASK_TIMED_OUT : v1::TASK_COMPLETED);
   result.set_exit_code(run->exit_code);
@@ -426,16 +435,31 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     result.set_error_message(DescribeTermination(*run));
   } else {
     std::vector<BlobSource> uploads;
-    for (const std::string& output : unit.output_paths()) {
-      std::string path = cwd + "/" + output;
-      // A regular file the compile wrote, not a link it planted to make the
-      // worker upload something else.
-      absl::StatusOr<Digest> digest =
-          IsRegularFile(path) && !IsSymlink(path) ? DigestOfFile(path) : absl::NotFoundError(path);
+    // Read back from the task's tree without following any link: the
+    // compile may have rearranged its own tree (as the sandbox user) to
+    // point an output's folder at a file of this machine. The copies live
+    // where the compile never could reach.
+    const std::string collected = *task_dir + "/outputs";
+    absl::Status made = MakeDirectories(collected);
+    if (made.ok() && chmod(collected.c_str(), 0700) != 0) {
+      made = absl::ErrnoToStatus(errno, "cannot make the outputs folder private");
+    }
+    for (size_t i = 0; made.ok() && i < static_cast<size_t>(unit.output_paths_size()); ++i) {
+      const std::string& output = unit.output_paths(i);
+      std::string relative = std::filesystem::path(unit.working_directory().empty()
+                                                       ? output
+                                                       : unit.working_directory() + "/" + output)
+                                 .lexically_normal()
+                                 .string();
+      std::string path = absl::StrCat(collected, "/", i);
+      absl::Status copied = CopyFileBeneath(tree, relative, path);
+      absl::StatusOr<Digest> digest = copied.ok() ? DigestOfFile(path) : copied;
       if (!digest.ok()) {
         result.set_exit_code(-1);
         result.set_outcome(v1::TASK_COMPLETED);
-        result.set_error_message(absl::StrCat("nvcc exited 0 but did not write ", output));
+        result.set_error_message(
+            absl::StrCat("nvcc exited 0 but its output ", output,
+                         " is not a file the compile wrote: ", digest.status().message()));
         cleanup();
         return result;
       }
@@ -443,6 +467,10 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
       out->set_path(output);
       *out->mutable_digest() = ToProto(*digest);
       uploads.push_back(BlobSource{*digest, path, ""});
+    }
+    if (!made.ok()) {
+      cleanup();
+      return FailedToStart(std::string(made.message()));
     }
     absl::StatusOr<int> uploaded = cas_client_->UploadMissing(uploads);
     if (!uploaded.ok()) {

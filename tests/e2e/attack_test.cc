@@ -89,6 +89,12 @@ class AttackTest : public ::testing::Test {
     ASSERT_TRUE(
         WriteFileAtomically(proj_ + "/a.cu", "__global__ void k(float* x) { *x = 1; }\n").ok());
     ASSERT_TRUE(WriteFileAtomically(proj_ + "/a.h", "#define A 1\n").ok());
+    // A file of options for gcc to read, were a path of its name to start
+    // with '@' (the review's bypass).
+    ASSERT_TRUE(WriteFileAtomically(
+                    proj_ + "/inc/a.rsp",
+                    absl::StrCat("inc -wrapper /bin/sh,-c,touch\\ ", Pwned("response-file"), "\n"))
+                    .ok());
     // A "compiler" an attacker would like to have run: it leaves a mark.
     ASSERT_TRUE(WriteFileAtomically(root_ + "/evil/cc1plus",
                                     absl::StrCat("#!/bin/sh\ntouch ", Pwned("evil-tool"), "\n"))
@@ -183,7 +189,8 @@ class AttackTest : public ::testing::Test {
       return nullptr;
     }
   };
-  RawBuild RawSubmit(v1::CompileUnit unit, const std::map<std::string, std::string>& inputs) {
+  RawBuild RawSubmit(v1::CompileUnit unit, const std::map<std::string, std::string>& inputs,
+                     const std::string& workspace_root = "") {
     RawBuild raw;
     auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     CasClient cas(v1::ContentStore::NewStub(channel));
@@ -202,7 +209,7 @@ class AttackTest : public ::testing::Test {
     }
     v1::SubmitBuildRequest request;
     request.set_build_name("attack");
-    request.set_workspace_root(proj_);
+    request.set_workspace_root(workspace_root.empty() ? proj_ : workspace_root);
     absl::StatusOr<v1::ToolchainFingerprint> toolchain = ComputeToolchainFingerprint(nvcc_);
     EXPECT_TRUE(toolchain.ok());
     *request.mutable_toolchain() = *toolchain;
@@ -318,6 +325,16 @@ INSTANTIATE_TEST_SUITE_P(
                      return {"-I/etc", "-include", "/etc/shadow"};
                    }),
                    "private folder of this machine"},
+        ClientCase{"isystem-response-file",
+                   Args([](const std::string&) -> std::vector<std::string> {
+                     return {"-isystem", "@inc/a.rsp"};
+                   }),
+                   "start with '@'"},
+        ClientCase{"include-response-file",
+                   Args([](const std::string&) -> std::vector<std::string> {
+                     return {"-include", "@inc/a.rsp"};
+                   }),
+                   "start with '@'"},
         ClientCase{"dotdot-include", Args([](const std::string&) -> std::vector<std::string> {
                      return {"-I../../../../../../../../etc"};
                    }),
@@ -368,6 +385,9 @@ TEST_F(AttackTest, CoordinatorRefusesWhatTheClientChecksWouldHave) {
       // The report's second store attack: an output that names an input.
       {Unit("output-is-input", {}, "a.cu", "a.h"), "also one of its inputs"},
       {Unit("two-actions", {"-ptx"}), "exactly one thing"},
+      // gcc reads '@file' arguments as options (-wrapper ...).
+      {Unit("isystem-rsp", {"-isystem", "@inc/a.rsp"}), "start with '@'"},
+      {Unit("output-rsp", {}, "a.cu", "@inc/o.rsp"), "start with '@'"},
       {Unit("../escape", {}), "not a plain name"},
   };
   for (Case& c : cases) {
@@ -378,6 +398,17 @@ TEST_F(AttackTest, CoordinatorRefusesWhatTheClientChecksWouldHave) {
         << name << ": " << raw.Output();
     EXPECT_THAT(raw.status.message(), HasSubstr(c.message_has)) << name;
     EXPECT_EQ(raw.Result(), nullptr) << name << ": a unit ran";
+    ExpectNothingEscaped("raw", raw.Output());
+  }
+  // Inputs laid over the toolchain: a root at a system folder, or an input
+  // at a system program's path, would be the compile's gcc.
+  for (const auto& [root, path] : std::vector<std::pair<std::string, std::string>>{
+           {"/usr/bin", "gcc"}, {"/", "usr/bin/gcc"}, {"/usr/local/cuda/bin", "cicc"}}) {
+    v1::CompileUnit unit = Unit("shadow-toolchain", {});
+    RawBuild raw =
+        RawSubmit(unit, {{"a.cu", "int a;\n"}, {path, "#!/bin/sh\ntouch " + pwned}}, root);
+    EXPECT_EQ(raw.status.code(), absl::StatusCode::kInvalidArgument) << root << " " << path;
+    EXPECT_THAT(raw.status.message(), HasSubstr("toolchain")) << root << " " << path;
     ExpectNothingEscaped("raw", raw.Output());
   }
   // Inputs that climb out or sit in the host's private folders.
@@ -556,6 +587,80 @@ TEST(HostileCoordinatorTest, WorkerRejectsHostileTasksBeforeAnythingRuns) {
     EXPECT_EQ(result->outcome(), v1::TASK_REJECTED) << result->DebugString();
     EXPECT_THAT(result->error_message(), HasSubstr(c.message_has));
     EXPECT_FALSE(fs::exists(pwned));
+  }
+}
+
+// --- a compile that rearranges its own tree --------------------------------
+
+// The review's escape: the compile (here a hostile "nvcc", standing for any
+// code that gets to run inside the sandbox) replaces its output's folder by
+// a link to a root-only folder of the worker, hoping the worker, as root,
+// uploads the file it finds there. The worker reads outputs following no
+// link.
+TEST(PlantedLinkTest, WorkerDoesNotFollowALinkTheCompilePlanted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: the sandbox runs as nobody, the worker as root";
+  if (access("/usr/bin/bwrap", X_OK) != 0) GTEST_SKIP() << "needs bubblewrap";
+  std::string root = testing::NewTempDir("planted-");
+  std::string token = RandomToken();
+  ASSERT_TRUE(WriteFileAtomically(root + "/secret/token.txt", token).ok());
+  ASSERT_EQ(chmod((root + "/secret").c_str(), 0700), 0);
+  ASSERT_EQ(chmod((root + "/secret/token.txt").c_str(), 0600), 0);
+  std::string nvcc = testing::FakeNvccWithRelease(root + "/toolkit", "13.0");
+  ASSERT_TRUE(
+      WriteFileAtomically(
+          nvcc, absl::StrCat("#!/bin/sh\n"
+                             "case \"$*\" in *--version*) exec \"$(dirname \"$0\")/fake_nvcc\" "
+                             "\"$@\";; esac\n"
+                             "echo planted > sub/token.txt\n"
+                             "mv sub sub.real && ln -s ",
+                             root, "/secret sub\nexit 0\n"))
+          .ok());
+  ASSERT_EQ(chmod(nvcc.c_str(), 0755), 0);
+
+  coordinator::CoordinatorOptions options;
+  options.state_dir = root + "/coordinator";
+  absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> coordinator =
+      coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  worker::WorkerOptions worker_options;
+  worker_options.coordinator_address = (*coordinator)->address();
+  worker_options.name = "victim";
+  worker_options.memory_cap_bytes = int64_t{1} << 30;
+  worker_options.nvcc_path = nvcc;
+  worker_options.work_dir = root + "/worker";
+  absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(worker_options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+
+  auto channel = grpc::CreateChannel((*coordinator)->address(), grpc::InsecureChannelCredentials());
+  CasClient cas(v1::ContentStore::NewStub(channel));
+  ASSERT_TRUE(cas.UploadMissing({{DigestOf("int a;\n"), "", "int a;\n"}}).ok());
+  v1::SubmitBuildRequest request;
+  request.set_workspace_root(root + "/proj");
+  *request.mutable_toolchain() = *ComputeToolchainFingerprint(nvcc);
+  v1::CompileUnit* unit = request.add_units();
+  unit->set_name("planter");
+  for (const char* argument : {"-c", "a.cu", "-o", "sub/token.txt"}) unit->add_arguments(argument);
+  unit->add_output_paths("sub/token.txt");
+  auto* input = unit->add_inputs();
+  input->set_path("a.cu");
+  *input->mutable_digest() = ToProto(DigestOf("int a;\n"));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
+  auto reader = v1::BuildService::NewStub(channel)->SubmitBuild(&context, request);
+  v1::BuildEvent event;
+  std::string seen;
+  std::optional<v1::TaskResult> result;
+  while (reader->Read(&event)) {
+    absl::StrAppend(&seen, event.DebugString());
+    if (event.has_unit_finished()) result = event.unit_finished().result();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(result.has_value()) << seen;
+  EXPECT_NE(result->exit_code(), 0) << seen;
+  EXPECT_THAT(result->error_message(), HasSubstr("is not a file the compile wrote"));
+  EXPECT_THAT(seen, Not(HasSubstr(token)));
+  for (const std::string& content : FilesBelow(root + "/coordinator/cas")) {
+    EXPECT_THAT(content, Not(HasSubstr(token))) << "the worker uploaded its secret";
   }
 }
 

@@ -421,6 +421,42 @@ INSTANTIATE_TEST_SUITE_P(
                     "-ccbin"}),
     [](const ::testing::TestParamInfo<SandboxCase>& info) { return info.param.name; });
 
+// A unit's files never land among the toolchain's on a worker: an input
+// named usr/bin/gcc under the root "/", or a root of /usr/bin, would be the
+// compile's gcc. Beside them (pip's /usr/local/lib) is fine.
+TEST(ValidateCompileUnitTest, FilesAmongTheToolchainsAreRefused) {
+  auto unit = [](const std::string& root, const std::string& cwd,
+                 const std::vector<std::string>& inputs) {
+    v1::CompileUnit unit;
+    unit.set_name("u");
+    unit.set_workspace_root(root);
+    unit.set_working_directory(cwd);
+    for (const char* argument : {"-c", "a.cu", "-o", "a.o"}) unit.add_arguments(argument);
+    unit.add_output_paths("a.o");
+    for (const std::string& path : inputs) unit.add_inputs()->set_path(path);
+    return unit;
+  };
+  struct Case {
+    v1::CompileUnit unit;
+    bool ok;
+  };
+  for (const Case& c : std::vector<Case>{
+           {unit("/", "work", {"work/a.cu", "usr/bin/gcc"}), false},
+           {unit("/usr/bin", "", {"a.cu"}), false},
+           {unit("/", "usr/lib/x", {"usr/lib/x/a.cu"}), false},
+           {unit("/usr/local/cuda-13.0", "", {"a.cu"}), false},
+           {unit("/opt/cuda-12.8", "", {"a.cu"}), false},  // the worker's own toolkit
+           {unit("/", "lib64", {"lib64/a.cu"}), false},
+           {unit("/usr/local/lib/python3.11/site-packages", "", {"a.cu", "torch/include/t.h"}),
+            true},
+           {unit("/", "work", {"work/a.cu", "root/.pyenv/include/p.h"}), true},
+       }) {
+    absl::Status status = ValidateCompileUnit(c.unit, SystemIncludePrefixes("/opt/cuda-12.8"));
+    EXPECT_EQ(status.ok(), c.ok) << c.unit.workspace_root() << " " << c.unit.working_directory()
+                                 << ": " << status;
+  }
+}
+
 TEST(IsHostPrivatePathTest, HostStateAndCredentialsButNotSourceTrees) {
   for (const char* path : {"/etc", "/etc/shadow", "/proc/self/environ", "/sys/kernel", "/dev/sda",
                            "/run/secrets/x", "/var/log/syslog", "/home/me/.ssh/id_rsa",

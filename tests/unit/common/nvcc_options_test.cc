@@ -240,8 +240,22 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"ThreadsNotANumber", {"--threads", "4;id"}, "whole number"},
         Refusal{"GencodeJunk", {"-gencode", "arch=compute_90,code=sm_90;id"}, "-gencode"},
         Refusal{"StdJunk", {"-std=c++17 -B/x"}, "C++ standard"},
-        Refusal{"SourceWithSemicolon", {"b;id.cu"}, "';'"}),
+        Refusal{"SourceWithSemicolon", {"b;id.cu"}, "';'"},
+        // The review's bypass: gcc reads an argument starting with '@' as a
+        // file of options (-wrapper ...), and nvcc hands these on alone.
+        Refusal{"IsystemResponseFile", {"-isystem", "@inc/a.rsp"}, "start with '@'"},
+        Refusal{"IsystemJoinedResponseFile", {"-isystem@inc/a.rsp"}, "start with '@'"},
+        Refusal{"PreIncludeResponseFile", {"-include", "@inc/a.rsp"}, "start with '@'"},
+        Refusal{"IncludeListResponseFile", {"-Iinc,@inc/a.rsp"}, "start with '@'"},
+        Refusal{"PathThatIsAnOption", {"-isystem", "-fplugin=/x.so"}, "start with '@' or '-'"}),
     [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
+
+TEST(RefusedArgumentTest, OutputThatGccWouldReadAsOptionsIsRefused) {
+  for (const char* output : {"@o.rsp", "-wrapper"}) {
+    absl::Status status = ValidateCompileArguments({"-c", "a.cu", "-o", output}, {});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << output;
+  }
+}
 
 TEST(ForbiddenOptionTest, LocalOnlyOptionsAreMarkedForTheLauncher) {
   for (const char* name : {"-shared", "--version", "-E", "-dlink", "-lib", "--dryrun"}) {

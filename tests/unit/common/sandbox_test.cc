@@ -64,50 +64,61 @@ TEST(SandboxMountArgumentsTest, TreeAtTheRootSystemPathsReadOnlyTempUnderRun) {
   }
 }
 
-// A workspace under a system folder (torch's headers installed by pip into
-// /usr/local/lib): the system folder is rebuilt entry by entry around it.
-TEST(SandboxMountArgumentsTest, WorkspaceInsideASystemFolderIsMergedEntryByEntry) {
+// torch's headers installed by pip into /usr/local/lib/python3.X: the
+// workspace lies beside the system's folders, whose common ancestors are
+// rebuilt entry by entry around it.
+TEST(SandboxMountArgumentsTest, WorkspaceBesideSystemFoldersIsMergedAtTheirAncestors) {
   std::string dir = testing::NewTempDir("mounts-");
-  std::string sys = dir + "/usr";
-  Touch(sys + "/bin/gcc");
-  Touch(sys + "/local/cuda/bin/nvcc");
-  Touch(sys + "/local/lib/other.so");
+  std::string usr = dir + "/usr";
+  Touch(usr + "/bin/gcc");
+  Touch(usr + "/local/cuda/bin/nvcc");
   Touch(dir + "/tree/torch/include/t.h");
   absl::StatusOr<std::vector<std::string>> args = SandboxMountArguments(
-      {sys},
-      SandboxTask{dir + "/tree", sys + "/local/lib/py", dir + "/tmp", sys + "/local/lib/py"});
+      {usr + "/bin", usr + "/local/cuda"},
+      SandboxTask{dir + "/tree", usr + "/local/lib/py", dir + "/tmp", usr + "/local/lib/py"});
   ASSERT_TRUE(args.ok()) << args.status();
   std::string lines = Lines(*args);
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--dir ", sys, "\n")));
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--ro-bind ", sys, "/bin ", sys, "/bin\n")));
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--dir ", sys, "/local\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--ro-bind ", usr, "/bin ", usr, "/bin\n")));
   EXPECT_THAT(lines,
-              HasSubstr(absl::StrCat("--ro-bind ", sys, "/local/cuda ", sys, "/local/cuda\n")));
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--dir ", sys, "/local/lib\n")));
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--ro-bind ", sys, "/local/lib/other.so ", sys,
-                                            "/local/lib/other.so\n")));
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree ", sys, "/local/lib/py\n")));
-  EXPECT_THAT(lines, Not(HasSubstr(absl::StrCat("--ro-bind ", sys, " "))));
+              HasSubstr(absl::StrCat("--ro-bind ", usr, "/local/cuda ", usr, "/local/cuda\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree ", usr, "/local/lib/py\n")));
 }
 
-// flash-attention next to torch in ~/.pyenv: the common root is "/". Input
-// files win over a system file at the same path.
-TEST(SandboxMountArgumentsTest, RootWorkspaceBindsEachTopFolderAndInputsWin) {
+// The review's attack: a workspace root at a system folder, or an input at a
+// system file's path, would run the submitter's gcc inside the sandbox. The
+// plan refuses (ValidateCompileUnit refuses such units before that).
+TEST(SandboxMountArgumentsTest, InputsNeverReplaceOrJoinTheSystemsFiles) {
   std::string dir = testing::NewTempDir("mounts-");
   std::string sys = dir + "/sys";
-  Touch(sys + "/include/a.h");
+  Touch(sys + "/bin/gcc");
+  Touch(dir + "/tree" + sys + "/bin/gcc");
+  Touch(dir + "/over/gcc");
+  Touch(dir + "/beside/bin/tool");  // a folder of the system's name, to join it
+  for (const SandboxTask& task :
+       {SandboxTask{dir + "/tree", "/", dir + "/tmp", "/"},
+        SandboxTask{dir + "/over", sys + "/bin", dir + "/tmp", sys + "/bin"},
+        SandboxTask{dir + "/beside", sys, dir + "/tmp", sys}}) {
+    absl::StatusOr<std::vector<std::string>> args = SandboxMountArguments({sys + "/bin"}, task);
+    EXPECT_EQ(args.status().code(), absl::StatusCode::kInvalidArgument)
+        << task.workspace_root << ": " << (args.ok() ? Lines(*args) : "");
+  }
+}
+
+// flash-attention next to torch in ~/.pyenv: the common root is "/", and
+// each of the tree's top folders is bound at its own path.
+TEST(SandboxMountArgumentsTest, RootWorkspaceBindsEachTopFolder) {
+  std::string dir = testing::NewTempDir("mounts-");
+  std::string sys = dir + "/sys";
   Touch(sys + "/include/b.h");
   Touch(dir + "/tree/work/fa/x.cu");
-  Touch(dir + "/tree" + sys + "/include/a.h");
+  Touch(dir + "/tree/root/.pyenv/torch.h");
   absl::StatusOr<std::vector<std::string>> args =
       SandboxMountArguments({sys}, SandboxTask{dir + "/tree", "/", dir + "/tmp", "/work/fa"});
   ASSERT_TRUE(args.ok()) << args.status();
   std::string lines = Lines(*args);
   EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree/work /work\n")));
-  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree", sys, "/include/a.h ", sys,
-                                            "/include/a.h\n")));
-  EXPECT_THAT(lines,
-              HasSubstr(absl::StrCat("--ro-bind ", sys, "/include/b.h ", sys, "/include/b.h\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--bind ", dir, "/tree/root /root\n")));
+  EXPECT_THAT(lines, HasSubstr(absl::StrCat("--ro-bind ", sys, " ", sys, "\n")));
   EXPECT_THAT(lines, Not(HasSubstr(absl::StrCat(dir, "/tree /\n"))))
       << "nothing is mounted over the root itself";
 }
@@ -254,6 +265,34 @@ TEST(SandboxCreateTest, AnUnreachableTaskFolderIsRefusedNamingIt) {
       Sandbox::Create(SandboxOptions{}, "/bin/true", {dir + "/private/tasks"});
   ASSERT_FALSE(sandbox.ok());
   EXPECT_THAT(sandbox.status().message(), HasSubstr(dir + "/private is not searchable"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda
+
+namespace distcc_cuda {
+namespace {
+
+// What a compile leaves in its tree is read back without following a link:
+// the review's attack renamed an output's folder and put a link to a root-only
+// folder in its place.
+TEST(CopyFileBeneathTest, FollowsNoLinkAnywhereOnThePath) {
+  std::string dir = testing::NewTempDir("beneath-");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/secret/token.txt", "TOP-SECRET").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/tree/ok/a.o", "object").ok());
+  fs::create_symlink(dir + "/secret", dir + "/tree/sub");
+  fs::create_symlink(dir + "/secret/token.txt", dir + "/tree/ok/link.o");
+  EXPECT_TRUE(CopyFileBeneath(dir + "/tree", "ok/a.o", dir + "/copy1").ok());
+  EXPECT_EQ(*ReadFile(dir + "/copy1"), "object");
+  for (const char* relative : {"sub/token.txt", "ok/link.o"}) {
+    absl::Status status = CopyFileBeneath(dir + "/tree", relative, dir + "/copy2");
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << relative << ": " << status;
+    EXPECT_FALSE(fs::exists(dir + "/copy2")) << relative;
+  }
+  EXPECT_EQ(CopyFileBeneath(dir + "/tree", "ok/missing.o", dir + "/copy3").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(CopyFileBeneath(dir + "/tree", "../secret/token.txt", dir + "/copy4").ok());
+  EXPECT_FALSE(CopyFileBeneath(dir + "/tree", "ok", dir + "/copy5").ok()) << "a folder";
 }
 
 }  // namespace
