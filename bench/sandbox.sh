@@ -28,7 +28,7 @@ build() {
   [[ $mode == plain ]] && extra=(--insecure-no-sandbox)
   build/bin/distcc-cuda-coordinator --listen 127.0.0.1:0 --state-dir "$dir/c" >"$dir/c.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do grep -q '^listening on' "$dir/c.log" && break; sleep 0.1; done
+  for _ in $(seq 100); do grep -q '^listening on' "$dir/c.log" 2>/dev/null && break; sleep 0.1; done
   address=$(sed -n 's/^listening on //p' "$dir/c.log")
   for name in a b; do
     build/bin/distcc-cuda-worker --coordinator "$address" --name "$name" --slots 1 \
@@ -36,7 +36,7 @@ build() {
     pids+=($!)
   done
   for name in a b; do
-    for _ in $(seq 600); do grep -q registered "$dir/$name.log" && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q registered "$dir/$name.log" 2>/dev/null && break; sleep 0.1; done
   done
   local start end
   start=$(date +%s.%N)
