@@ -405,18 +405,17 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                                           : std::optional<TlsMaterial>(embedded->client_tls()));
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(options.connect_timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the coordinator at ", address, " within ",
-                     absl::FormatDuration(options.connect_timeout),
-                     "; check the address and that distcc-cuda-coordinator is running, or "
-                     "leave out --coordinator to build on this machine",
-                     embedded != nullptr ? ""
-                     : options.tls
-                         ? " (a TLS handshake that fails looks the same: check that the "
-                           "coordinator's certificate names this address and comes from the CA in "
-                           "--tls-ca)"
-                         : " (a coordinator that requires certificates looks the same: pass "
-                           "--tls-ca, --tls-cert and --tls-key)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", address, " within ",
+        absl::FormatDuration(options.connect_timeout),
+        "; check the address and that distcc-cuda-coordinator is running, or "
+        "leave out --coordinator to build on this machine",
+        embedded != nullptr ? ""
+        : options.tls       ? " (a TLS handshake that fails looks the same: check that the "
+                              "coordinator's certificate names this address and comes from the CA in "
+                              "--tls-ca)"
+                            : " (a coordinator that requires certificates looks the same: pass "
+                              "--tls-ca, --tls-cert and --tls-key)"));
   }
 
   absl::Time scan_start = absl::Now();

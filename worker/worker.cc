@@ -111,17 +111,16 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   RETURN_IF_ERROR(MakeDirectories(worker->tasks_dir_));
   worker->channel_ = OpenChannel(options.coordinator_address, options.tls);
   if (!worker->channel_->WaitForConnected(DeadlineIn(options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ",
-                                               options.coordinator_address, " within ",
-                                               absl::FormatDuration(options.connect_timeout),
-                                               "; is distcc-cuda-coordinator running there?",
-                                               options.tls
-                                                   ? " (a TLS handshake that fails looks the "
-                                                     "same: check that its certificate names "
-                                                     "that address and comes from --tls-ca)"
-                                                   : " (one that requires certificates looks "
-                                                     "the same: pass --tls-ca, --tls-cert and "
-                                                     "--tls-key)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the coordinator at ", options.coordinator_address, " within ",
+                     absl::FormatDuration(options.connect_timeout),
+                     "; is distcc-cuda-coordinator running there?",
+                     options.tls ? " (a TLS handshake that fails looks the "
+                                   "same: check that its certificate names "
+                                   "that address and comes from --tls-ca)"
+                                 : " (one that requires certificates looks "
+                                   "the same: pass --tls-ca, --tls-cert and "
+                                   "--tls-key)"));
   }
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
