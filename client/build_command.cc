@@ -19,6 +19,7 @@
 #include "client/kernel_manifest.h"
 #include "common/byte_size.h"
 #include "common/cas_client.h"
+#include "common/compile_identity.h"
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "common/forwarded_flags.h"
@@ -365,6 +366,18 @@ absl::Status MergePartObjects(const std::string& whole, const PartObjects& parts
     names.push_back(it->second);
   }
   ASSIGN_OR_RETURN(std::string merged, MergeArchitectureParts(bytes, names));
+  // Parts compiled under different process ids name their internal device
+  // entities differently: such an object would link and then fail on a GPU
+  // that compiles the PTX. Never link it.
+  absl::Status one_identity = CheckOneCompileIdentity(merged, absl::StrCat("unit ", whole));
+  if (!one_identity.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        one_identity.message(),
+        ". Its targets were compiled as units of their own by workers that gave nvcc different "
+        "process ids or file times (workers neither sandboxed nor root, or of an older "
+        "distcc-cuda); build it with --split-architectures never, or update and sandbox the "
+        "workers"));
+  }
   return WriteFileAtomically(object, merged);
 }
 

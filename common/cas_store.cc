@@ -203,6 +203,10 @@ absl::Status CasStore::Materialize(const Digest& digest, const std::string& dest
     fs::permissions(target, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                     fs::perm_options::add, error);
   }
+  const struct timespec times[2] = {{kMaterializedMtime, 0}, {kMaterializedMtime, 0}};
+  if (utimensat(AT_FDCWD, destination.c_str(), times, 0) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot set the time of ", destination));
+  }
   return absl::OkStatus();
 }
 

@@ -12,6 +12,13 @@
 
 namespace distcc_cuda {
 
+// The modification time (2000-01-01 00:00:00 UTC) of every file a store
+// materializes. nvcc hashes the source's modification time into the names of
+// internal device entities when it also names them after its process id
+// (see common/compile_identity.h): the parts of a split unit, compiled on
+// several workers at several times, must see the same one.
+inline constexpr int64_t kMaterializedMtime = 946684800;
+
 class CasStore;
 
 // A blob being written in order, chunk by chunk, into a temporary file; it
@@ -69,8 +76,8 @@ class CasStore {
   // Returns the blob's bytes. NOT_FOUND if absent. For small blobs only.
   absl::StatusOr<std::string> Get(const Digest& digest) const;
   // Places a copy of the blob at `destination` (read-only; never a hard
-  // link, so nothing done to it reaches the store), creating parent folders.
-  // NOT_FOUND if absent.
+  // link, so nothing done to it reaches the store), creating parent folders,
+  // modified at kMaterializedMtime. NOT_FOUND if absent.
   absl::Status Materialize(const Digest& digest, const std::string& destination,
                            bool executable) const;
 

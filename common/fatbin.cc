@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -378,7 +379,6 @@ absl::StatusOr<std::string> MergeArchitectureParts(const std::vector<std::string
                      parts.size(), " parts and ", names.size(), " names"));
   }
   std::string entries;
-  uint64_t host_header = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string& name = names[i];
     ASSIGN_OR_RETURN(const std::vector<Section> sections, FindFatbinSections(parts[i], name));
@@ -404,29 +404,83 @@ absl::StatusOr<std::string> MergeArchitectureParts(const std::vector<std::string
     }
     const uint16_t header_size = Load16(span.bytes.data() + 6);
     entries.append(span.bytes.substr(header_size, size - header_size));
-    if (i == 0) host_header = sections[0].header_offset;
   }
-  // The first part's host code, with its .nv_fatbin pointed at one container
-  // of every part's entries, appended at the end of the file: in a
-  // relocatable object only the section header says where a section lies.
-  std::string merged = parts[0];
-  merged.resize((merged.size() + 7) / 8 * 8, '\0');
-  const uint64_t offset = merged.size();
-  char header[kContainerHeaderSize];
+  // The first part's host code with its .nv_fatbin replaced, in place, by
+  // one container of every part's entries. What followed the old section
+  // moves by a multiple of the largest alignment among the sections after
+  // it (and the section header table's), so nothing after it loses its
+  // alignment; in a relocatable object only the section headers and the ELF
+  // header say where things lie, and both are rewritten.
+  const std::string& host = parts[0];
+  ASSIGN_OR_RETURN(const std::vector<Section> first, FindFatbinSections(host, names[0]));
+  const uint64_t old_offset = first[0].span.file_offset;
+  const uint64_t old_end = old_offset + first[0].span.bytes.size();
+  std::string container(kContainerHeaderSize, '\0');
   const uint64_t entries_size = entries.size();
   const uint32_t magic = kFatbinMagic;
   const uint16_t version = kFatbinVersion, header_size = kContainerHeaderSize;
-  std::memcpy(header, &magic, 4);
-  std::memcpy(header + 4, &version, 2);
-  std::memcpy(header + 6, &header_size, 2);
-  std::memcpy(header + 8, &entries_size, 8);
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ELF files here are little-endian");
-  merged.append(header, sizeof(header));
-  merged.append(entries);
-  const uint64_t section_size = merged.size() - offset;
-  std::memcpy(merged.data() + host_header + offsetof(Elf64_Shdr, sh_offset), &offset, 8);
-  std::memcpy(merged.data() + host_header + offsetof(Elf64_Shdr, sh_size), &section_size, 8);
+  std::memcpy(container.data(), &magic, 4);
+  std::memcpy(container.data() + 4, &version, 2);
+  std::memcpy(container.data() + 6, &header_size, 2);
+  std::memcpy(container.data() + 8, &entries_size, 8);
+  container.append(entries);
+
+  const char* base = host.data();
+  const uint64_t shoff = Load64(base + offsetof(Elf64_Ehdr, e_shoff));
+  const uint16_t shentsize = Load16(base + offsetof(Elf64_Ehdr, e_shentsize));
+  uint64_t shnum = Load16(base + offsetof(Elf64_Ehdr, e_shnum));
+  if (shnum == 0) shnum = Load64(base + shoff + offsetof(Elf64_Shdr, sh_size));
+  uint64_t alignment = 8;  // the section header table's
+  for (uint64_t i = 1; i < shnum; ++i) {
+    const char* h = base + shoff + i * shentsize;
+    if (Load64(h + offsetof(Elf64_Shdr, sh_offset)) < old_end) continue;
+    alignment = std::max<uint64_t>(alignment, Load64(h + offsetof(Elf64_Shdr, sh_addralign)));
+  }
+  if (alignment > (uint64_t{1} << 20) || (alignment & (alignment - 1)) != 0) {
+    return Malformed(names[0], shoff, absl::StrCat("section alignment ", alignment));
+  }
+  const uint64_t grown =
+      container.size() > old_end - old_offset ? container.size() - (old_end - old_offset) : 0;
+  const uint64_t shift = (grown + alignment - 1) / alignment * alignment;
+  std::string merged = host.substr(0, old_offset);
+  merged.append(container);
+  merged.resize(old_end + shift, '\0');
+  merged.append(host.substr(old_end));
+  char* out = merged.data();
+  auto store64 = [](char* at, uint64_t value) { std::memcpy(at, &value, 8); };
+  if (shoff >= old_end) store64(out + offsetof(Elf64_Ehdr, e_shoff), shoff + shift);
+  const uint64_t new_shoff = Load64(out + offsetof(Elf64_Ehdr, e_shoff));
+  const uint64_t fatbin_index = (first[0].header_offset - shoff) / shentsize;
+  for (uint64_t i = 1; i < shnum; ++i) {
+    char* h = out + new_shoff + i * shentsize;
+    if (i == fatbin_index) {
+      store64(h + offsetof(Elf64_Shdr, sh_size), container.size());
+      continue;
+    }
+    const uint64_t offset = Load64(h + offsetof(Elf64_Shdr, sh_offset));
+    if (offset >= old_end) store64(h + offsetof(Elf64_Shdr, sh_offset), offset + shift);
+  }
   return merged;
+}
+
+absl::StatusOr<std::string> DeviceCodeSections(std::string_view elf_bytes,
+                                               std::string_view name_view) {
+  const std::string name(name_view);
+  ASSIGN_OR_RETURN(const std::vector<Section> sections, FindFatbinSections(elf_bytes, name));
+  std::string bytes;
+  for (const Section& section : sections) bytes.append(section.span.bytes);
+  return bytes;
+}
+
+absl::StatusOr<std::string> HostCodeOf(std::string_view elf_bytes, std::string_view name_view) {
+  const std::string name(name_view);
+  ASSIGN_OR_RETURN(const std::vector<Section> sections, FindFatbinSections(elf_bytes, name));
+  std::string host(elf_bytes);
+  for (const Section& section : sections) {
+    std::fill_n(host.begin() + section.span.file_offset, section.span.bytes.size(), '\0');
+  }
+  return host;
 }
 
 bool operator==(const DeviceImage& a, const DeviceImage& b) {

@@ -55,14 +55,26 @@ absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(std::string_v
 // Joins the objects of one compile's architecture parts (SplitByArchitecture
 // in common/nvcc_args.h) into the object the whole compile makes: the first
 // part's host code, whose .nv_fatbin holds one fatbinary container of every
-// part's images in part order (as nvcc orders them). The parts' host code is
-// the same, so only the device code is joined. `names` name the parts in
+// part's images in part order (as nvcc orders them), in place of the first
+// part's own (no dead bytes are left behind: the merged object is about the
+// size of the whole compile's). The parts' host code is the same, so only
+// the device code is joined. `names` name the parts in
 // messages. INVALID_ARGUMENT naming the part for fewer than two parts, a file
 // that is not a relocatable ELF object, or one without exactly one
 // .nv_fatbin container (relocatable device code cannot be merged so);
 // NOT_FOUND naming the part for one with no fatbinary at all.
 absl::StatusOr<std::string> MergeArchitectureParts(const std::vector<std::string>& parts,
                                                    const std::vector<std::string>& names);
+
+// The raw bytes of the file's fatbinary sections (.nv_fatbin, then
+// __nv_relfatbin), in section order: the device code exactly as the object
+// carries it, for comparing two builds byte for byte. Errors as
+// ReadDeviceImagesFromBytes.
+absl::StatusOr<std::string> DeviceCodeSections(std::string_view elf_bytes, std::string_view name);
+
+// The file with the bytes of its fatbinary sections zeroed: what is left is
+// host code, host data and the symbol and string tables.
+absl::StatusOr<std::string> HostCodeOf(std::string_view elf_bytes, std::string_view name);
 
 // Names an image as one line of `distcc-cuda inspect` prints it:
 // "sm_100 cubin", "compute_100 ptx", "sm_100a cubin".

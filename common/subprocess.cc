@@ -492,7 +492,12 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   sigset_t saved_mask;
   sigfillset(&all_signals);
   pthread_sigmask(SIG_SETMASK, &all_signals, &saved_mask);
-  pid_t pid = fork();
+  // clone(2) without a new stack is fork(2) with flags; the child makes only
+  // async-signal-safe calls, so glibc's fork handlers are not missed.
+  pid_t pid = spec.new_pid_namespace
+                  ? static_cast<pid_t>(syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr,
+                                               nullptr, nullptr))
+                  : fork();
   if (pid == 0) RunChild(plan);
   int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
@@ -683,6 +688,7 @@ absl::Status MountNamespacesWork(const std::string& target) {
   spec.argv = {"true"};
   spec.bind_source = probe;
   spec.bind_target = target;
+  spec.new_pid_namespace = true;
   spec.working_directory = target;
   spec.timeout = absl::Seconds(10);
   absl::StatusOr<ProcessResult> run = RunProcess(spec);

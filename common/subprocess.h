@@ -47,6 +47,12 @@ struct ProcessSpec {
   // with PERMISSION_DENIED (see MountNamespacesWork).
   std::string bind_source;
   std::string bind_target;
+  // Optional: the child is process 1 of a PID namespace of its own, so the
+  // program and its children get the same process ids on every run (nvcc
+  // names internal device entities and temporary files after them). Needs
+  // CAP_SYS_ADMIN, like `bind_source`. The whole namespace ends with the
+  // child.
+  bool new_pid_namespace = false;
   // Optional: the child gives up its user for this one (no supplementary
   // groups) right before it executes the program, after on_started and after
   // entering `working_directory`. Needs root (CAP_SETUID/CAP_SETGID); without
@@ -98,7 +104,8 @@ struct ProcessResult {
 absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec);
 
 // OK if children can be given a mount namespace with a folder mounted at
-// `target` (made if missing): tries it once with `true`. Else why not.
+// `target` (made if missing) and a PID namespace of their own: tries it once
+// with `true`. Else why not.
 absl::Status MountNamespacesWork(const std::string& target);
 
 // A short description of how `result` ended, for messages: "exit code 2",

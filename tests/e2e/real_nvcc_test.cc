@@ -8,9 +8,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <map>
+#include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/kernel_manifest.h"
+#include "common/compile_identity.h"
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "common/instantiation.h"
@@ -81,6 +86,35 @@ absl::Status CompileLocally(const std::string& nvcc, const std::string& director
     return absl::InternalError(absl::StrCat(source, ": ", result->stderr_text));
   }
   return absl::OkStatus();
+}
+
+// Writes `proj`/compile_commands.json with one command: nvcc `flags` -c
+// `source` -o obj/<object>.
+void WriteCompileCommand(const std::string& nvcc, const std::string& proj,
+                         const std::string& source, const std::vector<std::string>& flags,
+                         const std::string& object) {
+  std::string db = absl::StrCat(R"([{"directory": ")", proj, R"(", "file": ")", source,
+                                R"(", "arguments": [")", nvcc, "\"");
+  for (const std::string& flag : flags) absl::StrAppend(&db, ", \"", flag, "\"");
+  absl::StrAppend(&db, R"(, "-c", ")", source, R"(", "-o", "obj/)", object, R"("]}])");
+  ASSERT_TRUE(WriteFileAtomically(proj + "/compile_commands.json", db).ok());
+}
+
+// Runs nvcc `flags` -c `source` -o `object` in `directory`.
+void CompileWith(const std::string& nvcc, const std::string& directory,
+                 const std::vector<std::string>& flags, const std::string& source,
+                 const std::string& object) {
+  ProcessSpec local;
+  local.argv = {nvcc};
+  local.argv.insert(local.argv.end(), flags.begin(), flags.end());
+  for (const std::string& arg : {std::string("-c"), source, std::string("-o"), object}) {
+    local.argv.push_back(arg);
+  }
+  local.working_directory = directory;
+  local.timeout = absl::Minutes(5);
+  absl::StatusOr<ProcessResult> ran = RunProcess(local);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  ASSERT_EQ(ran->exit_code, 0) << ran->stderr_text;
 }
 
 TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
@@ -161,27 +195,12 @@ void Launch(float* x) { Scale<<<1, 32>>>(x); }
   ASSERT_TRUE(WriteFileAtomically(root_ + "/elsewhere/k.cu", source).ok());
   const std::vector<std::string> flags = {"-O3", "-Xcompiler=-fPIC", "-gencode",
                                           "arch=compute_100,code=[sm_100,compute_100]"};
-  std::string db = absl::StrCat(R"([{"directory": ")", proj,
-                                R"(", "file": "k.cu", "arguments": [")", nvcc_, "\"");
-  for (const std::string& flag : flags) absl::StrAppend(&db, ", \"", flag, "\"");
-  absl::StrAppend(&db, R"(, "-c", "k.cu", "-o", "obj/k.o"]}])");
-  ASSERT_TRUE(WriteFileAtomically(proj + "/compile_commands.json", db).ok());
+  WriteCompileCommand(nvcc_, proj, "k.cu", flags, "k.o");
   ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
                                 "--library", "libk.so", "-o", proj, "--nvcc", nvcc_});
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
-
-  auto compile_locally = [&](const std::string& directory) {
-    ProcessSpec local;
-    local.argv = {nvcc_};
-    local.argv.insert(local.argv.end(), flags.begin(), flags.end());
-    for (const char* arg : {"-c", "k.cu", "-o", "local.o"}) local.argv.push_back(arg);
-    local.working_directory = directory;
-    local.timeout = absl::Minutes(5);
-    absl::StatusOr<ProcessResult> ran = RunProcess(local);
-    ASSERT_TRUE(ran.ok() && ran->exit_code == 0) << ran->stderr_text;
-  };
-  compile_locally(proj);
-  compile_locally(root_ + "/elsewhere");
+  CompileWith(nvcc_, proj, flags, "k.cu", "local.o");
+  CompileWith(nvcc_, root_ + "/elsewhere", flags, "k.cu", "local.o");
   absl::StatusOr<std::vector<DeviceImage>> remote = ReadDeviceImages(proj + "/obj/k.o");
   absl::StatusOr<std::vector<DeviceImage>> here = ReadDeviceImages(proj + "/local.o");
   absl::StatusOr<std::vector<DeviceImage>> there = ReadDeviceImages(root_ + "/elsewhere/local.o");
@@ -210,11 +229,7 @@ void LaunchScale(float* x, float by) { Scale<<<1, 32>>>(x, by); }
       "--threads", "2",
       "-gencode",  "arch=compute_90,code=sm_90",
       "-gencode",  "arch=compute_100,code=[sm_100,compute_100]"};
-  std::string db = absl::StrCat(R"([{"directory": ")", proj,
-                                R"(", "file": "scale.cu", "arguments": [")", nvcc_, "\"");
-  for (const std::string& flag : flags) absl::StrAppend(&db, ", \"", flag, "\"");
-  absl::StrAppend(&db, R"(, "-c", "scale.cu", "-o", "obj/scale.o"]}])");
-  ASSERT_TRUE(WriteFileAtomically(proj + "/compile_commands.json", db).ok());
+  WriteCompileCommand(nvcc_, proj, "scale.cu", flags, "scale.o");
   ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
                                 "--library", "libscale.so", "-o", proj, "--nvcc", nvcc_});
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
@@ -222,14 +237,7 @@ void LaunchScale(float* x, float by) { Scale<<<1, 32>>>(x, by); }
   EXPECT_THAT(build.stdout_text,
               HasSubstr("targets   1 units compiled one target per unit (2 parts"));
 
-  ProcessSpec whole;
-  whole.argv = {nvcc_};
-  whole.argv.insert(whole.argv.end(), flags.begin(), flags.end());
-  for (const char* arg : {"-c", "scale.cu", "-o", "whole.o"}) whole.argv.push_back(arg);
-  whole.working_directory = proj;
-  whole.timeout = absl::Minutes(5);
-  absl::StatusOr<ProcessResult> local = RunProcess(whole);
-  ASSERT_TRUE(local.ok() && local->exit_code == 0) << local->stderr_text;
+  CompileWith(nvcc_, proj, flags, "scale.cu", "whole.o");
   absl::StatusOr<std::vector<DeviceImage>> merged = ReadDeviceImages(proj + "/obj/scale.o");
   absl::StatusOr<std::vector<DeviceImage>> expected = ReadDeviceImages(proj + "/whole.o");
   ASSERT_TRUE(merged.ok()) << merged.status();
@@ -257,6 +265,110 @@ void LaunchScale(float* x, float by) { Scale<<<1, 32>>>(x, by); }
     ours += std::find(merged->begin(), merged->end(), image) != merged->end();
   }
   EXPECT_EQ(ours, 3) << "the library holds the merged object's three images";
+}
+
+// The names of internal device entities in `bytes`, with the compile
+// identity (and the mangled length before it, whose digits follow the
+// identity's) replaced by "ID": comparable between compiles.
+std::set<std::string> InternalNames(std::string_view bytes) {
+  std::set<std::string> names;
+  for (const std::string& identity : CompileIdentitiesIn(bytes)) {
+    for (const std::string prefix : {"_INTERNAL_", "_GLOBAL__N__"}) {
+      std::string needle = prefix + identity;
+      for (size_t at = bytes.find(needle); at != std::string_view::npos;
+           at = bytes.find(needle, at + 1)) {
+        size_t begin = at, end = at + needle.size();
+        while (begin > 0 && absl::ascii_isdigit(bytes[begin - 1])) --begin;
+        size_t start = begin;
+        while (start > 0 && (absl::ascii_isalnum(bytes[start - 1]) || bytes[start - 1] == '_')) {
+          --start;
+        }
+        size_t stop = end;
+        while (stop < bytes.size() && (absl::ascii_isalnum(bytes[stop]) || bytes[stop] == '_')) {
+          ++stop;
+        }
+        names.insert(std::string(bytes.substr(start, begin - start)) + "N" + prefix + "ID" +
+                     std::string(bytes.substr(end, stop - end)));
+      }
+    }
+  }
+  return names;
+}
+
+// Internal names by place ("host code", "sm_100 cubin", "compute_100 ptx").
+std::map<std::string, std::set<std::string>> InternalNamesByPlace(const std::string& object) {
+  std::map<std::string, std::set<std::string>> places;
+  absl::StatusOr<std::string> bytes = ReadFile(object);
+  absl::StatusOr<std::vector<DeviceImage>> images = ReadDeviceImages(object);
+  absl::StatusOr<std::string> host = bytes.ok() ? HostCodeOf(*bytes, object) : bytes.status();
+  EXPECT_TRUE(images.ok() && host.ok()) << object;
+  if (!images.ok() || !host.ok()) return places;
+  for (const DeviceImage& image : *images) {
+    places[DescribeDeviceImage(image)] = InternalNames(image.payload);
+  }
+  places["host code"] = InternalNames(*host);
+  return places;
+}
+
+// A unit whose only host function is an explicit specialization: nvcc
+// names its internal device entities after its process id and the
+// source's modification time. Split one target per unit, compiled on two
+// workers seconds apart, the parts must still name them alike, or a GPU
+// that compiles the PTX finds no variable the host code registers.
+TEST_F(RealNvccTest, SplitUnitsPartsShareOneCompileIdentityAsAWholeCompileDoes) {
+  std::string proj = root_ + "/identity";
+  ASSERT_TRUE(WriteFileAtomically(proj + "/nine.cu", R"(#include <cuda/std/iterator>
+static __device__ float scale_value;
+template <int N> __global__ void k(float *p) {
+  float a[N] = {};
+  p[threadIdx.x] = scale_value * (cuda::std::end(a) - a);
+}
+template <int N> void launch(float *p);
+template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
+)")
+                  .ok());
+  // Three targets on two one-slot workers: the third part starts when one
+  // of the first two is done, seconds later.
+  const std::vector<std::string> flags = {"-Xcompiler=-fPIC",
+                                          "--threads",
+                                          "2",
+                                          "-gencode",
+                                          "arch=compute_90,code=sm_90",
+                                          "-gencode",
+                                          "arch=compute_100,code=sm_100",
+                                          "-gencode",
+                                          "arch=compute_100,code=compute_100"};
+  WriteCompileCommand(nvcc_, proj, "nine.cu", flags, "nine.o");
+  ProcessResult build =
+      Client({"build", proj + "/compile_commands.json", "--coordinator", address_, "--library",
+              "libnine.so", "-o", proj + "/out", "--split-architectures", "always"});
+  ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  EXPECT_THAT(build.stdout_text, HasSubstr("(3 parts, merged here before the link)"));
+  EXPECT_THAT(build.stdout_text, HasSubstr("e2e-a")) << "both workers compiled parts";
+  EXPECT_THAT(build.stdout_text, HasSubstr("e2e-b")) << "both workers compiled parts";
+
+  absl::StatusOr<std::string> merged = ReadFile(proj + "/obj/nine.o");
+  ASSERT_TRUE(merged.ok());
+  EXPECT_TRUE(CheckOneCompileIdentity(*merged, "nine.o").ok())
+      << CheckOneCompileIdentity(*merged, "nine.o");
+  absl::StatusOr<std::map<std::string, std::set<std::string>>> identities =
+      CompileIdentitiesByPlace(*merged, "nine.o");
+  ASSERT_TRUE(identities.ok()) << identities.status();
+  EXPECT_EQ(identities->size(), 4u) << "three images and the host code name internal entities";
+
+  CompileWith(nvcc_, proj, flags, "nine.cu", "whole.o");
+  std::map<std::string, std::set<std::string>> ours = InternalNamesByPlace(proj + "/obj/nine.o");
+  std::map<std::string, std::set<std::string>> whole = InternalNamesByPlace(proj + "/whole.o");
+  ASSERT_EQ(ours.size(), whole.size());
+  for (const auto& [place, names] : whole) {
+    EXPECT_FALSE(names.empty()) << place;
+    EXPECT_EQ(ours[place], names) << place << ": other internal names than a whole compile";
+  }
+  // What the host code registers (cuda::std's customization point objects)
+  // is named so in the PTX a newer GPU compiles.
+  for (const std::string& name : ours["host code"]) {
+    EXPECT_TRUE(ours["compute_100 ptx"].count(name)) << "the PTX lacks " << name;
+  }
 }
 
 TEST_F(RealNvccTest, CompileErrorOfTheRealNvccReachesTheUser) {

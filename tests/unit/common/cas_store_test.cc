@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_paths.h"
@@ -373,6 +374,21 @@ TEST_F(CasStoreTest, MaterializeExecutableAsCopy) {
   EXPECT_NE(placed.st_ino, stored.st_ino);
   EXPECT_TRUE(placed.st_mode & S_IXUSR);
   EXPECT_FALSE(stored.st_mode & S_IXUSR) << "the store's copy stays non-executable";
+}
+
+// nvcc hashes the source's modification time into some internal device
+// names: copies made at different times must look alike.
+TEST_F(CasStoreTest, MaterializedCopiesAllHaveTheSameModificationTime) {
+  Digest digest = *store_->PutBytes("__global__ void k() {}");
+  ASSERT_TRUE(store_->Materialize(digest, dir_ + "/first/k.cu", false).ok());
+  absl::SleepFor(absl::Milliseconds(1100));
+  ASSERT_TRUE(store_->Materialize(digest, dir_ + "/second/k.cu", false).ok());
+  for (const char* copy : {"/first/k.cu", "/second/k.cu"}) {
+    struct stat placed;
+    ASSERT_EQ(stat((dir_ + copy).c_str(), &placed), 0);
+    EXPECT_EQ(placed.st_mtim.tv_sec, kMaterializedMtime) << copy;
+    EXPECT_EQ(placed.st_mtim.tv_nsec, 0) << copy;
+  }
 }
 
 TEST_F(CasStoreTest, MaterializeReplacesExistingFile) {

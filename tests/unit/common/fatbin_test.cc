@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/compile_identity.h"
 #include "common/nvcc_args.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -693,6 +694,15 @@ TEST_F(NvccBuildTest, MergedArchitecturePartsEqualTheWholeCompile) {
   ASSERT_TRUE(expected.ok() && got.ok()) << got.status();
   EXPECT_EQ(InOrder(*got), "sm_90 cubin, sm_100 cubin, compute_100 ptx");
   EXPECT_TRUE(*got == *expected) << "device code differs from the whole compile";
+  const std::string whole_object = ReadAll(dir + "/k.o");
+  absl::StatusOr<std::string> whole_fatbin = DeviceCodeSections(whole_object, "k.o");
+  absl::StatusOr<std::string> merged_fatbin = DeviceCodeSections(*merged, "merged.o");
+  ASSERT_TRUE(whole_fatbin.ok() && merged_fatbin.ok());
+  EXPECT_TRUE(*merged_fatbin == *whole_fatbin) << "the .nv_fatbin section differs byte for byte";
+  // No dead bytes: the first part's own container is gone, so the merged
+  // object is the whole compile's size but for nvcc's temporary file names.
+  EXPECT_LE(merged->size(), whole_object.size() + 256)
+      << "merged " << merged->size() << " bytes, whole " << whole_object.size();
   // Host code: nvcc's temporary file names differ, the instructions do not.
   for (const char* section : {".text", ".rodata"}) {
     ASSERT_TRUE(
@@ -708,6 +718,61 @@ TEST_F(NvccBuildTest, MergedArchitecturePartsEqualTheWholeCompile) {
   const auto library = ReadDeviceImages(dir + "/libmerged.so");
   ASSERT_TRUE(library.ok()) << library.status();
   EXPECT_NE(Find(*library, "sm_90 cubin"), nullptr);
+}
+
+// The parts of a split unit whose compiles named internal device entities
+// differently (here: the source's modification time differs between them,
+// as it did when workers fetched inputs at different times) merge into an
+// object that CheckOneCompileIdentity refuses, naming each image.
+TEST_F(NvccBuildTest, PartsOfTwoCompileIdentitiesAreFoundOut) {
+  const std::string dir = MakeTempDir();
+  dirs_.push_back(dir);
+  WriteAll(dir + "/nine.cu", R"(#include <cuda/std/iterator>
+static __device__ float scale_value;
+template <int N> __global__ void k(float *p) {
+  float a[N] = {};
+  p[threadIdx.x] = scale_value * (cuda::std::end(a) - a);
+}
+template <int N> void launch(float *p);
+template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
+)");
+  const std::vector<std::string> whole = {"-gencode", "arch=compute_100,code=sm_100",
+                                          "-gencode", "arch=compute_100,code=compute_100",
+                                          "-c",       "nine.cu",
+                                          "-o",       "nine.o"};
+  absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(whole);
+  ASSERT_TRUE(parts.ok() && parts->size() == 2u) << parts.status();
+  std::vector<std::string> objects, names;
+  for (const ArchitecturePart& part : *parts) {
+    std::string command =
+        absl::StrCat("touch -d @", 946684800 + objects.size(), " nine.cu && ", kNvcc);
+    for (const std::string& argument : part.arguments) {
+      absl::StrAppend(&command, " '", argument, "'");
+    }
+    ASSERT_TRUE(RunIn(dir, command));
+    objects.push_back(ReadAll(dir + "/" + part.output));
+    names.push_back(part.output);
+  }
+  absl::StatusOr<std::string> merged = MergeArchitectureParts(objects, names);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  absl::Status status = CheckOneCompileIdentity(*merged, "unit nine.cu");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::AllOf(::testing::HasSubstr(
+                                   "unit nine.cu names internal device entities under 2 compile "
+                                   "identities"),
+                               ::testing::HasSubstr("(compute_100 ptx)"),
+                               ::testing::HasSubstr("(host code, sm_100 cubin)")));
+  // Each part alone, and a whole compile, has one.
+  for (size_t i = 0; i < objects.size(); ++i) {
+    EXPECT_TRUE(CheckOneCompileIdentity(objects[i], names[i]).ok()) << names[i];
+  }
+  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " ", absl::StrJoin(whole, " "))));
+  const std::string whole_object = ReadAll(dir + "/nine.o");
+  EXPECT_TRUE(CheckOneCompileIdentity(whole_object, "nine.o").ok());
+  auto places = CompileIdentitiesByPlace(whole_object, "nine.o");
+  ASSERT_TRUE(places.ok()) << places.status();
+  EXPECT_EQ(places->size(), 3u) << "the cubin, the PTX and the host code name them";
 }
 
 TEST_F(NvccBuildTest, CorruptingAnyFatbinByteNeverCrashes) {

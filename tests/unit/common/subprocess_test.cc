@@ -514,6 +514,26 @@ TEST(RunProcessTest, BindMountIsSeenByTheChildAlone) {
   EXPECT_TRUE(std::filesystem::is_empty(target));
 }
 
+TEST(RunProcessTest, ChildInAPidNamespaceOfItsOwnIsProcessOneAndTakesItsChildrenAlong) {
+  std::string root = testing::NewTempDir("pidns-");
+  if (!MountNamespacesWork(root + "/probe").ok()) GTEST_SKIP() << "no namespaces here (needs root)";
+  ProcessSpec spec;
+  // A child that outlives its parent inside: it dies with process 1.
+  spec.argv = {"sh", "-c", "echo $$; sh -c 'echo $$'; (sleep 30 &) ; echo $$ > " + root + "/pid"};
+  spec.new_pid_namespace = true;
+  spec.timeout = absl::Seconds(20);
+  absl::Time start = absl::Now();
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0) << result->stderr_text;
+  EXPECT_EQ(result->stdout_text, "1\n2\n") << "the same process ids on every run";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "the orphaned sleep kept the pipes open";
+  // The same twice.
+  absl::StatusOr<ProcessResult> again = RunProcess(spec);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->stdout_text, result->stdout_text);
+}
+
 TEST(RunProcessTest, BindMountOntoAMissingFolderSaysWhat) {
   std::string root = testing::NewTempDir("bind-");
   if (!MountNamespacesWork(root + "/probe").ok()) GTEST_SKIP() << "no mount namespaces here";
