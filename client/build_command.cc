@@ -17,6 +17,7 @@
 #include "client/dependency_scan.h"
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
+#include "client/link_step.h"
 #include "common/byte_size.h"
 #include "common/cas_client.h"
 #include "common/compile_identity.h"
@@ -58,7 +59,7 @@ struct LocalPlan {
   std::vector<LocalSet> sets;
   std::string object_dir;
   std::string library_path;
-  std::vector<std::string> link_flags;
+  LinkRecipe link;
 };
 
 absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
@@ -66,7 +67,7 @@ absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
   LocalPlan plan;
   plan.object_dir = options.output_dir + "/obj";
   plan.library_path = options.output_dir + "/" + manifest.output;
-  plan.link_flags = manifest.link_flags;
+  plan.link = manifest.link;
   ASSIGN_OR_RETURN(std::vector<std::string> gencode, GencodeFlags(manifest.archs));
   std::vector<std::string> flags = manifest.flags;
   flags.insert(flags.end(), gencode.begin(), gencode.end());
@@ -98,6 +99,12 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
   LocalPlan plan;
   plan.object_dir = options.output_dir + "/obj";
   plan.library_path = options.output_dir + "/" + options.library_name;
+  if (options.link_command.empty()) {
+    // CMake's link of a CUDA shared library.
+    plan.link.soname = options.library_name;
+  } else {
+    ASSIGN_OR_RETURN(plan.link, ParseLinkCommand(options.link_command));
+  }
   std::set<std::string> names;
   for (const CompileCommand& command : commands) {
     ASSIGN_OR_RETURN(NvccCommand parsed,
@@ -110,7 +117,9 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
     unit.directory = command.directory;
     unit.flags = parsed.FlagArguments();
     unit.source = parsed.sources[0];
-    unit.local_object = command.output;
+    unit.local_object = options.objects_dir.empty()
+                            ? command.output
+                            : AbsolutePath(options.objects_dir) + "/" + unit.name + ".o";
     plan.units.push_back(std::move(unit));
   }
   return plan;
@@ -309,6 +318,37 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
   return parsed.FlagArguments();
 }
 
+// Where a compile_commands.json plan's objects go, said before any is
+// written: each command's own -o unless --objects-dir, and how many of
+// those files exist (they are replaced as their units finish).
+std::string DescribeObjectPlacement(const LocalPlan& plan, const std::string& objects_dir) {
+  std::vector<std::string> folders;
+  int existing = 0;
+  for (const LocalUnit& unit : plan.units) {
+    std::string object = AbsolutePath(unit.local_object, unit.directory);
+    folders.push_back(fs::path(object).parent_path().string());
+    existing += IsRegularFile(object);
+  }
+  std::sort(folders.begin(), folders.end());
+  folders.erase(std::unique(folders.begin(), folders.end()), folders.end());
+  std::string where = folders.size() == 1 ? folders[0]
+                                          : absl::StrCat(folders.size(), " folders under ",
+                                                         CommonAncestor(folders));
+  if (!objects_dir.empty()) {
+    return absl::StrCat(
+        "distcc-cuda: objects go to ", where, " (--objects-dir)",
+        existing > 0 ? absl::StrCat("; ", existing, " there already are replaced") : "", "\n");
+  }
+  return absl::StrCat(
+      "distcc-cuda: objects go to each command's own -o, as the build that wrote this file "
+      "would put them (",
+      where, ")",
+      existing > 0
+          ? absl::StrCat("; the ", existing, " there already are replaced as their units finish")
+          : "",
+      "; --objects-dir DIR puts them elsewhere\n");
+}
+
 struct WorkspaceFiles {
   std::map<std::string, v1::InputFile> by_path;  // absolute path -> input
   std::vector<BlobSource> blobs;
@@ -393,10 +433,16 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     return absl::InvalidArgumentError(
         "a compile_commands.json plan needs --library NAME.so for the link output");
   }
+  if (!is_compdb && (!options.objects_dir.empty() || !options.link_command.empty())) {
+    return absl::InvalidArgumentError(
+        "--objects-dir and --link-command are for compile_commands.json plans; a manifest's "
+        "objects go to OUT/obj and its link is its [link] table");
+  }
   ASSIGN_OR_RETURN(LocalPlan plan,
                    is_compdb ? PlanFromCompileCommands(options) : PlanFromManifest(options));
   // Nothing runs here (not even the scan) with arguments a worker would refuse.
   RETURN_IF_ERROR(CheckPlanBeforeScan(plan));
+  if (is_compdb) out << DescribeObjectPlacement(plan, options.objects_dir);
 
   // Connect first: an unreachable coordinator should fail in seconds, before
   // any scanning.
@@ -658,11 +704,6 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     local_objects[whole] = object;
     merged_wholes.push_back(whole);
   }
-  ProcessSpec link;
-  link.argv = {options.nvcc_path, "-shared"};
-  link.argv.insert(link.argv.end(), plan.link_flags.begin(), plan.link_flags.end());
-  link.argv.push_back("-o");
-  link.argv.push_back(plan.library_path);
   std::vector<std::string> order;
   for (const LocalUnit& unit : plan.units) order.push_back(unit.name);
   auto add = [&](const std::string& name) {
@@ -673,14 +714,26 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   for (const UnitReport& report : reports) add(report.name);
   for (const std::string& whole : merged_wholes) add(whole);
   std::sort(order.begin() + plan.units.size(), order.end());
-  for (const std::string& name : order) link.argv.push_back(local_objects[name]);
+  std::vector<std::string> objects;
+  for (const std::string& name : order) objects.push_back(local_objects[name]);
+  ProcessSpec link;
+  link.argv = LinkArguments(plan.link, objects, plan.library_path, options.nvcc_path);
   RETURN_IF_ERROR(MakeDirectories(fs::path(plan.library_path).parent_path().string()));
-  ASSIGN_OR_RETURN(ProcessResult linked, RunProcess(link));
+  absl::StatusOr<ProcessResult> ran_link = RunProcess(link);
+  if (!ran_link.ok()) {
+    return Annotate(ran_link.status(),
+                    absl::StrCat("linking ", plan.library_path, " with ", link.argv[0],
+                                 " (choose the linker with [link] linker in a manifest, or "
+                                 "--link-command for compile_commands.json)"));
+  }
+  const ProcessResult& linked = *ran_link;
   if (linked.exit_code != 0) {
     out << linked.stdout_text << linked.stderr_text;
     return absl::AbortedError(absl::StrCat("linking ", plan.library_path, " failed (",
-                                           DescribeTermination(linked), "); the objects are in ",
-                                           plan.object_dir));
+                                           DescribeTermination(linked),
+                                           "): ", DescribeLink(link.argv, objects),
+                                           "; the objects are in place, so fix the link and run ",
+                                           "the same command again (every unit will be cached)"));
   }
   absl::Duration link_time = absl::Now() - link_start;
 
@@ -709,6 +762,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     out << "  memory    " << (total - cached - above_prediction) << " of " << (total - cached)
         << " units peaked within their predicted reservation\n";
   }
+  out << "  link      " << DescribeLink(link.argv, objects) << "\n";
   out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
   return absl::OkStatus();
 }

@@ -14,10 +14,16 @@
 namespace distcc_cuda::client {
 
 struct BuildOptions {
-  std::string plan_path;              // kernel manifest (.toml) or compile_commands.json
-  std::string coordinator_address;    // empty: start the embedded default
-  std::string output_dir;             // objects in obj/, the library beside them
-  std::string library_name;           // compile_commands.json only
+  std::string plan_path;            // kernel manifest (.toml) or compile_commands.json
+  std::string coordinator_address;  // empty: start the embedded default
+  std::string output_dir;           // objects in obj/, the library beside them
+  std::string library_name;         // compile_commands.json only
+  // compile_commands.json only: where objects go. Empty: each command's own
+  // -o, as the build that wrote the file would put them.
+  std::string objects_dir;
+  // compile_commands.json only: the user's link (ParseLinkCommand). Empty:
+  // g++ -shared with a SONAME and the shared CUDA runtime.
+  std::string link_command;
   std::string nvcc_path;              // the client's pinned nvcc (scan and link)
   std::string required_nvcc_release;  // "12.8": refuse to build with another release
   std::string state_dir;              // embedded default's CAS, cache, sandboxes

@@ -60,7 +60,17 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
 
 absl::Status RunInspect(const std::string& path, std::ostream& out) {
   ASSIGN_OR_RETURN(std::vector<DeviceImage> images, ReadDeviceImages(path));
-  for (const DeviceImage& image : images) out << DescribeDeviceImage(image) << "\n";
+  for (const DeviceImage& image : images) {
+    out << DescribeDeviceImage(image);
+    // `nvcc -shared` device-links the objects for its default architecture
+    // (sm_75) with the device runtime: an image of no kernel of the build's.
+    absl::StatusOr<int> kernels =
+        image.kind == DeviceImageKind::kCubin ? CountKernels(image) : absl::StatusOr<int>(-1);
+    if (kernels.ok() && *kernels == 0) {
+      out << " (no kernels: the device-link image that nvcc -shared adds, not the build's code)";
+    }
+    out << "\n";
+  }
   return absl::OkStatus();
 }
 

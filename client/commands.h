@@ -20,7 +20,8 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
                        std::ostream& out, const std::optional<TlsMaterial>& tls = std::nullopt);
 
 // Prints one line per device image in the fatbinary of an object, library or
-// executable: "sm_100 cubin", "compute_100 ptx".
+// executable: "sm_100 cubin", "compute_100 ptx". A cubin of no kernel (the
+// sm_75 image that `nvcc -shared` device-links in) says so.
 absl::Status RunInspect(const std::string& path, std::ostream& out);
 
 }  // namespace distcc_cuda::client

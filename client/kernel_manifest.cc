@@ -192,7 +192,7 @@ absl::StatusOr<KernelManifest> ParseKernelManifest(const std::string& text, cons
     return absl::InvalidArgumentError(
         absl::StrCat(context.Where(error.source()), ": ", std::string(error.description())));
   }
-  RETURN_IF_ERROR(context.CheckKeys(root, "the manifest", {"build", "instantiations"}));
+  RETURN_IF_ERROR(context.CheckKeys(root, "the manifest", {"build", "link", "instantiations"}));
   const toml::table* build = root["build"].as_table();
   if (build == nullptr) {
     return absl::InvalidArgumentError(
@@ -214,7 +214,34 @@ absl::StatusOr<KernelManifest> ParseKernelManifest(const std::string& text, cons
     return context.Error(*build->get("archs"), std::string(archs_ok.message()));
   }
   ASSIGN_OR_RETURN(manifest.flags, context.Strings(*build, "flags"));
-  ASSIGN_OR_RETURN(manifest.link_flags, context.Strings(*build, "link_flags"));
+  ASSIGN_OR_RETURN(manifest.link.flags, context.Strings(*build, "link_flags"));
+  if (const toml::node* link_node = root.get("link")) {
+    const toml::table* link = link_node->as_table();
+    if (link == nullptr)
+      return context.Error(*link_node, "write the link's settings as a [link] table");
+    RETURN_IF_ERROR(context.CheckKeys(
+        *link, "[link]", {"linker", "flags", "cudart", "libraries", "library_dirs", "soname"}));
+    if (link->contains("flags") && build->contains("link_flags")) {
+      return context.Error(*build->get("link_flags"),
+                           "both [build] link_flags and [link] flags are set; keep [link] flags");
+    }
+    ASSIGN_OR_RETURN(std::string linker, context.String(*link, "linker", false));
+    if (!linker.empty()) manifest.link.linker = linker;
+    if (link->contains("flags")) {
+      ASSIGN_OR_RETURN(manifest.link.flags, context.Strings(*link, "flags"));
+    }
+    ASSIGN_OR_RETURN(std::string cudart, context.String(*link, "cudart", false));
+    if (!cudart.empty()) {
+      absl::StatusOr<CudaRuntime> runtime = ParseCudaRuntime(cudart);
+      if (!runtime.ok())
+        return context.Error(*link->get("cudart"), std::string(runtime.status().message()));
+      manifest.link.cudart = *runtime;
+    }
+    ASSIGN_OR_RETURN(manifest.link.libraries, context.Strings(*link, "libraries"));
+    ASSIGN_OR_RETURN(manifest.link.library_dirs, context.Strings(*link, "library_dirs"));
+    for (std::string& folder : manifest.link.library_dirs) folder = AbsolutePath(folder, directory);
+    ASSIGN_OR_RETURN(manifest.link.soname, context.String(*link, "soname", false));
+  }
   ASSIGN_OR_RETURN(manifest.sources, context.Strings(*build, "sources"));
   if (const toml::node* sets = root.get("instantiations")) {
     const toml::array* array = sets->as_array();

@@ -8,18 +8,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/link_step.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
 
 struct KernelManifest {
-  std::string path;                     // the manifest file, absolute
-  std::string directory;                // its folder; relative paths start here
-  std::string output;                   // library file name, e.g. libattention_sm100.so
-  std::vector<std::string> archs;       // default {"sm_100"}
-  std::vector<std::string> flags;       // nvcc flags for every unit
-  std::vector<std::string> link_flags;  // extra flags for nvcc -shared
-  std::vector<std::string> sources;     // ordinary sources, one unit each
+  std::string path;                // the manifest file, absolute
+  std::string directory;           // its folder; relative paths start here
+  std::string output;              // library file name, e.g. libattention_sm100.so
+  std::vector<std::string> archs;  // default {"sm_100"}
+  std::vector<std::string> flags;  // nvcc flags for every unit
+  // The [link] table; its defaults are PyTorch cpp_extension's link
+  // (g++ -shared, the shared CUDA runtime). [build] link_flags is read as
+  // [link] flags.
+  LinkRecipe link;
+  std::vector<std::string> sources;  // ordinary sources, one unit each
   // Name, unit name template, headers, text, axes and manifest location set;
   // directory, arguments and inputs are filled in by the build.
   std::vector<v1::InstantiationSet> instantiation_sets;

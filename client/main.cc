@@ -19,8 +19,15 @@ ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT of a coordinator (default for build: an embedded one on "
           "this machine; $DISTCC_CUDA_COORDINATOR if set)");
 ABSL_FLAG(std::string, o, "distcc-cuda-out",
-          "output folder: objects in obj/, the library beside them");
+          "output folder: the library, and a manifest's objects in obj/");
 ABSL_FLAG(std::string, library, "", "library file name to link (compile_commands.json plans only)");
+ABSL_FLAG(std::string, objects_dir, "",
+          "compile_commands.json plans only: put the objects here (as UNIT.o) instead of at "
+          "each command's own -o");
+ABSL_FLAG(std::string, link_command, "",
+          "compile_commands.json plans only: the link as you run it, with {objects} and "
+          "{output} as words of their own (default: g++ -shared -Wl,-soname,LIBRARY {objects} "
+          "-L$CUDA/lib64 -lcudart -o {output}); manifests use their [link] table");
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc for scanning and linking (default: "
           "$CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc)");
@@ -57,6 +64,7 @@ constexpr char kUsage[] =
     "      on this machine through an embedded coordinator and worker.\n"
     "  distcc-cuda status --coordinator HOST:PORT\n"
     "  distcc-cuda inspect FILE      list the device images of an object or library\n"
+    "                                (nvcc -shared's device-link image marked)\n"
     "A coordinator that uses mutual TLS also needs --tls-ca ca.crt\n"
     "--tls-cert NAME.crt --tls-key NAME.key (a client certificate).\n";
 
@@ -111,6 +119,8 @@ int main(int argc, char** argv) {
     options.coordinator_address = coordinator;
     options.output_dir = absl::GetFlag(FLAGS_o);
     options.library_name = absl::GetFlag(FLAGS_library);
+    options.objects_dir = absl::GetFlag(FLAGS_objects_dir);
+    options.link_command = absl::GetFlag(FLAGS_link_command);
     auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
     if (!nvcc.ok()) return Fail(nvcc.status());
     options.nvcc_path = *nvcc;

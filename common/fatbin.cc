@@ -527,6 +527,37 @@ absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImages(const std::string& pat
   return ReadDeviceImagesFromBytes(file.bytes(), path);
 }
 
+absl::StatusOr<int> CountKernels(const DeviceImage& cubin) {
+  const std::string& elf = cubin.payload;
+  if (cubin.kind != DeviceImageKind::kCubin || elf.size() < sizeof(Elf64_Ehdr) ||
+      std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0 || elf[EI_CLASS] != ELFCLASS64) {
+    return absl::InvalidArgumentError("not a 64-bit ELF cubin");
+  }
+  const char* base = elf.data();
+  const uint64_t shoff = Load64(base + offsetof(Elf64_Ehdr, e_shoff));
+  const uint16_t shentsize = Load16(base + offsetof(Elf64_Ehdr, e_shentsize));
+  const uint64_t shnum = Load16(base + offsetof(Elf64_Ehdr, e_shnum));
+  const uint32_t shstrndx = Load16(base + offsetof(Elf64_Ehdr, e_shstrndx));
+  if (shentsize < sizeof(Elf64_Shdr) || shoff > elf.size() || shstrndx >= shnum ||
+      shnum > (elf.size() - shoff) / shentsize) {
+    return absl::InvalidArgumentError("cubin section header table outside the file");
+  }
+  auto header = [&](uint64_t index) { return base + shoff + index * shentsize; };
+  const uint64_t names_offset = Load64(header(shstrndx) + offsetof(Elf64_Shdr, sh_offset));
+  const uint64_t names_size = Load64(header(shstrndx) + offsetof(Elf64_Shdr, sh_size));
+  if (names_offset > elf.size() || elf.size() - names_offset < names_size) {
+    return absl::InvalidArgumentError("cubin section names outside the file");
+  }
+  const std::string_view names(base + names_offset, names_size);
+  int kernels = 0;
+  for (uint64_t i = 1; i < shnum; ++i) {
+    const uint32_t name = Load32(header(i) + offsetof(Elf64_Shdr, sh_name));
+    if (name >= names.size()) continue;
+    kernels += names.substr(name, 6) == ".text." ? 1 : 0;
+  }
+  return kernels;
+}
+
 std::string DescribeDeviceImage(const DeviceImage& image) {
   const bool cubin = image.kind == DeviceImageKind::kCubin;
   return absl::StrCat(cubin ? "sm_" : "compute_", image.arch, image.arch_suffix,

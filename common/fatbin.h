@@ -66,6 +66,10 @@ absl::StatusOr<std::vector<DeviceImage>> ReadDeviceImagesFromBytes(std::string_v
 absl::StatusOr<std::string> MergeArchitectureParts(const std::vector<std::string>& parts,
                                                    const std::vector<std::string>& names);
 
+// How many kernels (.text.NAME sections) the cubin `cubin` holds.
+// INVALID_ARGUMENT for PTX or a damaged cubin.
+absl::StatusOr<int> CountKernels(const DeviceImage& cubin);
+
 // The raw bytes of the file's fatbinary sections (.nv_fatbin, then
 // __nv_relfatbin), in section order: the device code exactly as the object
 // carries it, for comparing two builds byte for byte. Errors as

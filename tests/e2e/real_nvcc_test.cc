@@ -29,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class RealNvccTest : public ::testing::Test {
  protected:
@@ -117,6 +118,15 @@ void CompileWith(const std::string& nvcc, const std::string& directory,
   ASSERT_EQ(ran->exit_code, 0) << ran->stderr_text;
 }
 
+// `readelf -d` of a library: its NEEDED and SONAME entries.
+std::string DynamicSection(const std::string& library) {
+  ProcessSpec readelf;
+  readelf.argv = {"readelf", "-d", library};
+  absl::StatusOr<ProcessResult> ran = RunProcess(readelf);
+  EXPECT_TRUE(ran.ok() && ran->exit_code == 0) << library;
+  return ran.ok() ? ran->stdout_text : "";
+}
+
 TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
   std::string out = root_ + "/out";
   ProcessResult build = Client({"build", testing::SourceDir() + "/examples/attention/kernels.toml",
@@ -129,6 +139,11 @@ TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
   ProcessResult inspect = Client({"inspect", library});
   ASSERT_EQ(inspect.exit_code, 0) << inspect.stderr_text;
   EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n"));
+  // Linked as PyTorch's cpp_extension links an extension: the shared CUDA
+  // runtime, no device-link image of nvcc -shared.
+  EXPECT_THAT(inspect.stdout_text, Not(HasSubstr("sm_75")));
+  EXPECT_THAT(DynamicSection(library), HasSubstr("Shared library: [libcudart.so"));
+  EXPECT_THAT(build.stdout_text, HasSubstr("  link      g++ -shared [25 objects] -L"));
 
   // Rebuild every unit locally from the same generated text, next to the
   // headers, and compare device code image by image.
@@ -199,6 +214,10 @@ void Launch(float* x) { Scale<<<1, 32>>>(x); }
   ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
                                 "--library", "libk.so", "-o", proj, "--nvcc", nvcc_});
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  // CMake's link of a CUDA shared library: SONAME, the shared runtime.
+  std::string dynamic = DynamicSection(proj + "/libk.so");
+  EXPECT_THAT(dynamic, HasSubstr("Library soname: [libk.so]"));
+  EXPECT_THAT(dynamic, HasSubstr("Shared library: [libcudart.so"));
   CompileWith(nvcc_, proj, flags, "k.cu", "local.o");
   CompileWith(nvcc_, root_ + "/elsewhere", flags, "k.cu", "local.o");
   absl::StatusOr<std::vector<DeviceImage>> remote = ReadDeviceImages(proj + "/obj/k.o");
@@ -369,6 +388,37 @@ template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
   for (const std::string& name : ours["host code"]) {
     EXPECT_TRUE(ours["compute_100 ptx"].count(name)) << "the PTX lacks " << name;
   }
+}
+
+// A manifest's [link] table is the link: here the static runtime, a
+// SONAME and a library of the user's.
+TEST_F(RealNvccTest, ManifestLinkTableIsTheLink) {
+  std::string dir = root_ + "/linked";
+  ASSERT_TRUE(WriteFileAtomically(dir + "/kernels.toml", R"([build]
+output = "liblinked.so"
+sources = ["k.cu"]
+[link]
+cudart = "static"
+soname = "liblinked.so.1"
+flags = ["-Wl,--no-as-needed"]
+libraries = ["m"]
+)")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/k.cu",
+                                  "__global__ void k(float* x) { x[0] = 1; }\n"
+                                  "void Launch(float* x) { k<<<1, 1>>>(x); }\n")
+                  .ok());
+  ProcessResult build =
+      Client({"build", dir + "/kernels.toml", "--coordinator", address_, "-o", dir + "/out"});
+  ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  EXPECT_THAT(build.stdout_text,
+              HasSubstr("  link      g++ -shared -Wl,-soname,liblinked.so.1 -Wl,--no-as-needed "
+                        "[1 objects] -L"));
+  EXPECT_THAT(build.stdout_text, HasSubstr(" -lcudart_static -ldl -lrt -lpthread -lm -o "));
+  std::string dynamic = DynamicSection(dir + "/out/liblinked.so");
+  EXPECT_THAT(dynamic, HasSubstr("Library soname: [liblinked.so.1]"));
+  EXPECT_THAT(dynamic, HasSubstr("Shared library: [libm.so.6]"));
+  EXPECT_THAT(dynamic, Not(HasSubstr("libcudart"))) << "the runtime is linked in statically";
 }
 
 TEST_F(RealNvccTest, CompileErrorOfTheRealNvccReachesTheUser) {

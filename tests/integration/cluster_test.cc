@@ -117,13 +117,16 @@ class ClusterTest : public ::testing::Test {
   // Builds the compile_commands.json at `plan` (relative to root_) into
   // `output_dir` as libproj.so, with the fake compiler, on this cluster.
   absl::Status BuildCompileCommands(const std::string& plan, const std::string& output_dir,
-                                    std::string* output) {
+                                    std::string* output, const std::string& objects_dir = "",
+                                    const std::string& link_command = "") {
     client::BuildOptions options;
     options.plan_path = root_ + "/" + plan;
     options.coordinator_address = coordinator_->address();
     options.output_dir = root_ + "/" + output_dir;
     options.library_name = "libproj.so";
     options.nvcc_path = testing::FakeNvccPath();
+    options.objects_dir = objects_dir;
+    options.link_command = link_command;
     std::ostringstream out;
     absl::Status status = client::RunBuild(options, out);
     *output = out.str();
@@ -143,7 +146,13 @@ TEST_F(ClusterTest, TwoWorkersBuildTheSetAndTheLibraryIsLinked) {
   EXPECT_THAT(out, HasSubstr("workers   2 (worker-a: "));
   absl::StatusOr<std::string> library = ReadFile(root_ + "/out/libfake.so");
   ASSERT_TRUE(library.ok());
-  EXPECT_THAT(*library, HasSubstr("FAKELIB"));
+  // Linked as PyTorch's cpp_extension links: the host compiler, the shared
+  // CUDA runtime.
+  EXPECT_EQ(library->substr(0, 4),
+            "\x7f"
+            "ELF");
+  EXPECT_THAT(out, HasSubstr("  link      g++ -shared [9 objects] -L"));
+  EXPECT_THAT(out, HasSubstr(" -lcudart -o " + root_ + "/out/libfake.so\n"));
   // Each object was compiled from its generated unit with the header closure.
   absl::StatusOr<std::string> object = ReadFile(root_ + "/out/obj/kern_float_3.o");
   ASSERT_TRUE(object.ok());
@@ -276,6 +285,35 @@ TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
   EXPECT_THAT(*b, HasSubstr("int b();"));
   EXPECT_THAT(*a, Not(HasSubstr(root_))) << "absolute paths were rewritten";
   EXPECT_TRUE(IsRegularFile(root_ + "/proj/build/libproj.so"));
+  // Said before anything is written, and again when they exist.
+  EXPECT_THAT(out, HasSubstr("distcc-cuda: objects go to each command's own -o, as the build that "
+                             "wrote this file would put them (" +
+                             root_ + "/proj/build/objs); --objects-dir DIR puts them elsewhere\n"));
+  EXPECT_THAT(out, HasSubstr("  link      g++ -shared -Wl,-soname,libproj.so [2 objects]"));
+
+  // --objects-dir leaves the build tree's objects alone; --link-command is
+  // the link.
+  const std::string before = *a;
+  ASSERT_TRUE(WriteFileAtomically(root_ + "/proj/build/objs/a.o", "the build tree's own").ok());
+  status = BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out,
+                                root_ + "/elsewhere", "cc -shared -o {output} {objects}");
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out,
+              HasSubstr("distcc-cuda: objects go to " + root_ + "/elsewhere (--objects-dir)\n"));
+  EXPECT_EQ(*ReadFile(root_ + "/proj/build/objs/a.o"), "the build tree's own");
+  EXPECT_EQ(*ReadFile(root_ + "/elsewhere/a.cu.o"), before);
+  EXPECT_TRUE(IsRegularFile(root_ + "/elsewhere/b.cu.o"));
+  EXPECT_THAT(out, HasSubstr("  link      cc -shared -o " + root_ +
+                             "/proj/build/libproj.so [2 objects]\n"));
+  status = BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("(" + root_ +
+                             "/proj/build/objs); the 2 there already are replaced as their "
+                             "units finish; --objects-dir DIR"));
+  status = BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out, "",
+                                "cc -shared -o {output}");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("{objects}"));
 }
 
 // Units of three targets with --threads 3 compile one target per unit on

@@ -60,8 +60,12 @@ TEST(LoadKernelManifestTest, LoadsTheAttentionExample) {
   EXPECT_EQ(manifest->output, "libattention_sm100.so");
   EXPECT_THAT(manifest->archs, ElementsAre("sm_100"));
   EXPECT_THAT(manifest->flags, ElementsAre("-O3", "-std=c++17"));
-  EXPECT_THAT(manifest->link_flags, IsEmpty());
   EXPECT_THAT(manifest->sources, ElementsAre("attention_api.cu"));
+  // No [link] table: PyTorch cpp_extension's link.
+  EXPECT_EQ(manifest->link.linker, "g++");
+  EXPECT_EQ(manifest->link.cudart, CudaRuntime::kShared);
+  EXPECT_THAT(manifest->link.flags, IsEmpty());
+  EXPECT_TRUE(manifest->link.soname.empty());
 
   ASSERT_EQ(manifest->instantiation_sets.size(), 1u);
   const v1::InstantiationSet& set = manifest->instantiation_sets[0];
@@ -94,6 +98,41 @@ TEST(LoadKernelManifestTest, ArchsDefaultToSm100) {
   EXPECT_THAT(manifest->archs, ElementsAre("sm_100"));
   EXPECT_THAT(manifest->flags, IsEmpty());
   EXPECT_THAT(manifest->instantiation_sets, IsEmpty());
+}
+
+TEST(LoadKernelManifestTest, LinkTableIsRead) {
+  std::string path = WriteManifest(
+      "[build]\n"
+      "output = \"libk.so\"\n"
+      "sources = [\"k.cu\"]\n"
+      "[link]\n"
+      "linker = \"clang++\"\n"
+      "flags = [\"-Wl,-O1\"]\n"
+      "cudart = \"static\"\n"
+      "libraries = [\"cublas\"]\n"
+      "library_dirs = [\"third_party/lib\"]\n"
+      "soname = \"libk.so.1\"\n",
+      {{"k.cu", "// k\n"}});
+  absl::StatusOr<KernelManifest> manifest = LoadKernelManifest(path);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->link.linker, "clang++");
+  EXPECT_THAT(manifest->link.flags, ElementsAre("-Wl,-O1"));
+  EXPECT_EQ(manifest->link.cudart, CudaRuntime::kStatic);
+  EXPECT_THAT(manifest->link.libraries, ElementsAre("cublas"));
+  EXPECT_THAT(manifest->link.library_dirs, ElementsAre(manifest->directory + "/third_party/lib"));
+  EXPECT_EQ(manifest->link.soname, "libk.so.1");
+}
+
+TEST(LoadKernelManifestTest, BuildLinkFlagsAreTheLinksFlags) {
+  std::string path = WriteManifest(
+      "[build]\n"
+      "output = \"libk.so\"\n"
+      "sources = [\"k.cu\"]\n"
+      "link_flags = [\"-lcublas\"]\n",
+      {{"k.cu", "// k\n"}});
+  absl::StatusOr<KernelManifest> manifest = LoadKernelManifest(path);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_THAT(manifest->link.flags, ElementsAre("-lcublas"));
 }
 
 TEST(LoadKernelManifestTest, AxisValuesAreRenderedAsWritten) {
@@ -235,6 +274,37 @@ INSTANTIATE_TEST_SUITE_P(
                                       absl::StatusCode::kInvalidArgument,
                                       4,
                                       {"unknown key 'flag'", "[build]"}},
+                      BadManifestCase{"UnknownCudaRuntime",
+                                      "[build]\n"
+                                      "output = \"libk.so\"\n"
+                                      "sources = [\"k.cu\"]\n"
+                                      "[link]\n"
+                                      "cudart = \"dynamic\"\n",
+                                      {{"k.cu", ""}},
+                                      absl::StatusCode::kInvalidArgument,
+                                      5,
+                                      {"\"shared\"", "\"static\"", "\"none\""}},
+                      BadManifestCase{"UnknownKeyInLink",
+                                      "[build]\n"
+                                      "output = \"libk.so\"\n"
+                                      "sources = [\"k.cu\"]\n"
+                                      "[link]\n"
+                                      "runtime = \"shared\"\n",
+                                      {{"k.cu", ""}},
+                                      absl::StatusCode::kInvalidArgument,
+                                      5,
+                                      {"unknown key 'runtime'", "[link]"}},
+                      BadManifestCase{"LinkFlagsTwice",
+                                      "[build]\n"
+                                      "output = \"libk.so\"\n"
+                                      "sources = [\"k.cu\"]\n"
+                                      "link_flags = [\"-lm\"]\n"
+                                      "[link]\n"
+                                      "flags = [\"-lm\"]\n",
+                                      {{"k.cu", ""}},
+                                      absl::StatusCode::kInvalidArgument,
+                                      4,
+                                      {"keep [link] flags"}},
                       BadManifestCase{"UnknownTopLevelTable",
                                       "[build]\n"
                                       "output = \"libk.so\"\n"
