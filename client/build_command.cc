@@ -18,6 +18,7 @@
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
 #include "client/link_step.h"
+#include "client/verify.h"
 #include "common/byte_size.h"
 #include "common/cas_client.h"
 #include "common/compile_identity.h"
@@ -570,6 +571,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   // Units compiled as one unit per -gencode target: their parts' objects,
   // by target index, merged into the unit's object before the link.
   std::map<std::string, PartObjects> architecture_parts;
+  // Every unit that came back, as compiled, for --verify.
+  std::vector<UnitToVerify> returned;
   int total = 0;
   bool finished = false;
   absl::Status download_error;
@@ -651,6 +654,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         }
       }
       local_objects[done.unit_name()] = local;
+      returned.push_back(UnitToVerify{
+          done.unit(), done.cached() ? result.worker_name() + ", cached" : result.worker_name(),
+          local});
     } else if (event.has_finished()) {
       summary = event.finished();
       finished = true;
@@ -688,6 +694,24 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
            "same command again to compile only what failed\n";
     return absl::AbortedError(
         absl::StrCat(failed.size(), " of ", total, " units failed to compile"));
+  }
+
+  std::string verified;
+  if (options.verify_sample != 0) {
+    std::sort(returned.begin(), returned.end(), [](const UnitToVerify& a, const UnitToVerify& b) {
+      return a.unit.name() < b.unit.name();
+    });
+    std::vector<UnitToVerify> sample;
+    for (size_t i : PickVerifySample(returned.size(), options.verify_sample)) {
+      sample.push_back(returned[i]);
+    }
+    absl::Time verify_start = absl::Now();
+    RETURN_IF_ERROR(
+        VerifyUnits(sample, cas, options.nvcc_path, options.state_dir + "/verify", out));
+    verified = absl::StrFormat(
+        "%d of %d units rebuilt here in %s: device code identical to the "
+        "workers'",
+        sample.size(), returned.size(), Seconds(absl::Now() - verify_start));
   }
 
   absl::Time link_start = absl::Now();
@@ -762,6 +786,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     out << "  memory    " << (total - cached - above_prediction) << " of " << (total - cached)
         << " units peaked within their predicted reservation\n";
   }
+  if (!verified.empty()) out << "  verify    " << verified << "\n";
   out << "  link      " << DescribeLink(link.argv, objects) << "\n";
   out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
   return absl::OkStatus();

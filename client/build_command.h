@@ -24,6 +24,9 @@ struct BuildOptions {
   // compile_commands.json only: the user's link (ParseLinkCommand). Empty:
   // g++ -shared with a SONAME and the shared CUDA runtime.
   std::string link_command;
+  // --verify: how many units to rebuild here and compare (ParseVerifySample;
+  // -1: all, 0: none).
+  int verify_sample = 0;
   std::string nvcc_path;              // the client's pinned nvcc (scan and link)
   std::string required_nvcc_release;  // "12.8": refuse to build with another release
   std::string state_dir;              // embedded default's CAS, cache, sandboxes

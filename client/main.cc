@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "client/build_command.h"
 #include "client/commands.h"
+#include "client/verify.h"
 #include "common/command_line.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
@@ -24,6 +25,9 @@ ABSL_FLAG(std::string, library, "", "library file name to link (compile_commands
 ABSL_FLAG(std::string, objects_dir, "",
           "compile_commands.json plans only: put the objects here (as UNIT.o) instead of at "
           "each command's own -o");
+ABSL_FLAG(std::string, verify, "",
+          "rebuild this many units (or \"all\") here, in the sandbox the workers use, and fail "
+          "the build if their device code differs from what the workers returned");
 ABSL_FLAG(std::string, link_command, "",
           "compile_commands.json plans only: the link as you run it, with {objects} and "
           "{output} as words of their own (default: g++ -shared -Wl,-soname,LIBRARY {objects} "
@@ -121,6 +125,9 @@ int main(int argc, char** argv) {
     options.library_name = absl::GetFlag(FLAGS_library);
     options.objects_dir = absl::GetFlag(FLAGS_objects_dir);
     options.link_command = absl::GetFlag(FLAGS_link_command);
+    auto verify = distcc_cuda::client::ParseVerifySample(absl::GetFlag(FLAGS_verify));
+    if (!verify.ok()) return Fail(verify.status());
+    options.verify_sample = *verify;
     auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
     if (!nvcc.ok()) return Fail(nvcc.status());
     options.nvcc_path = *nvcc;

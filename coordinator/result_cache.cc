@@ -50,7 +50,10 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
     sha.Update(absl::StrCat(text.size(), ":"));
     sha.Update(text);
   };
-  field("distcc-cuda action v2");
+  // v3: workers give every input one modification time (kMaterializedMtime),
+  // which some internal device names depend on; results of v2 would not
+  // merge with v3 parts of the same unit.
+  field("distcc-cuda action v3");
   field(toolchain_digest);
   // Where the inputs are mounted: nvcc hashes the source's absolute path
   // into internal symbol names, so the object depends on it.

@@ -16,6 +16,7 @@
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "common/task_tree.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
@@ -314,45 +315,19 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   };
   // The input tree, as the client's workspace root: copies of the stored
   // blobs, read-only to the compile.
-  const std::string tree = *task_dir + "/tree";
-  const std::string temp = *task_dir + "/tmp";
-  absl::Status prepared = MakeDirectories(tree);
-  if (prepared.ok()) prepared = MakeDirectories(temp);
-  if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantReach(*task_dir);
-  if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantWrite(temp);
+  absl::StatusOr<TaskTree> prepared = TaskTree::Prepare(
+      unit, *task_dir, sandbox_.get(),
+      [this](const v1::InputFile& input, const std::string& destination) -> absl::Status {
+        Digest digest = FromProto(input.digest());
+        RETURN_IF_ERROR(cas_client_->DownloadToStore(digest, *cache_));
+        return cache_->Materialize(digest, destination, input.is_executable());
+      });
   if (!prepared.ok()) {
     cleanup();
-    return FailedToStart(std::string(prepared.message()));
+    return FailedToStart(std::string(prepared.status().message()));
   }
-  for (const auto& input : unit.inputs()) {
-    Digest digest = FromProto(input.digest());
-    absl::Status fetched = cas_client_->DownloadToStore(digest, *cache_);
-    if (fetched.ok()) {
-      fetched = cache_->Materialize(digest, tree + "/" + input.path(), input.is_executable());
-    }
-    if (!fetched.ok()) {
-      cleanup();
-      return FailedToStart(
-          absl::StrCat("cannot fetch input ", input.path(), ": ", fetched.message()));
-    }
-  }
-  const std::string cwd =
-      unit.working_directory().empty() ? tree : tree + "/" + unit.working_directory();
-  // The only folders the compile may write: where its outputs go.
-  for (const std::string& folder : {cwd}) {
-    prepared = MakeDirectories(folder);
-    if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantWrite(folder);
-  }
-  for (const std::string& output : unit.output_paths()) {
-    std::string folder = std::filesystem::path(cwd + "/" + output).parent_path().string();
-    if (!prepared.ok()) break;
-    prepared = MakeDirectories(folder);
-    if (prepared.ok() && sandbox_ != nullptr) prepared = sandbox_->GrantWrite(folder);
-  }
-  if (!prepared.ok()) {
-    cleanup();
-    return FailedToStart(std::string(prepared.message()));
-  }
+  const std::string& tree = prepared->tree();
+  const std::string& cwd = prepared->working_directory();
   absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
       memory_cap_->StartTask(task.task_id(), task.reserved_bytes());
   if (!scope.ok()) {
@@ -370,11 +345,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   if (sandbox_ != nullptr) {
     // Inside, the tree is at the client's own workspace root: nvcc sees the
     // paths of a local build.
-    std::string root = unit.workspace_root().empty() ? kUnitRoot : unit.workspace_root();
-    std::string inside = unit.working_directory().empty()
-                             ? root
-                             : (std::filesystem::path(root) / unit.working_directory()).string();
-    run_spec = sandbox_->Wrap(spec, SandboxTask{tree, root, temp, inside});
+    run_spec = sandbox_->Wrap(spec, prepared->ForSandbox(kUnitRoot));
   } else {
     std::string unit_root = unit_root_;
     if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {
@@ -455,13 +426,8 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
     }
     for (size_t i = 0; made.ok() && i < static_cast<size_t>(unit.output_paths_size()); ++i) {
       const std::string& output = unit.output_paths(i);
-      std::string relative = std::filesystem::path(unit.working_directory().empty()
-                                                       ? output
-                                                       : unit.working_directory() + "/" + output)
-                                 .lexically_normal()
-                                 .string();
       std::string path = absl::StrCat(collected, "/", i);
-      absl::Status copied = CopyFileBeneath(tree, relative, path);
+      absl::Status copied = prepared->CollectOutput(static_cast<int>(i), path);
       absl::StatusOr<Digest> digest = copied.ok() ? DigestOfFile(path) : copied;
       if (!digest.ok()) {
         result.set_exit_code(-1);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "client/kernel_manifest.h"
 #include "common/compile_identity.h"
+#include "common/digest.h"
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "common/instantiation.h"
@@ -419,6 +420,71 @@ libraries = ["m"]
   EXPECT_THAT(dynamic, HasSubstr("Library soname: [liblinked.so.1]"));
   EXPECT_THAT(dynamic, HasSubstr("Shared library: [libm.so.6]"));
   EXPECT_THAT(dynamic, Not(HasSubstr("libcudart"))) << "the runtime is linked in statically";
+}
+
+// --verify rebuilds units here in the workers' sandbox and compares device
+// code. A result the coordinator serves for unit a that is really unit b's
+// object (a wrong cached result, as a lying or broken worker would leave)
+// links silently without --verify and fails the build with it.
+TEST_F(RealNvccTest, VerifyCatchesAWrongResultThatWouldOtherwiseBeLinked) {
+  std::string dir = root_ + "/verify";
+  ASSERT_TRUE(WriteFileAtomically(dir + "/kernels.toml",
+                                  "[build]\noutput = \"libv.so\"\nsources = [\"a.cu\", \"b.cu\"]\n")
+                  .ok());
+  // Explicit instantiations only: their symbols are COMDAT, so a library
+  // holding b's object twice still links (the wrong result goes unnoticed).
+  ASSERT_TRUE(WriteFileAtomically(dir + "/a.cu",
+                                  "template <int N> __global__ void a(float* x) { x[0] = N; }\n"
+                                  "template __global__ void a<1>(float*);\n")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/b.cu",
+                                  "template <int N> __global__ void b(float* x) { x[1] = N; }\n"
+                                  "template __global__ void b<2>(float*);\n")
+                  .ok());
+  const std::vector<std::string> build = {
+      "build", dir + "/kernels.toml", "--coordinator", address_,
+      "-o",    dir + "/out",          "--state-dir",   root_ + "/client-state"};
+  std::vector<std::string> verify_all = build;
+  verify_all.push_back("--verify=all");
+  ProcessResult first = Client(verify_all);
+  ASSERT_EQ(first.exit_code, 0) << first.stdout_text << first.stderr_text;
+  EXPECT_THAT(first.stdout_text, HasSubstr("  verified a (e2e-"));
+  EXPECT_THAT(first.stdout_text, HasSubstr("  verified b (e2e-"));
+  EXPECT_THAT(first.stdout_text, HasSubstr("  verify    2 of 2 units rebuilt here in "));
+
+  // Point unit a's cached result at unit b's object.
+  absl::StatusOr<std::string> a_object = ReadFile(dir + "/out/obj/a.o");
+  absl::StatusOr<std::string> b_object = ReadFile(dir + "/out/obj/b.o");
+  ASSERT_TRUE(a_object.ok() && b_object.ok());
+  const Digest a_digest = DigestOf(*a_object), b_digest = DigestOf(*b_object);
+  int rewritten = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root_ + "/state")) {
+    if (!entry.is_regular_file() || entry.path().string().find("/results/") == std::string::npos) {
+      continue;
+    }
+    v1::TaskResult result;
+    absl::StatusOr<std::string> bytes = ReadFile(entry.path().string());
+    if (!bytes.ok() || !result.ParseFromString(*bytes) || result.outputs_size() != 1 ||
+        FromProto(result.outputs(0).digest()) != a_digest) {
+      continue;
+    }
+    *result.mutable_outputs(0)->mutable_digest() = ToProto(b_digest);
+    ASSERT_TRUE(WriteFileAtomically(entry.path().string(), result.SerializeAsString()).ok());
+    ++rewritten;
+  }
+  ASSERT_EQ(rewritten, 1) << "unit a's cached result";
+
+  ProcessResult unverified = Client(build);
+  ASSERT_EQ(unverified.exit_code, 0) << unverified.stdout_text << unverified.stderr_text;
+  EXPECT_EQ(*ReadFile(dir + "/out/obj/a.o"), *b_object) << "the control: linked without a word";
+
+  ProcessResult verified = Client(verify_all);
+  EXPECT_EQ(verified.exit_code, 2) << verified.stdout_text;
+  EXPECT_THAT(verified.stderr_text, HasSubstr("verify: unit a: the device code worker e2e-"));
+  EXPECT_THAT(verified.stderr_text, HasSubstr("differs from a rebuild here with the same "
+                                              "toolchain and inputs (the returned sm_100 cubin"));
+  EXPECT_THAT(verified.stderr_text, HasSubstr("the library was not linked"));
+  EXPECT_THAT(verified.stdout_text, Not(HasSubstr("distcc-cuda: built")));
 }
 
 TEST_F(RealNvccTest, CompileErrorOfTheRealNvccReachesTheUser) {

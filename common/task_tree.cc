@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/task_tree.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "common/status.h"
+
+namespace distcc_cuda {
+
+absl::StatusOr<TaskTree> TaskTree::Prepare(const v1::CompileUnit& unit, const std::string& task_dir,
+                                           const Sandbox* sandbox, const PlaceInput& place) {
+  TaskTree task;
+  task.workspace_root_ = unit.workspace_root();
+  task.unit_working_directory_ = unit.working_directory();
+  task.output_paths_.assign(unit.output_paths().begin(), unit.output_paths().end());
+  task.tree_ = task_dir + "/tree";
+  task.temp_ = task_dir + "/tmp";
+  RETURN_IF_ERROR(MakeDirectories(task.tree_));
+  RETURN_IF_ERROR(MakeDirectories(task.temp_));
+  if (sandbox != nullptr) {
+    RETURN_IF_ERROR(sandbox->GrantReach(task_dir));
+    RETURN_IF_ERROR(sandbox->GrantWrite(task.temp_));
+  }
+  for (const v1::InputFile& input : unit.inputs()) {
+    RETURN_IF_ERROR(Annotate(place(input, task.tree_ + "/" + input.path()),
+                             absl::StrCat("cannot fetch input ", input.path())));
+  }
+  task.cwd_ =
+      unit.working_directory().empty() ? task.tree_ : task.tree_ + "/" + unit.working_directory();
+  // The only folders the compile may write: where its outputs go.
+  std::vector<std::string> writable = {task.cwd_};
+  for (const std::string& output : unit.output_paths()) {
+    writable.push_back(std::filesystem::path(task.cwd_ + "/" + output).parent_path().string());
+  }
+  for (const std::string& folder : writable) {
+    RETURN_IF_ERROR(MakeDirectories(folder));
+    if (sandbox != nullptr) RETURN_IF_ERROR(sandbox->GrantWrite(folder));
+  }
+  return task;
+}
+
+SandboxTask TaskTree::ForSandbox(const std::string& fallback_root) const {
+  std::string root = workspace_root_.empty() ? fallback_root : workspace_root_;
+  std::string inside = unit_working_directory_.empty()
+                           ? root
+                           : (std::filesystem::path(root) / unit_working_directory_).string();
+  return SandboxTask{tree_, root, temp_, inside};
+}
+
+absl::Status TaskTree::CollectOutput(int index, const std::string& destination) const {
+  if (index < 0 || static_cast<size_t>(index) >= output_paths_.size()) {
+    return absl::OutOfRangeError(absl::StrCat("the unit has no output ", index));
+  }
+  const std::string& output = output_paths_[index];
+  std::string relative = std::filesystem::path(unit_working_directory_.empty()
+                                                   ? output
+                                                   : unit_working_directory_ + "/" + output)
+                             .lexically_normal()
+                             .string();
+  return CopyFileBeneath(tree_, relative, destination);
+}
+
+}  // namespace distcc_cuda
