@@ -184,6 +184,13 @@ TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
     ASSERT_FALSE(remote->empty()) << name;
     EXPECT_EQ((*remote)[0].arch, 100) << name;
     EXPECT_TRUE(*remote == *mine) << name << ": device code differs from a local build";
+    // Byte for byte, whichever worker compiled it.
+    absl::StatusOr<std::string> remote_object = ReadFile(out + "/obj/" + name + ".o");
+    absl::StatusOr<std::string> local_object = ReadFile(local + "/" + name + ".local.o");
+    ASSERT_TRUE(remote_object.ok() && local_object.ok()) << name;
+    EXPECT_TRUE(*DeviceCodeSections(*remote_object, name) ==
+                *DeviceCodeSections(*local_object, name))
+        << name << ": .nv_fatbin differs from a local build's";
   }
   absl::StatusOr<std::vector<DeviceImage>> linked = ReadDeviceImages(library);
   ASSERT_TRUE(linked.ok()) << linked.status();
@@ -228,6 +235,39 @@ void Launch(float* x) { Scale<<<1, 32>>>(x); }
   ASSERT_EQ(remote->size(), 2u) << "an sm_100 cubin and compute_100 PTX";
   EXPECT_TRUE(*remote == *here) << "the worker's device code differs from a local build's";
   EXPECT_FALSE(*there == *here) << "the control: another path gives other internal names";
+
+  // The same unit built by the embedded default (its own sandboxed worker)
+  // into another folder.
+  ProcessResult embedded =
+      Client({"build", proj + "/compile_commands.json", "--library", "libk.so", "-o",
+              root_ + "/embedded", "--objects-dir", root_ + "/embedded/obj", "--state-dir",
+              root_ + "/embedded-state", "--nvcc", nvcc_});
+  ASSERT_EQ(embedded.exit_code, 0) << embedded.stdout_text << embedded.stderr_text;
+  // Byte for byte: the .nv_fatbin sections of the cluster's, the embedded
+  // default's and a local nvcc's object.
+  absl::StatusOr<std::string> cluster_object = ReadFile(proj + "/obj/k.o");
+  absl::StatusOr<std::string> embedded_object = ReadFile(root_ + "/embedded/obj/k.cu.o");
+  absl::StatusOr<std::string> local_object = ReadFile(proj + "/local.o");
+  ASSERT_TRUE(cluster_object.ok() && embedded_object.ok() && local_object.ok());
+  absl::StatusOr<std::string> cluster_fatbin = DeviceCodeSections(*cluster_object, "cluster");
+  absl::StatusOr<std::string> embedded_fatbin = DeviceCodeSections(*embedded_object, "embedded");
+  absl::StatusOr<std::string> local_fatbin = DeviceCodeSections(*local_object, "local");
+  ASSERT_TRUE(cluster_fatbin.ok() && embedded_fatbin.ok() && local_fatbin.ok());
+  EXPECT_TRUE(*cluster_fatbin == *local_fatbin) << ".nv_fatbin differs from a local nvcc's";
+  EXPECT_TRUE(*embedded_fatbin == *local_fatbin) << ".nv_fatbin differs from a local nvcc's";
+  // The whole objects: the cluster's and the embedded default's are the
+  // same file; a local nvcc's differs only in the name of nvcc's temporary
+  // file in .strtab, tmpxft_<nvcc's pid in hex>_..., where a sandboxed nvcc
+  // is process 1.
+  EXPECT_TRUE(*cluster_object == *embedded_object);
+  ASSERT_EQ(cluster_object->size(), local_object->size());
+  size_t at = cluster_object->find("tmpxft_00000001_");
+  ASSERT_NE(at, std::string::npos);
+  std::string normalised = *local_object;
+  size_t local_at = normalised.find("tmpxft_");
+  ASSERT_EQ(local_at, at) << "the same place in .strtab";
+  normalised.replace(local_at, 16, "tmpxft_00000001_");
+  EXPECT_TRUE(normalised == *cluster_object) << "more than the temporary file name differs";
 }
 
 // A compile for two targets with --threads 2 runs as one unit per target
