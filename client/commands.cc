@@ -62,13 +62,11 @@ absl::Status RunInspect(const std::string& path, std::ostream& out) {
   ASSIGN_OR_RETURN(std::vector<DeviceImage> images, ReadDeviceImages(path));
   for (const DeviceImage& image : images) {
     out << DescribeDeviceImage(image);
-    // `nvcc -shared` device-links the objects for its default architecture
-    // (sm_75) with the device runtime: an image of no kernel of the build's.
+    // A library linked by `nvcc -shared` holds such an sm_75 cubin of its
+    // device link, none of the build's kernels in it (README: inspect).
     absl::StatusOr<int> kernels =
         image.kind == DeviceImageKind::kCubin ? CountKernels(image) : absl::StatusOr<int>(-1);
-    if (kernels.ok() && *kernels == 0) {
-      out << " (no kernels: the device-link image that nvcc -shared adds, not the build's code)";
-    }
+    if (kernels.ok() && *kernels == 0) out << " (no kernels)";
     out << "\n";
   }
   return absl::OkStatus();

@@ -20,8 +20,9 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
                        std::ostream& out, const std::optional<TlsMaterial>& tls = std::nullopt);
 
 // Prints one line per device image in the fatbinary of an object, library or
-// executable: "sm_100 cubin", "compute_100 ptx". A cubin of no kernel (the
-// sm_75 image that `nvcc -shared` device-links in) says so.
+// executable: "sm_100 cubin", "compute_100 ptx". A cubin of no kernel says
+// so (a source of host code only, or the sm_75 image of `nvcc -shared`'s
+// device link).
 absl::Status RunInspect(const std::string& path, std::ostream& out);
 
 }  // namespace distcc_cuda::client

@@ -68,7 +68,7 @@ constexpr char kUsage[] =
     "      on this machine through an embedded coordinator and worker.\n"
     "  distcc-cuda status --coordinator HOST:PORT\n"
     "  distcc-cuda inspect FILE      list the device images of an object or library\n"
-    "                                (nvcc -shared's device-link image marked)\n"
+    "                                (a cubin of no kernel says so)\n"
     "A coordinator that uses mutual TLS also needs --tls-ca ca.crt\n"
     "--tls-cert NAME.crt --tls-key NAME.key (a client certificate).\n";
 

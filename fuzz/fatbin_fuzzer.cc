@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The fatbinary reader on ELF bytes, and the merge of architecture parts.
+// The fatbinary reader on ELF bytes, the merge of architecture parts and
+// the compile identity check of merged objects.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/compile_identity.h"
 #include "common/fatbin.h"
 #include "fuzz/fuzz_check.h"
 
@@ -17,8 +19,13 @@ void TestOneInput(const std::string& bytes) {
   if (images.ok()) {
     for (const DeviceImage& image : *images) {
       Check(!DescribeDeviceImage(image).empty(), "an image without a name");
+      absl::StatusOr<int> kernels = CountKernels(image);
+      Check(!kernels.ok() || *kernels >= 0, "a negative kernel count");
     }
   }
+  // What the merge and --verify read of any object.
+  (void)CheckOneCompileIdentity(bytes, "fuzz.o");
+  (void)HostCodeOf(bytes, "fuzz.o");
   // The input as both parts of a split: a merge that succeeds must give an
   // object the reader reads, holding each part's images in part order.
   absl::StatusOr<std::string> merged = MergeArchitectureParts({bytes, bytes}, {"part0", "part1"});
@@ -29,6 +36,9 @@ void TestOneInput(const std::string& bytes) {
   std::vector<DeviceImage> expected = *images;
   expected.insert(expected.end(), images->begin(), images->end());
   Check(*joined == expected, "a merged object holds other images than its parts");
+  // Twice the input at most (plus what keeps later sections aligned): the
+  // first part's own container is not left behind.
+  Check(merged->size() <= 2 * bytes.size() + (1 << 20) + 64, "the merge grew beyond its parts");
 }
 
 }  // namespace

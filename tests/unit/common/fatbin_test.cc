@@ -635,13 +635,31 @@ TEST_F(NvccBuildTest, SharedLibraryHoldsTheObjectsCubin) {
   ASSERT_TRUE(object.ok()) << object.status();
   const auto library = ReadDeviceImages(dir + "/libk.so");
   ASSERT_TRUE(library.ok()) << library.status();
-  // The library also holds the CUDA runtime's own images, so look for ours
-  // among them.
+  // The library also holds the image of nvcc's device link, so look for
+  // ours among them.
   for (const DeviceImage& image : *object) {
     EXPECT_NE(std::find(library->begin(), library->end(), image), library->end())
         << DescribeDeviceImage(image) << " of k.o is not in libk.so";
   }
   EXPECT_NE(Find(*library, "sm_100 cubin"), nullptr);
+}
+
+// What else `nvcc -shared` puts in a library: the cubin of its device link
+// for its default architecture (sm_75), holding no kernel; ours holds `add`.
+TEST_F(NvccBuildTest, CountsTheKernelsOfACubin) {
+  const std::string dir = Folder("kernel.cu");
+  ASSERT_TRUE(RunIn(
+      dir, absl::StrCat(kNvcc, " -c -Xcompiler -fPIC ", kSm100CubinAndPtx, " kernel.cu -o k.o")));
+  ASSERT_TRUE(RunIn(dir, absl::StrCat(kNvcc, " -shared k.o -o libk.so")));
+  const auto library = ReadDeviceImages(dir + "/libk.so");
+  ASSERT_TRUE(library.ok()) << library.status();
+  const DeviceImage* ours = Find(*library, "sm_100 cubin");
+  const DeviceImage* linked = Find(*library, "sm_75 cubin");
+  ASSERT_TRUE(ours != nullptr && linked != nullptr);
+  EXPECT_EQ(*CountKernels(*ours), 1);
+  EXPECT_EQ(*CountKernels(*linked), 0);
+  EXPECT_EQ(CountKernels(*Find(*library, "compute_100 ptx")).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(NvccBuildTest, SameSourceInOtherFolderAndNameHasSameDeviceCode) {
