@@ -23,6 +23,7 @@
 #include "common/subprocess.h"
 #include "common/toolchain.h"
 #include "tests/support/background_process.h"
+#include "tests/support/cuda_sources.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -377,16 +378,7 @@ std::map<std::string, std::set<std::string>> InternalNamesByPlace(const std::str
 // that compiles the PTX finds no variable the host code registers.
 TEST_F(RealNvccTest, SplitUnitsPartsShareOneCompileIdentityAsAWholeCompileDoes) {
   std::string proj = root_ + "/identity";
-  ASSERT_TRUE(WriteFileAtomically(proj + "/nine.cu", R"(#include <cuda/std/iterator>
-static __device__ float scale_value;
-template <int N> __global__ void k(float *p) {
-  float a[N] = {};
-  p[threadIdx.x] = scale_value * (cuda::std::end(a) - a);
-}
-template <int N> void launch(float *p);
-template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
-)")
-                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(proj + "/nine.cu", testing::kPidNamedUnit).ok());
   // Three targets on two one-slot workers: the third part starts when one
   // of the first two is done, seconds later.
   const std::vector<std::string> flags = {"-Xcompiler=-fPIC",

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -28,6 +29,7 @@
 #include "common/nvcc_args.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/cuda_sources.h"
 
 namespace distcc_cuda {
 namespace {
@@ -73,13 +75,13 @@ std::string MakeTempDir() {
 
 // Runs `command` in `dir` with its output in a log; returns the log on
 // failure so the test says what nvcc said.
-testing::AssertionResult RunIn(const std::string& dir, const std::string& command) {
+::testing::AssertionResult RunIn(const std::string& dir, const std::string& command) {
   const std::string log = dir + "/command.log";
   const std::string line = absl::StrCat("cd '", dir, "' && ", command, " >'", log, "' 2>&1");
   if (std::system(line.c_str()) != 0) {
-    return testing::AssertionFailure() << "`" << command << "` failed:\n" << ReadAll(log);
+    return ::testing::AssertionFailure() << "`" << command << "` failed:\n" << ReadAll(log);
   }
-  return testing::AssertionSuccess();
+  return ::testing::AssertionSuccess();
 }
 
 std::vector<std::string> Describe(const std::vector<DeviceImage>& images) {
@@ -551,7 +553,7 @@ class NvccObjectTest : public ::testing::TestWithParam<NvccCase> {
   static absl::StatusOr<std::vector<DeviceImage>> Compile(const std::string& name,
                                                           const std::string& flags) {
     const std::string object = *dir_ + "/" + name + ".o";
-    const testing::AssertionResult ran =
+    const ::testing::AssertionResult ran =
         RunIn(*dir_, absl::StrCat(kNvcc, " -c ", flags, " kernel.cu -o ", object));
     if (!ran) return absl::InternalError(ran.message());
     return ReadDeviceImages(object);
@@ -605,6 +607,22 @@ INSTANTIATE_TEST_SUITE_P(Cases, NvccObjectTest, ::testing::ValuesIn(NvccCases())
                          [](const ::testing::TestParamInfo<NvccCase>& info) {
                            return info.param.name;
                          });
+
+// Compiles each part of a split compile in `dir` (after the shell command
+// `before(i)`, if any), appending its object's bytes and file name.
+void CompileParts(const std::string& dir, const std::vector<ArchitecturePart>& parts,
+                  const std::function<std::string(size_t)>& before,
+                  std::vector<std::string>& objects, std::vector<std::string>& names) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string command = before(i) + kNvcc;
+    for (const std::string& argument : parts[i].arguments) {
+      absl::StrAppend(&command, " '", argument, "'");
+    }
+    ASSERT_TRUE(RunIn(dir, command));
+    objects.push_back(ReadAll(dir + "/" + parts[i].output));
+    names.push_back(parts[i].output);
+  }
+}
 
 class NvccBuildTest : public ::testing::Test {
  protected:
@@ -696,14 +714,8 @@ TEST_F(NvccBuildTest, MergedArchitecturePartsEqualTheWholeCompile) {
   ASSERT_TRUE(parts.ok()) << parts.status();
   ASSERT_EQ(parts->size(), 2u);
   std::vector<std::string> objects, names;
-  for (const ArchitecturePart& part : *parts) {
-    std::string command = kNvcc;
-    for (const std::string& argument : part.arguments)
-      absl::StrAppend(&command, " '", argument, "'");
-    ASSERT_TRUE(RunIn(dir, command));
-    objects.push_back(ReadAll(dir + "/" + part.output));
-    names.push_back(part.output);
-  }
+  CompileParts(
+      dir, *parts, [](size_t) { return std::string(); }, objects, names);
   absl::StatusOr<std::string> merged = MergeArchitectureParts(objects, names);
   ASSERT_TRUE(merged.ok()) << merged.status();
   WriteAll(dir + "/merged.o", *merged);
@@ -745,15 +757,7 @@ TEST_F(NvccBuildTest, MergedArchitecturePartsEqualTheWholeCompile) {
 TEST_F(NvccBuildTest, PartsOfTwoCompileIdentitiesAreFoundOut) {
   const std::string dir = MakeTempDir();
   dirs_.push_back(dir);
-  WriteAll(dir + "/nine.cu", R"(#include <cuda/std/iterator>
-static __device__ float scale_value;
-template <int N> __global__ void k(float *p) {
-  float a[N] = {};
-  p[threadIdx.x] = scale_value * (cuda::std::end(a) - a);
-}
-template <int N> void launch(float *p);
-template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
-)");
+  WriteAll(dir + "/nine.cu", testing::kPidNamedUnit);
   const std::vector<std::string> whole = {"-gencode", "arch=compute_100,code=sm_100",
                                           "-gencode", "arch=compute_100,code=compute_100",
                                           "-c",       "nine.cu",
@@ -761,16 +765,10 @@ template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
   absl::StatusOr<std::vector<ArchitecturePart>> parts = SplitByArchitecture(whole);
   ASSERT_TRUE(parts.ok() && parts->size() == 2u) << parts.status();
   std::vector<std::string> objects, names;
-  for (const ArchitecturePart& part : *parts) {
-    std::string command =
-        absl::StrCat("touch -d @", 946684800 + objects.size(), " nine.cu && ", kNvcc);
-    for (const std::string& argument : part.arguments) {
-      absl::StrAppend(&command, " '", argument, "'");
-    }
-    ASSERT_TRUE(RunIn(dir, command));
-    objects.push_back(ReadAll(dir + "/" + part.output));
-    names.push_back(part.output);
-  }
+  CompileParts(
+      dir, *parts,
+      [](size_t i) { return absl::StrCat("touch -d @", 946684800 + i, " nine.cu && "); }, objects,
+      names);
   absl::StatusOr<std::string> merged = MergeArchitectureParts(objects, names);
   ASSERT_TRUE(merged.ok()) << merged.status();
   absl::Status status = CheckOneCompileIdentity(*merged, "unit nine.cu");
