@@ -430,6 +430,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                    ComputeToolchainFingerprint(options.nvcc_path));
   RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
   bool is_compdb = absl::EndsWith(options.plan_path, ".json");
+  if (!is_compdb && !absl::EndsWith(options.plan_path, ".toml")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PLAN must be a .toml kernel manifest or a compile_commands.json; got ", options.plan_path,
+        " (CMake writes compile_commands.json with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)"));
+  }
   if (is_compdb && options.library_name.empty()) {
     return absl::InvalidArgumentError(
         "a compile_commands.json plan needs --library NAME.so for the link output");

@@ -32,7 +32,18 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   ASSIGN_OR_RETURN(coordinator_options.tls,
                    issue(PeerRole::kCoordinator, "embedded-coordinator", {"127.0.0.1"}));
   ASSIGN_OR_RETURN(cluster->client_tls_, issue(PeerRole::kClient, "embedded-client", {}));
-  ASSIGN_OR_RETURN(cluster->coordinator_, coordinator::Coordinator::Start(coordinator_options));
+  absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> started =
+      coordinator::Coordinator::Start(coordinator_options);
+  if (absl::IsFailedPrecondition(started.status())) {
+    // Two embedded builds would each take this machine's whole memory.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another distcc-cuda build is running on this machine with the same state dir (",
+        started.status().message(),
+        "). Wait for it to finish, or give this build its own --state-dir (the two would not "
+        "know of each other's memory use)"));
+  }
+  if (!started.ok()) return started.status();
+  cluster->coordinator_ = *std::move(started);
   worker::WorkerOptions worker_options;
   worker_options.coordinator_address = cluster->coordinator_->address();
   worker_options.name = "local";

@@ -2,6 +2,7 @@
 #include "common/cas_store.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/status.h"
@@ -72,7 +74,8 @@ absl::Status BlobWriter::Commit() {
   Digest actual{sha_.FinishHex(), written_};
   if (actual != expected_) return MismatchError(expected_, actual);
   // Blobs are read-only: a sandbox input hard-linked to one cannot change it.
-  if (fchmod(fd_, 0444) != 0 || close(fd_) != 0) {
+  // On disk before it has a name: a crash never leaves a named blob short.
+  if (fchmod(fd_, 0444) != 0 || fsync(fd_) != 0 || close(fd_) != 0) {
     fd_ = -1;
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot close ", temp_path_, ": ", strerror(errno)));
@@ -85,12 +88,23 @@ absl::Status BlobWriter::Commit() {
         absl::StrCat("cannot move blob into ", final_path, ": ", strerror(errno)));
   }
   committed_ = true;
-  return absl::OkStatus();
+  return SyncFolder(fs::path(final_path).parent_path().string());
 }
 
 absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root) {
   std::string absolute = AbsolutePath(root);
   RETURN_IF_ERROR(MakeDirectories(absolute + "/tmp"));
+  // Writes that a process died in the middle of (their names start with the
+  // writer's pid, see TempPath) are removed; a live writer's stay.
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(absolute + "/tmp", error)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    if (!absl::SimpleAtoi(name.substr(0, name.find('-')), &pid) || pid <= 0 ||
+        (kill(pid, 0) != 0 && errno == ESRCH)) {
+      fs::remove_all(entry.path(), error);
+    }
+  }
   // The store holds every submitter's sources: nobody else on this machine
   // may read it (blobs are 0444 for their owner's sake only).
   if (chmod(absolute.c_str(), 0700) != 0) {

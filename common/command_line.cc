@@ -4,9 +4,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -80,6 +84,91 @@ absl::StatusOr<std::vector<std::string>> WithConfigFileArguments(
   return args;
 }
 
+namespace {
+
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+bool IsListed(const absl::CommandLineFlag& flag) {
+  absl::string_view file = flag.Filename();
+  return absl::EndsWith(file, "main.cc") || absl::EndsWith(file, "command_line.cc");
+}
+
+}  // namespace
+
+absl::Status CheckFlagsBeforeParsing(const std::vector<std::string>& args,
+                                     const std::string& program) {
+  absl::flat_hash_map<absl::string_view, absl::CommandLineFlag*> flags = absl::GetAllFlags();
+  for (size_t i = 1; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    if (arg.empty()) continue;
+    absl::string_view name = arg.substr(0, arg.find('='));
+    const bool has_value = arg.find('=') != absl::string_view::npos;
+    if (name == "help" || name == "helpfull" || name == "h") {
+      std::cout << program << ": " << absl::ProgramUsageMessage() << "\nFlags:\n";
+      std::vector<std::pair<std::string, std::string>> listed;
+      for (const auto& [flag_name, flag] : flags) {
+        if (!IsListed(*flag)) continue;
+        std::string shown(flag_name);
+        std::replace(shown.begin(), shown.end(), '_', '-');
+        listed.emplace_back(
+            shown, absl::StrCat(flag->Help(), " (default: \"", flag->DefaultValue(), "\")"));
+      }
+      std::sort(listed.begin(), listed.end());
+      for (const auto& [shown, help] : listed) {
+        std::cout << (shown.size() == 1 ? "  -" : "  --") << shown << "  " << help << "\n";
+      }
+      return absl::CancelledError("help printed");
+    }
+    absl::string_view bare = name;
+    const bool negated = absl::ConsumePrefix(&bare, "no");
+    auto found = flags.find(name);
+    if (found == flags.end() && negated) found = flags.find(bare);
+    if (found == flags.end()) {
+      std::string closest;
+      size_t best = std::string::npos;
+      for (const auto& [flag_name, flag] : flags) {
+        if (!IsListed(*flag)) continue;
+        size_t distance = EditDistance(name, flag_name);
+        if (distance < best) best = distance, closest = std::string(flag_name);
+      }
+      std::replace(closest.begin(), closest.end(), '_', '-');
+      std::string given(name);
+      std::replace(given.begin(), given.end(), '_', '-');
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", given,
+                       best <= std::max<size_t>(2, given.size() / 3)
+                           ? absl::StrCat("; did you mean --", closest, "?")
+                           : "",
+                       " (--help lists them)"));
+    }
+    const bool boolean = found->second->IsOfType<bool>();
+    if (!boolean && !has_value && i + 1 >= args.size()) {
+      std::string given(name);
+      std::replace(given.begin(), given.end(), '_', '-');
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", given, " needs a value (--", given, "=VALUE or --", given, " VALUE)"));
+    }
+    if (!boolean && !has_value) ++i;  // its value
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> ParseFlags(int argc, char** argv, const std::string& table) {
   absl::FlagsUsageConfig config;
   auto listed = [](absl::string_view file) {
@@ -99,6 +188,12 @@ std::vector<std::string> ParseFlags(int argc, char** argv, const std::string& ta
       std::move(storage), from_environment ? from_environment : "", table, program);
   if (!args.ok()) {
     std::cerr << program << ": " << args.status().message() << "\n";
+    std::exit(2);
+  }
+  absl::Status usable = CheckFlagsBeforeParsing(*args, program);
+  if (absl::IsCancelled(usable)) std::exit(0);  // --help was printed
+  if (!usable.ok()) {
+    std::cerr << program << ": " << usable.message() << "\n";
     std::exit(2);
   }
   std::vector<char*> pointers;

@@ -33,11 +33,21 @@ absl::StatusOr<std::vector<std::string>> WithConfigFileArguments(
     std::vector<std::string> args, absl::string_view config_from_environment,
     const std::string& table, const std::string& program);
 
+// Checks the arguments (after NormalizeFlagNames) before abseil parses them,
+// so that mistakes exit with status 2 and a hint, not abseil's status 1:
+// INVALID_ARGUMENT for an unknown flag (naming the closest real one) or a
+// flag other than a boolean without its value. For --help (or -h,
+// --helpfull) prints the usage and every flag of the program and returns
+// CANCELLED.
+absl::Status CheckFlagsBeforeParsing(const std::vector<std::string>& args,
+                                     const std::string& program);
+
 // Parses the command line with abseil after NormalizeFlagNames and
 // WithConfigFileArguments (the program's `table` of the config file: "client",
 // "worker" or "coordinator"), with --help listing the flags defined in the
-// program's main.cc and --config. A config file that cannot be read or used
-// prints "PROGRAM: ERROR" to stderr and exits with status 2. Returns the
+// program's main.cc and --config (exit 0). A config file that cannot be
+// read or used, an unknown flag or a missing value prints "PROGRAM: ERROR"
+// to stderr and exits with status 2. Returns the
 // positional arguments (argv[0] first).
 std::vector<std::string> ParseFlags(int argc, char** argv, const std::string& table);
 

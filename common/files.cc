@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 namespace distcc_cuda {
 namespace fs = std::filesystem;
@@ -52,13 +54,70 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
       return absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp, " (disk full?)"));
     }
   }
+  // Durable before it is visible: the bytes, then the rename, then the
+  // folder's entry.
+  int fd = open(temp.c_str(), O_RDONLY | O_CLOEXEC);
+  bool synced = fd >= 0 && fsync(fd) == 0;
+  if (fd >= 0) close(fd);
+  if (!synced) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot sync ", temp, " to disk"));
+  }
   std::error_code error;
   fs::rename(temp, path, error);
   if (error) {
     fs::remove(temp, error);
     return absl::InternalError(absl::StrCat("cannot rename ", temp, " to ", path));
   }
+  return SyncFolder(target.has_parent_path() ? target.parent_path().string() : ".");
+}
+
+absl::Status SyncFolder(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open folder ", path));
+  int synced = fsync(fd);
+  int error = errno;
+  close(fd);
+  if (synced != 0) return absl::ErrnoToStatus(error, absl::StrCat("cannot sync folder ", path));
   return absl::OkStatus();
+}
+
+absl::StatusOr<FolderLock> FolderLock::Acquire(const std::string& folder, const std::string& who) {
+  RETURN_IF_ERROR(MakeDirectories(folder));
+  const std::string path = folder + "/lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    ssize_t got = pread(fd, pid, sizeof(pid) - 1, 0);
+    close(fd);
+    std::string holder = got > 0 ? std::string(pid, static_cast<size_t>(got)) : "";
+    holder.erase(holder.find_last_not_of(" \n") + 1);
+    return absl::FailedPreconditionError(absl::StrCat(
+        folder, " is in use by ", who, holder.empty() ? "" : absl::StrCat(" (pid ", holder, ")"),
+        "; two of them on one folder would corrupt it: stop that one, or give this one a folder "
+        "of its own"));
+  }
+  std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    close(fd);
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+  }
+  return FolderLock(fd);
+}
+
+FolderLock& FolderLock::operator=(FolderLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) close(fd_);
 }
 
 absl::Status WriteNewFile(const std::string& path, absl::string_view content, unsigned mode) {

@@ -18,6 +18,29 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // place, so readers never see a partial file. Creates missing parent folders.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content);
 
+// fsync(2) of the folder at `path`, so that a rename into it survives a
+// crash of the machine. INTERNAL naming the folder otherwise.
+absl::Status SyncFolder(const std::string& path);
+
+// An exclusive lock on a state folder (flock(2) on `folder`/lock), held
+// while this object lives, with the holder's pid written in the file. The
+// kernel drops it when the process dies, however it dies.
+class FolderLock {
+ public:
+  // FAILED_PRECONDITION "... is in use by <who> (pid N)" when another
+  // process holds it; other errors when the lock file cannot be made.
+  static absl::StatusOr<FolderLock> Acquire(const std::string& folder, const std::string& who);
+  FolderLock(FolderLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  FolderLock& operator=(FolderLock&& other) noexcept;
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  ~FolderLock();
+
+ private:
+  explicit FolderLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 // Writes `content` to the new file `path` with permission bits `mode` (e.g.
 // 0600 for a private key) from the first byte, never replacing a file:
 // ALREADY_EXISTS if `path` exists. Written beside it and linked into place, so

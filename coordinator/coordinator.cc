@@ -52,6 +52,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   coordinator->access_ = std::make_unique<AccessControl>(mode);
   coordinator->options_ = options;
   std::string state = AbsolutePath(options.state_dir);
+  // One coordinator per state dir: two would corrupt each other's store,
+  // cache and history.
+  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::Acquire(state, "another distcc-cuda-coordinator"));
+  coordinator->state_lock_ = std::make_unique<FolderLock>(std::move(lock));
   ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas"));
   RETURN_IF_ERROR(MakeDirectories(state + "/results"));
   coordinator->results_ =
@@ -82,6 +86,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       options.scheduler.heartbeat_interval);
 
   grpc::ServerBuilder builder;
+  // A port in use is an error, not shared with the coordinator already
+  // there (gRPC sets SO_REUSEPORT by default on Linux).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(
       options.listen_address,
       options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/bounded_executor.h"
 #include "common/cas_store.h"
+#include "common/files.h"
 #include "common/tls_credentials.h"
 #include "coordinator/access_control.h"
 #include "coordinator/build_planner.h"
@@ -56,7 +57,9 @@ class Coordinator {
   // Opens the state dir and starts serving. INVALID_ARGUMENT, before
   // anything else, for an address off loopback without TLS or insecure, or a
   // TLS certificate whose role is not coordinator; UNAVAILABLE if the address
-  // cannot be bound; PERMISSION_DENIED if the state dir cannot be written.
+  // cannot be bound (also when another process listens there);
+  // FAILED_PRECONDITION, naming its pid, when another coordinator holds the
+  // state dir; PERMISSION_DENIED if the state dir cannot be written.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   // Stops serving: in-flight calls are cancelled.
   ~Coordinator();
@@ -69,6 +72,8 @@ class Coordinator {
   Coordinator() = default;
 
   CoordinatorOptions options_;
+  // Held for the coordinator's life; destroyed last.
+  std::unique_ptr<FolderLock> state_lock_;
   std::unique_ptr<CasStore> cas_;
   std::unique_ptr<ResultCache> results_;
   std::unique_ptr<PeakHistory> history_;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "client/build_command.h"
 #include "client/commands.h"
+#include "client/embedded_cluster.h"
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "coordinator/coordinator.h"
@@ -500,6 +501,20 @@ TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
     if (!gone) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(gone) << ProcessesWithArgument(marker) << " processes still name " << marker;
+}
+
+// Two embedded builds on one state dir would share a store and each take
+// the machine's whole memory: the second is refused, saying what to do.
+TEST(EmbeddedClusterTest, SecondEmbeddedBuildOnTheSameStateDirIsRefused) {
+  const std::string state = testing::NewTempDir("embedded-twice-");
+  auto first = client::EmbeddedCluster::Start(state, testing::FakeNvccPath(), 1, false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = client::EmbeddedCluster::Start(state, testing::FakeNvccPath(), 1, false);
+  EXPECT_TRUE(absl::IsFailedPrecondition(second.status())) << second.status();
+  EXPECT_THAT(second.status().message(),
+              HasSubstr("another distcc-cuda build is running on this machine with the same "
+                        "state dir"));
+  EXPECT_THAT(second.status().message(), HasSubstr("--state-dir"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <sstream>
 
@@ -415,6 +416,34 @@ TEST(CoordinatorListenTest, CoordinatorNeedsACoordinatorCertificate) {
   auto started = coordinator::Coordinator::Start(options);
   EXPECT_TRUE(absl::IsInvalidArgument(started.status())) << started.status();
   EXPECT_THAT(started.status().message(), HasSubstr("needs a coordinator certificate"));
+}
+
+// A second coordinator on the same state dir, or on the same port, is
+// refused: before, it started and clients and workers were split between
+// the two at random.
+TEST(CoordinatorListenTest, SecondCoordinatorOnTheSameStateDirOrPortIsRefused) {
+  coordinator::CoordinatorOptions options;
+  options.state_dir = testing::NewTempDir("twice-") + "/state";
+  auto first = coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  auto same_dir = coordinator::Coordinator::Start(options);
+  EXPECT_TRUE(absl::IsFailedPrecondition(same_dir.status())) << same_dir.status();
+  EXPECT_THAT(same_dir.status().message(),
+              HasSubstr(options.state_dir + " is in use by another distcc-cuda-coordinator (pid " +
+                        std::to_string(getpid()) + ")"));
+
+  coordinator::CoordinatorOptions same_port;
+  same_port.state_dir = testing::NewTempDir("twice-") + "/other";
+  same_port.listen_address = (*first)->address();
+  auto second = coordinator::Coordinator::Start(same_port);
+  EXPECT_TRUE(absl::IsUnavailable(second.status())) << second.status();
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot listen on " + (*first)->address()));
+
+  // Once the first is gone, its state dir is free again.
+  first->reset();
+  auto again = coordinator::Coordinator::Start(options);
+  EXPECT_TRUE(again.ok()) << again.status();
 }
 
 }  // namespace

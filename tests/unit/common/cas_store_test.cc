@@ -391,6 +391,20 @@ TEST_F(CasStoreTest, MaterializedCopiesAllHaveTheSameModificationTime) {
   }
 }
 
+// A write a dead process left half done is removed when the store opens;
+// one of a live writer is not.
+TEST_F(CasStoreTest, OpeningRemovesWritesOfDeadWritersOnly) {
+  const std::string tmp = store_->root() + "/tmp";
+  WriteAll(tmp + "/999999999-3", "half a blob");
+  WriteAll(tmp + "/not-a-pid", "junk");
+  const std::string mine = absl::StrCat(tmp, "/", getpid(), "-7");
+  WriteAll(mine, "being written");
+  ASSERT_TRUE(CasStore::Open(store_->root()).ok());
+  EXPECT_FALSE(fs::exists(tmp + "/999999999-3"));
+  EXPECT_FALSE(fs::exists(tmp + "/not-a-pid"));
+  EXPECT_TRUE(fs::exists(mine));
+}
+
 TEST_F(CasStoreTest, MaterializeReplacesExistingFile) {
   Digest digest = *store_->PutBytes("new");
   std::string destination = dir_ + "/out.txt";

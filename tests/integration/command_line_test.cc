@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// The three programs' command lines as a user meets them: exit status 2
+// and a hint for a mistyped flag, a flag without its value or a wrong PLAN;
+// --help prints every flag and exits 0.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/support/background_process.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+
+ProcessResult RunProgram(const std::string& program, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {testing::BinaryPath(program)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::RunToEnd(argv);
+}
+
+TEST(CommandLineTest, MistypedFlagExitsTwoNamingTheClosestFlag) {
+  ProcessResult run = RunProgram("distcc-cuda", {"build", "k.toml", "--coordnator", "h:1"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("unknown flag --coordnator; did you mean --coordinator?"));
+  run = RunProgram("distcc-cuda-worker", {"--slotz", "3"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("did you mean --slots?"));
+  run = RunProgram("distcc-cuda-coordinator", {"--frobnicate"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("unknown flag --frobnicate (--help lists them)"));
+}
+
+TEST(CommandLineTest, FlagWithoutItsValueExitsTwo) {
+  ProcessResult run = RunProgram("distcc-cuda", {"build", "k.toml", "--coordinator"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("--coordinator needs a value"));
+}
+
+TEST(CommandLineTest, HelpListsTheFlagsAndExitsZero) {
+  ProcessResult run = RunProgram("distcc-cuda", {"--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("distcc-cuda build PLAN"));
+  EXPECT_THAT(run.stdout_text, HasSubstr("  --split-architectures  "));
+  EXPECT_THAT(run.stdout_text, HasSubstr("  --verify  "));
+  EXPECT_THAT(run.stdout_text, HasSubstr("  --config  "));
+  run = RunProgram("distcc-cuda-worker", {"--help"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.stdout_text, HasSubstr("  --memory-cap  "));
+}
+
+TEST(CommandLineTest, PlanThatIsNeitherAManifestNorACompileCommandsFileExitsTwo) {
+  ProcessResult run = RunProgram("distcc-cuda", {"build", "kernel.cu"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text,
+              HasSubstr("PLAN must be a .toml kernel manifest or a compile_commands.json; got "
+                        "kernel.cu"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda
