@@ -98,9 +98,11 @@ class MemoryCapTest : public ::testing::TestWithParam<bool /*force_watchdog*/> {
 TEST_P(MemoryCapTest, UnitTooLargeForACapIsKilledThereAndBuiltOnALargerWorker) {
   Write("src/kernels.toml",
         "[build]\noutput = \"libbig.so\"\nsources = [\"busy.cu\", \"big.cu\"]\n");
-  Write("src/busy.cu", "// FAKE_TOUCH_MIB=50 FAKE_SLEEP_MS=3000\n");
+  Write("src/busy.cu", "// FAKE_TOUCH_MIB=50 FAKE_SLEEP_MS=8000\n");
   Write("src/big.cu", "// FAKE_TOUCH_MIB=1536 FAKE_SLEEP_MS=200\n");
-  // The large worker takes the first unit and is busy for 3 s ...
+  // The large worker takes the first unit and is busy for 8 s (long enough
+  // for two kills on the small worker on a loaded machine: with 3 s, a slow
+  // second lease once found the large worker free and skipped a rung) ...
   worker::Worker* large = AddEnforcingWorker("large", 2 * kGiB + kGiB / 2);
   if (IsSkipped()) return;
   ASSERT_NE(large, nullptr);
