@@ -58,6 +58,11 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   }
   std::unique_ptr<Worker> worker(new Worker());
   worker->options_ = options;
+  // Two workers on one work dir would share a store and remove each other's
+  // task folders.
+  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::Acquire(AbsolutePath(options.work_dir),
+                                                        "another distcc-cuda-worker"));
+  worker->work_dir_lock_ = std::make_unique<FolderLock>(std::move(lock));
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
                    ComputeToolchainFingerprint(options.nvcc_path));
   RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
@@ -110,6 +115,18 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   cap.force_watchdog = options.force_watchdog;
   ASSIGN_OR_RETURN(worker->memory_cap_, NodeMemoryCap::Create(cap));
   RETURN_IF_ERROR(MakeDirectories(worker->tasks_dir_));
+  // Task folders a previous run of this worker left (it was killed, or the
+  // machine went down): nothing runs in them any more.
+  int leftover = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(worker->tasks_dir_, error)) {
+    if (!absl::StartsWith(entry.path().filename().string(), "task-")) continue;
+    leftover += RemoveAll(entry.path().string()).ok() ? 1 : 0;
+  }
+  if (leftover > 0) {
+    spdlog::info("worker {}: removed {} task folders a previous run left in {}", options.name,
+                 leftover, worker->tasks_dir_);
+  }
   worker->channel_ = OpenChannel(options.coordinator_address, options.tls);
   if (!worker->channel_->WaitForConnected(DeadlineIn(options.connect_timeout))) {
     return absl::UnavailableError(

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/cas_client.h"
 #include "common/cas_store.h"
+#include "common/files.h"
 #include "common/memory_cap.h"
 #include "common/sandbox.h"
 #include "common/tls_credentials.h"
@@ -92,6 +93,8 @@ class Worker {
   void RefreshToolchainIfChanged();
 
   WorkerOptions options_;
+  // One worker per work dir; held for the worker's life, released last.
+  std::unique_ptr<FolderLock> work_dir_lock_;
   mutable absl::Mutex toolchain_mu_;
   v1::ToolchainFingerprint toolchain_ ABSL_GUARDED_BY(toolchain_mu_);
   std::string toolchain_files_ ABSL_GUARDED_BY(toolchain_mu_);  // ToolchainFilesSignature

@@ -375,6 +375,23 @@ TEST_F(ClusterTest, ThreadedMultiTargetUnitsCompilePerTargetAndMergeIntoTheirObj
   EXPECT_EQ(rebuilt->size(), 4u);
 }
 
+// One worker per work dir; a restarted worker removes the task folders a
+// killed run left behind.
+TEST_F(ClusterTest, SecondWorkerOnTheSameWorkDirIsRefusedAndLeftoverTasksAreRemoved) {
+  worker::WorkerOptions options = WorkerOptionsFor("restarted");
+  options.sandbox = false;  // task folders in WORK_DIR/tasks
+  Write("restarted/tasks/task-killed/tree/a.cu", "// a killed run's input\n");
+  Write("restarted/tasks/unrelated", "not a task folder\n");
+  auto first = worker::Worker::Start(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/restarted/tasks/task-killed"));
+  EXPECT_TRUE(IsRegularFile(root_ + "/restarted/tasks/unrelated"));
+  auto second = worker::Worker::Start(options);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(root_ + "/restarted is in use by another distcc-cuda-worker (pid "));
+}
+
 TEST_F(ClusterTest, WorkerWithAnotherReleaseThanRequiredRefusesToStart) {
   worker::WorkerOptions options = WorkerOptionsFor("pinned");
   options.nvcc_path = testing::FakeNvccWithRelease(root_, "13.1");
