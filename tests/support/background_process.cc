@@ -49,10 +49,18 @@ absl::StatusOr<std::unique_ptr<BackgroundProcess>> BackgroundProcess::Start(
 }
 
 BackgroundProcess::~BackgroundProcess() {
-  if (pid_ > 0 && !reaped_) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+  if (pid_ <= 0 || reaped_) return;
+  // Asked to stop first, as an operator would, so that it removes what it
+  // made (a worker's memory cgroup); a stopped (SIGSTOP) process is woken
+  // to hear it. Killed when it does not exit within 5 s.
+  kill(pid_, SIGTERM);
+  kill(pid_, SIGCONT);
+  for (int i = 0; i < 500; ++i) {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
 }
 
 std::string BackgroundProcess::Log() const {

@@ -26,7 +26,8 @@ class BackgroundProcess {
   // Starts `argv` with stdout and stderr appended to `log_path`.
   static absl::StatusOr<std::unique_ptr<BackgroundProcess>> Start(
       const std::vector<std::string>& argv, const std::string& log_path);
-  // Kills the process (SIGKILL) if it still runs, and reaps it.
+  // Stops the process if it still runs (SIGTERM, and SIGCONT in case it is
+  // stopped; SIGKILL after 5 s) and reaps it.
   ~BackgroundProcess();
 
   // Waits until the log contains `text`; returns the log's line holding it.
