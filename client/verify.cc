@@ -14,6 +14,7 @@
 #include "common/digest.h"
 #include "common/fatbin.h"
 #include "common/files.h"
+#include "common/nvcc_args.h"
 #include "common/sandbox.h"
 #include "common/status.h"
 #include "common/subprocess.h"
@@ -21,9 +22,6 @@
 
 namespace distcc_cuda::client {
 namespace {
-
-// Where units without a workspace root compile on a worker; the same here.
-constexpr char kUnitRoot[] = "/run/distcc-cuda-unit";
 
 // The images of `returned` that `local` lacks and the other way round, as
 // "sm_100 cubin", for the message.
@@ -80,6 +78,13 @@ absl::Status VerifyUnits(const std::vector<UnitToVerify>& units, CasClient& cas,
   SandboxOptions options;
   options.toolkit_root =
       std::filesystem::path(AbsolutePath(nvcc)).parent_path().parent_path().string();
+  // The units came from the coordinator: the worker's own checks, before
+  // anything of them runs here.
+  for (const UnitToVerify& verify : units) {
+    RETURN_IF_ERROR(
+        Annotate(ValidateCompileUnit(verify.unit, SystemIncludePrefixes(options.toolkit_root)),
+                 "verify: the coordinator sent a unit this machine will not run"));
+  }
   // The sandbox user must reach the task folders: a state dir under a
   // private home folder is not reachable, so they go under /var/tmp then.
   const std::string fallback = absl::StrCat("/var/tmp/distcc-cuda-sandbox/",
@@ -115,7 +120,7 @@ absl::Status VerifyUnits(const std::vector<UnitToVerify>& units, CasClient& cas,
     compile.argv = {nvcc};
     compile.argv.insert(compile.argv.end(), unit.arguments().begin(), unit.arguments().end());
     compile.timeout = absl::Hours(1);
-    absl::StatusOr<ProcessSpec> wrapped = (*sandbox)->Wrap(compile, task->ForSandbox(kUnitRoot));
+    absl::StatusOr<ProcessSpec> wrapped = (*sandbox)->Wrap(compile, task->ForSandbox());
     absl::StatusOr<ProcessResult> ran =
         wrapped.ok() ? RunProcess(*wrapped) : absl::StatusOr<ProcessResult>(wrapped.status());
     if (!ran.ok() || ran->exit_code != 0) {

@@ -36,8 +36,9 @@ struct UnitToVerify {
 
 // Rebuilds each of `units` under `work_dir` (task folders and a store of
 // their inputs, fetched through `cas`) with `nvcc`, and compares. Prints one
-// line per unit. DATA_LOSS naming the unit, the worker and the images that
-// differ for a mismatch; FAILED_PRECONDITION when this machine cannot
+// line per unit. INVALID_ARGUMENT, before anything runs, for a unit the
+// argument model refuses (the units come from the coordinator); DATA_LOSS naming the unit, the
+// worker and the images that differ for a mismatch; FAILED_PRECONDITION when this machine cannot
 // sandbox compiles (bubblewrap is needed); the compile's own messages when
 // the local rebuild fails.
 absl::Status VerifyUnits(const std::vector<UnitToVerify>& units, CasClient& cas,

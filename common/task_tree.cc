@@ -42,8 +42,8 @@ absl::StatusOr<TaskTree> TaskTree::Prepare(const v1::CompileUnit& unit, const st
   return task;
 }
 
-SandboxTask TaskTree::ForSandbox(const std::string& fallback_root) const {
-  std::string root = workspace_root_.empty() ? fallback_root : workspace_root_;
+SandboxTask TaskTree::ForSandbox() const {
+  std::string root = workspace_root_.empty() ? std::string(kUnitRoot) : workspace_root_;
   std::string inside = unit_working_directory_.empty()
                            ? root
                            : (std::filesystem::path(root) / unit_working_directory_).string();

@@ -17,6 +17,11 @@
 
 namespace distcc_cuda {
 
+// Where a unit that names no workspace root is compiled: inside the sandbox,
+// and (through a mount namespace) on workers without one. Under /run, which
+// only root may write: no other user can put a link there first.
+inline constexpr char kUnitRoot[] = "/run/distcc-cuda-unit";
+
 // Places one input's bytes at `destination` (its parents exist or are made
 // by the callee), modified at kMaterializedMtime, read-only.
 using PlaceInput =
@@ -35,9 +40,9 @@ class TaskTree {
   const std::string& temp() const { return temp_; }
   // Where nvcc starts, in the tree on this machine's disk.
   const std::string& working_directory() const { return cwd_; }
-  // The sandbox's view: the tree at the unit's workspace root (or `fallback_root`
-  // for a unit that names none), nvcc starting in its working directory.
-  SandboxTask ForSandbox(const std::string& fallback_root) const;
+  // The sandbox's view: the tree at the unit's workspace root (kUnitRoot for
+  // a unit that names none), nvcc starting in its working directory.
+  SandboxTask ForSandbox() const;
 
   // Copies output `index` of the unit from the tree to `destination`,
   // following no link (the compile may have rearranged its own tree).

@@ -362,7 +362,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   if (sandbox_ != nullptr) {
     // Inside, the tree is at the client's own workspace root: nvcc sees the
     // paths of a local build.
-    run_spec = sandbox_->Wrap(spec, prepared->ForSandbox(kUnitRoot));
+    run_spec = sandbox_->Wrap(spec, prepared->ForSandbox());
   } else {
     std::string unit_root = unit_root_;
     if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {

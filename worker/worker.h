@@ -19,6 +19,7 @@
 #include "common/files.h"
 #include "common/memory_cap.h"
 #include "common/sandbox.h"
+#include "common/task_tree.h"
 #include "common/tls_credentials.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
 
@@ -51,11 +52,6 @@ struct WorkerOptions {
   // no TLS, for a coordinator on loopback or one run with --insecure.
   std::optional<TlsMaterial> tls;
 };
-
-// Where each unit's sandbox appears to nvcc when mount namespaces work.
-// Under /run, which only root may write: no other user can put a link there
-// first (mount namespaces need root anyway).
-inline constexpr char kUnitRoot[] = "/run/distcc-cuda-unit";
 
 class Worker {
  public:
