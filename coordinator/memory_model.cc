@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -95,31 +96,66 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
   if (path.empty() || !IsRegularFile(path)) return history;
   std::ifstream in(path);
   std::string line;
-  absl::MutexLock lock(&history->mu_);
-  while (std::getline(in, line)) {
-    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+  struct Run {
+    std::string identity, family;
     int64_t peak = 0, wall_ms = 0;
     int instantiations = 1;
-    if (fields.size() < 4 || fields.size() > 5 || !absl::SimpleAtoi(fields[2], &peak) ||
-        !absl::SimpleAtoi(fields[3], &wall_ms) ||
+  };
+  std::vector<Run> runs;
+  size_t lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    std::vector<std::string> fields = absl::StrSplit(line, '\t');
+    Run run;
+    if (fields.size() < 4 || fields.size() > 5 || !absl::SimpleAtoi(fields[2], &run.peak) ||
+        !absl::SimpleAtoi(fields[3], &run.wall_ms) ||
         (fields.size() == 5 &&
-         (!absl::SimpleAtoi(fields[4], &instantiations) || instantiations < 1))) {
+         (!absl::SimpleAtoi(fields[4], &run.instantiations) || run.instantiations < 1))) {
       continue;  // a torn last line after a crash
     }
-    history->Add(fields[0], fields[1], peak, wall_ms, instantiations);
+    run.identity = fields[0];
+    run.family = fields[1];
+    runs.push_back(std::move(run));
+  }
+  // Only each unit's latest runs count: older ones are left out of the
+  // rewritten file.
+  std::map<std::string, size_t> per_identity;
+  for (const Run& run : runs) ++per_identity[run.identity];
+  std::string kept;
+  size_t kept_runs = 0;
+  absl::MutexLock lock(&history->mu_);
+  for (const Run& run : runs) {
+    if (per_identity[run.identity]-- > kRunsPerIdentity) continue;
+    history->Add(run.identity, run.family, run.peak, run.wall_ms, run.instantiations);
+    absl::StrAppend(&kept, run.identity, "\t", run.family, "\t", run.peak, "\t", run.wall_ms, "\t",
+                    run.instantiations, "\n");
+    ++kept_runs;
+  }
+  if (kept_runs < lines) {
+    absl::Status written = WriteFileAtomically(path, kept);
+    if (written.ok()) {
+      spdlog::info("compacted {}: {} lines to {}", path, lines, kept_runs);
+    } else {
+      spdlog::warn("cannot compact {}: {}", path, written.ToString());
+    }
   }
   spdlog::info("loaded {} measured runs from {}", history->count_, path);
   return history;
 }
 
+void PeakHistory::Samples::Add(int64_t peak, int64_t wall, size_t keep) {
+  peaks.push_back(peak);
+  wall_ms.push_back(wall);
+  if (peaks.size() > keep) {
+    peaks.erase(peaks.begin());
+    wall_ms.erase(wall_ms.begin());
+  }
+}
+
 void PeakHistory::Add(const std::string& identity, const std::string& family, int64_t peak,
                       int64_t wall_ms, int instantiations) {
-  Samples& own = by_identity_[identity];
-  own.peaks.push_back(peak);
-  own.wall_ms.push_back(wall_ms);
-  Samples& similar = by_family_[family];
-  similar.peaks.push_back(peak / instantiations);
-  similar.wall_ms.push_back(wall_ms / instantiations);
+  by_identity_[identity].Add(peak, wall_ms, kRunsPerIdentity);
+  by_family_[family].Add(peak / instantiations, wall_ms / instantiations, kRunsPerFamily);
   ++count_;
 }
 
@@ -176,13 +212,24 @@ absl::StatusOr<std::unique_ptr<UnitSizeChoices>> UnitSizeChoices::Open(const std
   if (path.empty() || !IsRegularFile(path)) return choices;
   std::ifstream in(path);
   std::string line;
+  size_t lines = 0;
   absl::MutexLock lock(&choices->mu_);
   while (std::getline(in, line)) {
+    ++lines;
     std::vector<std::string> fields = absl::StrSplit(line, '\t');
     int per_unit = 0;
     if (fields.size() == 2 && absl::SimpleAtoi(fields[1], &per_unit) && per_unit >= 1) {
       choices->choices_[fields[0]] = per_unit;  // the last choice wins
     }
+  }
+  // One line per set is all that counts: the rest is left out.
+  if (choices->choices_.size() < lines) {
+    std::string kept;
+    for (const auto& [key, per_unit] : choices->choices_) {
+      absl::StrAppend(&kept, key, "\t", per_unit, "\n");
+    }
+    absl::Status written = WriteFileAtomically(path, kept);
+    if (!written.ok()) spdlog::warn("cannot compact {}: {}", path, written.ToString());
   }
   return choices;
 }

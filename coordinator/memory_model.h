@@ -50,9 +50,13 @@ struct PredictionDefaults {
 };
 
 // Measured peaks and times per unit identity and family, appended to a file
-// so that they survive restarts. Thread-safe.
+// so that they survive restarts. Only the latest kRunsPerIdentity runs of a
+// unit (and kRunsPerFamily of a family) count; Open rewrites the file with
+// just those, so it stops growing. Thread-safe.
 class PeakHistory {
  public:
+  static constexpr size_t kRunsPerIdentity = 100;
+  static constexpr size_t kRunsPerFamily = 1000;
   // Loads `path` if it exists (skipping unreadable lines) and appends to it.
   // An empty path keeps the history in memory only.
   static absl::StatusOr<std::unique_ptr<PeakHistory>> Open(const std::string& path,
@@ -75,6 +79,8 @@ class PeakHistory {
   struct Samples {
     std::vector<int64_t> peaks;
     std::vector<int64_t> wall_ms;
+    // Adds a run, dropping the oldest beyond `keep`.
+    void Add(int64_t peak, int64_t wall, size_t keep);
   };
   PeakHistory(std::string path, PredictionDefaults defaults)
       : path_(std::move(path)), defaults_(defaults) {}

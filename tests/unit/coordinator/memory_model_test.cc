@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/files.h"
 #include "tests/support/test_paths.h"
 
@@ -241,6 +243,44 @@ TEST(UnitSizeChoicesTest, ChoicesSurviveReopening) {
   absl::StatusOr<std::unique_ptr<UnitSizeChoices>> reopened = UnitSizeChoices::Open(path);
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ((*reopened)->Find("set-a"), 3) << "the last choice wins";
+  // Opening rewrote the file with one line per set.
+  absl::StatusOr<std::string> content = ReadFile(path);
+  ASSERT_TRUE(content.ok());
+  EXPECT_EQ(*content, "set-a\t3\n");
+}
+
+// A coordinator that runs for months must not read (or keep) every run ever
+// measured: the file is compacted to each unit's latest runs when opened.
+TEST(PeakHistoryTest, OpeningCompactsTheFileToEachUnitsLatestRuns) {
+  std::string path = testing::NewTempDir("history-") + "/history.tsv";
+  {
+    absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open(path, {});
+    ASSERT_TRUE(history.ok());
+    // 140 runs of unit-a, the first 40 much larger; 2 of unit-b.
+    for (int i = 0; i < 140; ++i) {
+      (*history)->Record("unit-a", "family-1", (i < 40 ? 4000 : 700) * kMiB, absl::Seconds(12));
+    }
+    (*history)->Record("unit-b", "family-1", 300 * kMiB, absl::Seconds(3));
+    (*history)->Record("unit-b", "family-1", 300 * kMiB, absl::Seconds(3));
+  }
+  absl::StatusOr<std::string> before = ReadFile(path);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(WriteFileAtomically(path, *before + "unit-c\tfamily-1\t12").ok());  // torn
+  absl::StatusOr<std::unique_ptr<PeakHistory>> reopened =
+      PeakHistory::Open(path, PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->samples(), PeakHistory::kRunsPerIdentity + 2);
+  // Only the latest 100 runs of unit-a count: all of them 700 MiB.
+  EXPECT_EQ((*reopened)->Predict("unit-a", "family-1", 1).peak_bytes, 700 * kMiB);
+  absl::StatusOr<std::string> after = ReadFile(path);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(std::count(after->begin(), after->end(), '\n'),
+            static_cast<long>(PeakHistory::kRunsPerIdentity + 2));
+  EXPECT_THAT(*after, ::testing::Not(::testing::HasSubstr("unit-c")));
+  // A file already compact is left as it is.
+  absl::StatusOr<std::unique_ptr<PeakHistory>> again = PeakHistory::Open(path, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(ReadFile(path).value_or(""), *after);
 }
 
 }  // namespace
