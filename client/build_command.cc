@@ -7,12 +7,14 @@
 #include <future>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
 #include "client/compile_commands.h"
 #include "client/dependency_scan.h"
 #include "client/embedded_cluster.h"
@@ -566,12 +568,41 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " (" << uploaded
       << " uploaded), scanned in " << Seconds(scan_time) << "\n";
 
+  if (options.cancel != nullptr && options.cancel->cancelled()) {
+    out << "distcc-cuda: cancelled (" << options.cancel->reason() << ") before anything compiled\n";
+    return absl::CancelledError(absl::StrCat("build cancelled: ", options.cancel->reason()));
+  }
   absl::Time compile_start = absl::Now();
   auto stub = v1::BuildService::NewStub(channel);
-  grpc::ClientContext context;
-  auto reader = stub->SubmitBuild(&context, request);
-  v1::BuildEvent event;
+  // The current submission's stream. A cancel ends it; the coordinator,
+  // seeing its client go, stops the build's units on the workers.
+  absl::Mutex stream_mu;
+  grpc::ClientContext* stream_context = nullptr;  // guarded by stream_mu
+  absl::Notification stream_ended;
+  std::thread cancel_watch([&] {
+    if (options.cancel == nullptr) return;
+    while (!stream_ended.HasBeenNotified()) {
+      if (options.cancel->WaitFor(absl::Milliseconds(50))) {
+        absl::MutexLock lock(&stream_mu);
+        if (stream_context != nullptr) stream_context->TryCancel();
+        return;
+      }
+    }
+  });
+  struct JoinAtExit {
+    std::thread& thread;
+    absl::Notification& ended;
+    ~JoinAtExit() {
+      if (!ended.HasBeenNotified()) ended.Notify();
+      thread.join();
+    }
+  } join_watch{cancel_watch, stream_ended};
+  std::set<std::string> started;  // units a worker began and that have not finished
   std::vector<UnitReport> reports;
+  std::set<std::string> have;  // units whose result is here (in `reports`)
+  // Units whose objects could not be downloaded because the coordinator
+  // went away; they come again after the resubmission.
+  std::set<std::string> not_downloaded;
   std::vector<std::string> failed;
   // Units compiled as one unit per -gencode target: their parts' objects,
   // by target index, merged into the unit's object before the link.
@@ -582,96 +613,211 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   bool finished = false;
   absl::Status download_error;
   v1::BuildEvent::Finished summary;
-  while (reader->Read(&event)) {
-    if (event.has_accepted()) {
-      total = event.accepted().unit_names_size();
-      out << "distcc-cuda: build " << event.accepted().build_id() << ": " << total << " units on "
-          << address << " (" << event.accepted().eligible_workers()
-          << " workers with this toolchain)\n";
-    } else if (event.has_unit_split()) {
-      const auto& split = event.unit_split();
-      total += split.into_size() - 1;
-      out << "  split " << split.unit_name() << " into " << absl::StrJoin(split.into(), ", ")
-          << ": " << split.reason() << "\n";
-    } else if (event.has_unit_requeued()) {
-      out << "  re-queued " << event.unit_requeued().unit_name() << ": "
-          << event.unit_requeued().reason() << "\n";
-    } else if (event.has_unit_finished()) {
-      const auto& done = event.unit_finished();
-      const v1::TaskResult& result = done.result();
-      UnitReport report{done.unit_name(),
-                        result.worker_name(),
-                        done.cached(),
-                        result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0,
-                        result.wall_time_ms(),
-                        result.cpu_time_ms(),
-                        result.peak_memory_bytes(),
-                        done.predicted_peak_bytes()};
-      reports.push_back(report);
-      out << absl::StrFormat(
-          "  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
-          report.cached
-              ? "cached"
-              : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s, %s)", result.worker_name(),
-                                result.wall_time_ms() / 1000.0, FormatByteSize(report.peak_bytes),
-                                FormatByteSize(done.predicted_peak_bytes()),
-                                done.prediction_source()));
-      if (!report.ok) {
-        failed.push_back(done.unit_name());
-        out << "\nerror: unit " << done.unit_name() << " failed on worker " << result.worker_name()
-            << " ("
-            << (result.outcome() == v1::TASK_COMPLETED
-                    ? absl::StrCat("nvcc exit code ", result.exit_code())
-                    : result.error_message())
-            << "):\n";
-        out << result.stdout_text() << result.stderr_text();
-        if (!result.stderr_text().empty() && result.stderr_text().back() != '\n') out << "\n";
-        out << "\n";
-        continue;
-      }
-      if (!result.stdout_text().empty() || !result.stderr_text().empty()) {
-        out << result.stdout_text() << result.stderr_text();
-      }
-      if (result.toolchain_digest() != toolchain.digest()) {
-        // Never link an object of another toolchain into this library.
-        if (download_error.ok()) {
-          download_error = absl::FailedPreconditionError(
-              absl::StrCat("unit ", done.unit_name(), " came back compiled with toolchain [",
-                           result.toolchain_digest().substr(0, 12), "], not this build's ",
-                           DescribeToolchain(toolchain), "; not linking it"));
-        }
-        continue;
-      }
-      // Objects land in the order the plan names them, whoever compiled them.
-      std::string local = local_objects.count(done.unit_name())
-                              ? local_objects[done.unit_name()]
-                              : plan.object_dir + "/" + done.unit_name() + ".o";
-      if (done.unit().has_architecture_part()) {
-        const v1::ArchitecturePart& part = done.unit().architecture_part();
-        local = plan.object_dir + "/" + done.unit_name() + ".o";
-        architecture_parts[part.of()].count = part.count();
-        architecture_parts[part.of()].paths[part.index()] = local;
-      }
-      for (const auto& output : result.outputs()) {
-        absl::Status got = cas.DownloadToFile(FromProto(output.digest()), local);
-        if (!got.ok() && download_error.ok()) {
-          download_error = Annotate(got, absl::StrCat("downloading ", done.unit_name()));
-        }
-      }
-      local_objects[done.unit_name()] = local;
-      returned.push_back(UnitToVerify{
-          done.unit(), done.cached() ? result.worker_name() + ", cached" : result.worker_name(),
-          local});
-    } else if (event.has_finished()) {
-      summary = event.finished();
-      finished = true;
+  // After a lost coordinator: how often the build was submitted again, and
+  // what became of the units that had already come back.
+  int resubmissions = 0;
+  int came_back_cached = 0;
+  int compiled_again = 0;
+  grpc::Status status;
+  for (;;) {
+    grpc::ClientContext context;
+    {
+      absl::MutexLock lock(&stream_mu);
+      stream_context = &context;
+      if (options.cancel != nullptr && options.cancel->cancelled()) context.TryCancel();
     }
+    auto reader = stub->SubmitBuild(&context, request);
+    v1::BuildEvent event;
+    started.clear();
+    while (reader->Read(&event)) {
+      if (event.has_accepted()) {
+        total = event.accepted().unit_names_size();
+        out << "distcc-cuda: build " << event.accepted().build_id()
+            << (resubmissions > 0 ? " (resubmitted)" : "") << ": " << total << " units on "
+            << address << " (" << event.accepted().eligible_workers()
+            << " workers with this toolchain)\n";
+      } else if (event.has_unit_split()) {
+        const auto& split = event.unit_split();
+        total += split.into_size() - 1;
+        out << "  split " << split.unit_name() << " into " << absl::StrJoin(split.into(), ", ")
+            << ": " << split.reason() << "\n";
+      } else if (event.has_unit_started()) {
+        started.insert(event.unit_started().unit_name());
+      } else if (event.has_unit_requeued()) {
+        started.erase(event.unit_requeued().unit_name());
+        out << "  re-queued " << event.unit_requeued().unit_name() << ": "
+            << event.unit_requeued().reason() << "\n";
+      } else if (event.has_unit_finished()) {
+        const auto& done = event.unit_finished();
+        started.erase(done.unit_name());
+        if (have.count(done.unit_name())) {
+          // Came back before the coordinator was lost: already here.
+          ++(done.cached() ? came_back_cached : compiled_again);
+          continue;
+        }
+        have.insert(done.unit_name());
+        const v1::TaskResult& result = done.result();
+        UnitReport report{done.unit_name(),
+                          result.worker_name(),
+                          done.cached(),
+                          result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0,
+                          result.wall_time_ms(),
+                          result.cpu_time_ms(),
+                          result.peak_memory_bytes(),
+                          done.predicted_peak_bytes()};
+        reports.push_back(report);
+        out << absl::StrFormat(
+            "  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
+            report.cached
+                ? "cached"
+                : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s, %s)", result.worker_name(),
+                                  result.wall_time_ms() / 1000.0, FormatByteSize(report.peak_bytes),
+                                  FormatByteSize(done.predicted_peak_bytes()),
+                                  done.prediction_source()));
+        if (!report.ok) {
+          failed.push_back(done.unit_name());
+          out << "\nerror: unit " << done.unit_name() << " failed on worker "
+              << result.worker_name() << " ("
+              << (result.outcome() == v1::TASK_COMPLETED
+                      ? absl::StrCat("nvcc exit code ", result.exit_code())
+                      : result.error_message())
+              << "):\n";
+          out << result.stdout_text() << result.stderr_text();
+          if (!result.stderr_text().empty() && result.stderr_text().back() != '\n') out << "\n";
+          out << "\n";
+          continue;
+        }
+        if (!result.stdout_text().empty() || !result.stderr_text().empty()) {
+          out << result.stdout_text() << result.stderr_text();
+        }
+        if (result.toolchain_digest() != toolchain.digest()) {
+          // Never link an object of another toolchain into this library.
+          if (download_error.ok()) {
+            download_error = absl::FailedPreconditionError(
+                absl::StrCat("unit ", done.unit_name(), " came back compiled with toolchain [",
+                             result.toolchain_digest().substr(0, 12), "], not this build's ",
+                             DescribeToolchain(toolchain), "; not linking it"));
+          }
+          continue;
+        }
+        // Objects land in the order the plan names them, whoever compiled them.
+        std::string local = local_objects.count(done.unit_name())
+                                ? local_objects[done.unit_name()]
+                                : plan.object_dir + "/" + done.unit_name() + ".o";
+        if (done.unit().has_architecture_part()) {
+          const v1::ArchitecturePart& part = done.unit().architecture_part();
+          local = plan.object_dir + "/" + done.unit_name() + ".o";
+          architecture_parts[part.of()].count = part.count();
+          architecture_parts[part.of()].paths[part.index()] = local;
+        }
+        bool lost_download = false;
+        for (const auto& output : result.outputs()) {
+          absl::Status got = cas.DownloadToFile(FromProto(output.digest()), local);
+          if (got.ok()) continue;
+          if (absl::IsUnavailable(got) && embedded == nullptr &&
+              options.reconnect_timeout > absl::ZeroDuration()) {
+            // The coordinator went away mid-download: the unit comes back
+            // (cached) when the build is submitted again.
+            lost_download = true;
+            break;
+          }
+          if (download_error.ok()) {
+            download_error = Annotate(got, absl::StrCat("downloading ", done.unit_name()));
+          }
+        }
+        if (lost_download) {
+          have.erase(done.unit_name());
+          reports.pop_back();
+          not_downloaded.insert(done.unit_name());
+          continue;
+        }
+        not_downloaded.erase(done.unit_name());
+        local_objects[done.unit_name()] = local;
+        returned.push_back(UnitToVerify{
+            done.unit(), done.cached() ? result.worker_name() + ", cached" : result.worker_name(),
+            local});
+      } else if (event.has_finished()) {
+        summary = event.finished();
+        finished = true;
+      }
+    }
+    status = reader->Finish();
+    {
+      absl::MutexLock lock(&stream_mu);
+      stream_context = nullptr;
+    }
+    const bool cancelled = options.cancel != nullptr && options.cancel->cancelled();
+    // UNAVAILABLE: the connection broke; CANCELLED that this client did not
+    // ask for: the coordinator shut down.
+    const bool lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      status.error_code() == grpc::StatusCode::CANCELLED;
+    if (finished || cancelled || embedded != nullptr || !lost ||
+        options.reconnect_timeout <= absl::ZeroDuration()) {
+      break;
+    }
+    // The coordinator went away (a restart, a crash, the network): keep the
+    // build, wait for it, submit again. Its result cache survives restarts,
+    // so what finished comes back without compiling.
+    absl::Time lost_at = absl::Now();
+    out << "distcc-cuda: lost the coordinator at " << address << " (" << status.error_message()
+        << "); reconnecting for up to " << absl::FormatDuration(options.reconnect_timeout) << " ("
+        << have.size() << " finished units are kept)\n";
+    bool back = false;
+    while (!back && absl::Now() - lost_at < options.reconnect_timeout &&
+           !(options.cancel != nullptr && options.cancel->cancelled())) {
+      back = channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    }
+    if (!back) {
+      if (options.cancel != nullptr && options.cancel->cancelled()) break;
+      return absl::UnavailableError(absl::StrCat(
+          "the coordinator at ", address, " went away during the build and was not back within ",
+          absl::FormatDuration(options.reconnect_timeout), " (--reconnect-timeout); the ",
+          have.size(),
+          " units that finished are in its result cache: run the same command "
+          "again once it is back"));
+    }
+    // A coordinator restarted with an empty store needs the inputs again.
+    ASSIGN_OR_RETURN(int reuploaded, cas.UploadMissing(files.blobs));
+    ++resubmissions;
+    out << "distcc-cuda: the coordinator is back after " << Seconds(absl::Now() - lost_at)
+        << "; submitting the build again (" << reuploaded << " inputs uploaded again)\n";
   }
-  grpc::Status status = reader->Finish();
+  stream_ended.Notify();
+  if (resubmissions > 0) {
+    out << "distcc-cuda: after " << resubmissions << " resubmission"
+        << (resubmissions > 1 ? "s" : "") << ", " << came_back_cached
+        << " units that had finished came back from the result cache, " << compiled_again
+        << " were compiled again\n";
+  }
+  if (options.cancel != nullptr && options.cancel->cancelled() && !finished) {
+    int done = static_cast<int>(reports.size());
+    int running = static_cast<int>(started.size());
+    out << "\ndistcc-cuda: build cancelled (" << options.cancel->reason() << ")\n"
+        << "  " << done << " of " << total << " units had finished"
+        << (done > static_cast<int>(failed.size()) ? "; they are in the result cache" : "")
+        << "\n  " << running << " units were compiling"
+        << (running > 0 ? (embedded != nullptr ? "; they are stopped with this process"
+                                               : "; the coordinator stops them on its workers")
+                        : "")
+        << "\n  " << std::max(0, total - done - running) << " units were still queued\n";
+    return absl::CancelledError(absl::StrCat("build cancelled: ", options.cancel->reason()));
+  }
+  if (!finished && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                    status.error_code() == grpc::StatusCode::CANCELLED)) {
+    return absl::UnavailableError(absl::StrCat(
+        "lost the coordinator at ", address, " during the build (", status.error_message(),
+        "); the units that finished are in its result cache: run the same command again once "
+        "it is back"));
+  }
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "build"));
   if (!finished) {
     return absl::UnavailableError(
         absl::StrCat("the coordinator at ", address, " ended the build without a result"));
+  }
+  if (!not_downloaded.empty() && download_error.ok()) {
+    download_error = absl::UnavailableError(absl::StrCat(
+        "the objects of ", not_downloaded.size(), " units (", *not_downloaded.begin(),
+        ", ...) could not be downloaded; run the same command again: they are cached"));
   }
   RETURN_IF_ERROR(download_error);
   absl::Duration compile_time = absl::Now() - compile_start;

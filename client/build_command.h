@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/cancellation.h"
 #include "common/tls_credentials.h"
 #include "distcc_cuda/v1/build.pb.h"
 
@@ -36,9 +37,17 @@ struct BuildOptions {
   // whose objects are merged here before the link.
   v1::ArchitectureSplit architecture_split = v1::ARCHITECTURE_SPLIT_AUTO;
   absl::Duration connect_timeout = absl::Seconds(5);
+  // A coordinator lost during the build (a restart): how long to wait for it
+  // to come back before giving up; the build is then submitted again and
+  // what finished comes from its result cache. Zero: give up at once.
+  absl::Duration reconnect_timeout = absl::Minutes(5);
   // The cluster's CA and this client's certificate (role client) for the
   // coordinator at coordinator_address; the embedded default never uses it.
   std::optional<TlsMaterial> tls;
+  // Not owned; may be null. Cancelling it (Ctrl-C) cancels the build: the
+  // coordinator stops the units its workers run, and RunBuild returns
+  // CANCELLED after saying what was cancelled.
+  const CancelToken* cancel = nullptr;
 };
 
 // Runs the build and prints progress, compiler messages and a summary to
@@ -46,7 +55,7 @@ struct BuildOptions {
 // or the link, gives ABORTED after the compiler's messages were printed;
 // FAILED_PRECONDITION when no worker can take the build; UNAVAILABLE names the
 // address of a coordinator that cannot be reached; INVALID_ARGUMENT or
-// NOT_FOUND for a bad plan.
+// NOT_FOUND for a bad plan; CANCELLED once `cancel` was cancelled.
 absl::Status RunBuild(const BuildOptions& options, std::ostream& out);
 
 }  // namespace distcc_cuda::client

@@ -2,6 +2,7 @@
 #include "client/embedded_cluster.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/cas_store.h"
 #include "common/certificates.h"
 #include "common/host_resources.h"
 #include "common/memory_cap.h"
@@ -29,6 +30,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.listen_address = "127.0.0.1:0";
   coordinator_options.state_dir = state_dir + "/coordinator";
+  coordinator_options.cas_max_bytes = DefaultCasMaxBytes(coordinator_options.state_dir + "/cas");
   ASSIGN_OR_RETURN(coordinator_options.tls,
                    issue(PeerRole::kCoordinator, "embedded-coordinator", {"127.0.0.1"}));
   ASSIGN_OR_RETURN(cluster->client_tls_, issue(PeerRole::kClient, "embedded-client", {}));
@@ -51,6 +53,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.memory_cap_bytes = DefaultMemoryCap().bytes;
   worker_options.nvcc_path = nvcc;
   worker_options.work_dir = state_dir + "/worker";
+  worker_options.cas_max_bytes = DefaultCasMaxBytes(worker_options.work_dir + "/cas");
   worker_options.sandbox = sandbox;
   ASSIGN_OR_RETURN(worker_options.tls, issue(PeerRole::kWorker, "local", {}));
   absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(worker_options);

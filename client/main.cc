@@ -2,16 +2,22 @@
 // distcc-cuda: build CUDA kernel sets across workers, check status, inspect
 // fatbinaries.
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/time/time.h"
 #include "client/build_command.h"
 #include "client/commands.h"
 #include "client/verify.h"
+#include "common/cancellation.h"
 #include "common/command_line.h"
+#include "common/signals.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
@@ -42,6 +48,10 @@ ABSL_FLAG(std::string, state_dir, "",
           "~/.cache/distcc-cuda)");
 ABSL_FLAG(int, slots, 0, "embedded default's slots (default: the usable cores)");
 ABSL_FLAG(int, connect_timeout_s, 5, "seconds to wait for the coordinator");
+ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Minutes(5),
+          "how long a build waits for a coordinator it lost (a restart) before giving up, e.g. "
+          "30s or 10m; the build is then submitted again and finished units come from the "
+          "result cache (0: give up at once)");
 ABSL_FLAG(std::string, split_architectures, "auto",
           "compile a unit's -gencode targets as units of their own and merge their objects: "
           "auto (when it fits the caps or packs better), always, never");
@@ -153,8 +163,28 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.connect_timeout = connect_timeout;
+    options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
     options.tls = *tls;
+    // Ctrl-C or SIGTERM cancels the build (the coordinator stops its units
+    // on the workers); a second one quits at once.
+    distcc_cuda::BlockTerminationSignals();
+    distcc_cuda::CancelToken cancel;
+    std::atomic<int> cancelled_by{0};
+    std::thread([&cancel, &cancelled_by] {
+      int first = distcc_cuda::WaitForTerminationSignal();
+      cancelled_by = first;
+      std::cerr << "\ndistcc-cuda: " << (first == SIGINT ? "Ctrl-C" : "SIGTERM")
+                << ": cancelling the build (Ctrl-C again quits at once)" << std::endl;
+      cancel.Cancel(first == SIGINT ? "Ctrl-C" : "SIGTERM");
+      int second = distcc_cuda::WaitForTerminationSignal();
+      std::cerr << "distcc-cuda: quitting at once" << std::endl;
+      _exit(128 + second);
+    }).detach();
+    options.cancel = &cancel;
     absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
+    if (status.code() == absl::StatusCode::kCancelled && cancelled_by != 0) {
+      distcc_cuda::ExitBySignal(cancelled_by);
+    }
     return status.ok() ? 0 : Fail(status);
   }
   std::cerr << kUsage;

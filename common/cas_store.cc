@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/status.h"
+#include "spdlog/spdlog.h"
 
 namespace distcc_cuda {
 namespace fs = std::filesystem;
@@ -88,10 +91,129 @@ absl::Status BlobWriter::Commit() {
         absl::StrCat("cannot move blob into ", final_path, ": ", strerror(errno)));
   }
   committed_ = true;
-  return SyncFolder(fs::path(final_path).parent_path().string());
+  store_->MarkVerified(expected_);
+  absl::Status synced = SyncFolder(fs::path(final_path).parent_path().string());
+  store_->Added(expected_);
+  return synced;
 }
 
-absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root) {
+int64_t DefaultCasMaxBytes(const std::string& root) {
+  struct statvfs disk;
+  std::string probe = root;
+  // The store may not exist yet: ask about the nearest folder that does.
+  while (statvfs(probe.c_str(), &disk) != 0 && probe.size() > 1) {
+    probe = fs::path(probe).parent_path().string();
+  }
+  const int64_t disk_bytes = static_cast<int64_t>(disk.f_blocks) * disk.f_frsize;
+  return std::clamp<int64_t>(disk_bytes / 10, int64_t{1} << 30, int64_t{50} << 30);
+}
+
+CasPin::~CasPin() {
+  absl::MutexLock lock(&mu_);
+  store_->Unpin(hashes_);
+}
+
+void CasPin::Add(const std::vector<Digest>& digests) {
+  std::vector<std::string> added;
+  for (const Digest& digest : digests) added.push_back(digest.hash);
+  {
+    absl::MutexLock lock(&store_->mu_);
+    for (const std::string& hash : added) ++store_->pins_[hash];
+  }
+  absl::MutexLock lock(&mu_);
+  hashes_.insert(hashes_.end(), added.begin(), added.end());
+}
+
+std::unique_ptr<CasPin> CasStore::Pin(const std::vector<Digest>& digests) const {
+  std::unique_ptr<CasPin> pin(new CasPin(this));
+  pin->Add(digests);
+  return pin;
+}
+
+void CasStore::Unpin(const std::vector<std::string>& hashes) const {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& hash : hashes) {
+    auto found = pins_.find(hash);
+    if (found != pins_.end() && --found->second <= 0) pins_.erase(found);
+  }
+  EvictLocked();
+}
+
+int64_t CasStore::size_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return total_bytes_;
+}
+
+int64_t CasStore::evicted_blobs() const {
+  absl::MutexLock lock(&mu_);
+  return evicted_;
+}
+
+void CasStore::Added(const Digest& digest) const {
+  absl::MutexLock lock(&mu_);
+  auto [entry, inserted] = index_.try_emplace(digest.hash);
+  if (inserted) {
+    entry->second.size = digest.size_bytes;
+    total_bytes_ += digest.size_bytes;
+  }
+  entry->second.last_use = absl::Now();
+  EvictLocked();
+}
+
+void CasStore::Used(const Digest& digest) const {
+  absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = index_.find(digest.hash);
+    if (found == index_.end()) return;
+    absl::Time last = found->second.last_use;
+    found->second.last_use = now;
+    if (now - last < absl::Hours(1)) return;
+  }
+  const struct timespec times[2] = {{0, UTIME_OMIT}, absl::ToTimespec(now)};
+  utimensat(AT_FDCWD, PathOf(digest).c_str(), times, 0);
+}
+
+void CasStore::EvictLocked() const {
+  if (max_bytes_ <= 0 || total_bytes_ <= max_bytes_) return;
+  std::vector<std::pair<absl::Time, std::string>> candidates;
+  for (const auto& [hash, entry] : index_) {
+    if (!pins_.count(hash)) candidates.emplace_back(entry.last_use, hash);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  const int64_t target = max_bytes_ / 10 * 9;
+  int64_t freed = 0;
+  int removed = 0;
+  for (const auto& [last_use, hash] : candidates) {
+    if (total_bytes_ <= target) break;
+    const Entry& entry = index_.at(hash);
+    std::error_code error;
+    fs::remove(PathOf(Digest{hash, entry.size}), error);
+    total_bytes_ -= entry.size;
+    freed += entry.size;
+    ++removed;
+    verified_.erase(hash);
+    index_.erase(hash);
+  }
+  evicted_ += removed;
+  if (removed > 0) {
+    spdlog::info(
+        "content store {}: evicted {} least recently used blobs ({} bytes) to stay under "
+        "{} bytes",
+        root_, removed, freed, max_bytes_);
+    warned_full_ = false;
+  }
+  if (total_bytes_ > max_bytes_ && !warned_full_) {
+    warned_full_ = true;
+    spdlog::warn(
+        "content store {} holds {} bytes, over its limit of {}: the rest is in use by "
+        "running builds",
+        root_, total_bytes_, max_bytes_);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root,
+                                                         int64_t max_bytes) {
   std::string absolute = AbsolutePath(root);
   RETURN_IF_ERROR(MakeDirectories(absolute + "/tmp"));
   // Writes that a process died in the middle of (their names start with the
@@ -111,7 +233,31 @@ absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root
     return absl::PermissionDeniedError(
         absl::StrCat("cannot make the content store ", absolute, " private: ", strerror(errno)));
   }
-  return std::unique_ptr<CasStore>(new CasStore(absolute));
+  std::unique_ptr<CasStore> store(new CasStore(absolute, max_bytes));
+  // What the store holds, each blob last used when its file last changed.
+  {
+    absl::MutexLock lock(&store->mu_);
+    for (const auto& folder : fs::directory_iterator(absolute, error)) {
+      if (folder.path().filename() == "tmp" || !folder.is_directory(error)) continue;
+      for (const auto& blob : fs::directory_iterator(folder.path(), error)) {
+        const std::string name = blob.path().filename().string();
+        size_t underscore = name.find('_');
+        int64_t size = 0;
+        struct stat info;
+        if (underscore == std::string::npos ||
+            !absl::SimpleAtoi(name.substr(underscore + 1), &size) ||
+            lstat(blob.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+          continue;
+        }
+        CasStore::Entry& entry = store->index_[name.substr(0, underscore)];
+        entry.size = size;
+        entry.last_use = absl::TimeFromTimespec(info.st_mtim);
+        store->total_bytes_ += size;
+      }
+    }
+    store->EvictLocked();
+  }
+  return store;
 }
 
 std::string CasStore::PathOf(const Digest& digest) const {
@@ -127,6 +273,51 @@ bool CasStore::Contains(const Digest& digest) const {
   struct stat info;
   return lstat(PathOf(digest).c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
          info.st_size == digest.size_bytes;
+}
+
+absl::Status CasStore::Verify(const Digest& digest) const {
+  RETURN_IF_ERROR(ValidateDigest(digest));
+  if (!Contains(digest)) {
+    return absl::NotFoundError(absl::StrCat("blob ", digest.ToString(), " is not in the store"));
+  }
+  if (digest.size_bytes == 0) return absl::OkStatus();
+  Used(digest);
+  {
+    absl::MutexLock lock(&mu_);
+    if (verified_.count(digest.hash)) return absl::OkStatus();
+  }
+  absl::StatusOr<Digest> actual = DigestOfFile(PathOf(digest));
+  if (actual.ok() && *actual == digest) {
+    MarkVerified(digest);
+    return absl::OkStatus();
+  }
+  Discard(digest, actual.ok() ? absl::StrCat("its bytes hash to ", actual->hash.substr(0, 16))
+                              : std::string(actual.status().message()));
+  return absl::DataLossError(
+      absl::StrCat("blob ", digest.ToString(), " was damaged on disk and has been removed"));
+}
+
+void CasStore::MarkVerified(const Digest& digest) const {
+  absl::MutexLock lock(&mu_);
+  verified_.insert(digest.hash);
+}
+
+void CasStore::Discard(const Digest& digest, const std::string& how) const {
+  if (!ValidateDigest(digest).ok()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    verified_.erase(digest.hash);
+    if (auto found = index_.find(digest.hash); found != index_.end()) {
+      total_bytes_ -= found->second.size;
+      index_.erase(found);
+    }
+  }
+  std::error_code error;
+  fs::remove(PathOf(digest), error);
+  spdlog::warn(
+      "content store {}: blob {} was damaged on disk ({}); removed, so that it is "
+      "uploaded or rebuilt again",
+      root_, digest.ToString(), how);
 }
 
 std::string CasStore::TempPath() const {
@@ -213,6 +404,18 @@ absl::Status CasStore::Materialize(const Digest& digest, const std::string& dest
     return absl::InternalError(
         absl::StrCat("cannot copy blob to ", destination, ": ", error.message()));
   }
+  // The copy, not the stored file, is what the compile reads: checking it
+  // leaves no window for the store to change in between.
+  absl::StatusOr<Digest> copied = DigestOfFile(destination);
+  if (!copied.ok() || *copied != digest) {
+    fs::remove(target, error);
+    Discard(digest, copied.ok() ? absl::StrCat("its bytes hash to ", copied->hash.substr(0, 16))
+                                : std::string(copied.status().message()));
+    return absl::DataLossError(absl::StrCat("the stored copy of blob ", digest.ToString(),
+                                            " was damaged and has been removed; fetch it again"));
+  }
+  MarkVerified(digest);
+  Used(digest);
   if (executable) {
     fs::permissions(target, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                     fs::perm_options::add, error);

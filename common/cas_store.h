@@ -5,9 +5,14 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/digest.h"
 
 namespace distcc_cuda {
@@ -51,15 +56,50 @@ class BlobWriter {
   bool committed_ = false;
 };
 
+// The most a store may hold by default: 10% of the file system it lives on,
+// at most 50 GiB (at least 1 GiB).
+int64_t DefaultCasMaxBytes(const std::string& root);
+
+// Blobs a running build or task needs: the store never evicts them while
+// the pin lives. Digests not in the store yet are pinned for when they come.
+class CasPin {
+ public:
+  ~CasPin();
+  CasPin(const CasPin&) = delete;
+  CasPin& operator=(const CasPin&) = delete;
+  // Pins more blobs (a build's outputs, as they come back).
+  void Add(const std::vector<Digest>& digests);
+
+ private:
+  friend class CasStore;
+  explicit CasPin(const CasStore* store) : store_(store) {}
+  const CasStore* store_;
+  absl::Mutex mu_;
+  std::vector<std::string> hashes_ ABSL_GUARDED_BY(mu_);
+};
+
 class CasStore {
  public:
   // Opens (creating if needed) a store rooted at `root`, readable by this
   // process's user only (mode 0700). PERMISSION_DENIED if it cannot be made so.
-  static absl::StatusOr<std::unique_ptr<CasStore>> Open(const std::string& root);
+  // With `max_bytes` > 0 the store keeps itself under that size: when a new
+  // blob takes it over, the least recently used blobs that no CasPin holds
+  // are removed until it is under 90% of it.
+  static absl::StatusOr<std::unique_ptr<CasStore>> Open(const std::string& root,
+                                                        int64_t max_bytes = 0);
 
   // True if the store holds the blob: a regular file of the digest's size
   // (its content was verified when it came in).
   bool Contains(const Digest& digest) const;
+  // OK if the store holds the blob with the right content. The content is
+  // read and hashed once per store opened (so after every restart, when a
+  // disk may have damaged it) and then remembered. A blob that does not
+  // match is removed, so that it is uploaded or rebuilt again: DATA_LOSS;
+  // NOT_FOUND if absent.
+  absl::Status Verify(const Digest& digest) const;
+  // Removes a blob that a reader found damaged (its bytes do not hash to its
+  // digest), and logs it.
+  void Discard(const Digest& digest, const std::string& how) const;
   // Where the blob lives (or would live) on disk.
   std::string PathOf(const Digest& digest) const;
 
@@ -77,18 +117,54 @@ class CasStore {
   absl::StatusOr<std::string> Get(const Digest& digest) const;
   // Places a copy of the blob at `destination` (read-only; never a hard
   // link, so nothing done to it reaches the store), creating parent folders,
-  // modified at kMaterializedMtime. NOT_FOUND if absent.
+  // modified at kMaterializedMtime. The copy is hashed: a stored blob whose
+  // bytes do not match is removed and the result is DATA_LOSS (fetch it
+  // again), so nothing ever compiles against a damaged input. NOT_FOUND if
+  // absent.
   absl::Status Materialize(const Digest& digest, const std::string& destination,
                            bool executable) const;
 
   const std::string& root() const { return root_; }
+  // What the store holds now, and its limit (0: none).
+  int64_t size_bytes() const;
+  int64_t max_bytes() const { return max_bytes_; }
+  // Blobs evicted for room since the store was opened.
+  int64_t evicted_blobs() const;
+
+  // Keeps `digests` from eviction while the returned pin lives.
+  std::unique_ptr<CasPin> Pin(const std::vector<Digest>& digests) const;
 
  private:
-  explicit CasStore(std::string root) : root_(std::move(root)) {}
+  friend class CasPin;
+  explicit CasStore(std::string root, int64_t max_bytes)
+      : root_(std::move(root)), max_bytes_(max_bytes) {}
+  struct Entry {
+    int64_t size = 0;
+    absl::Time last_use;
+  };
+  // Records a blob that entered the store, then evicts if it is over its
+  // limit.
+  void Added(const Digest& digest) const;
+  // Records a use, for least-recently-used eviction; persisted in the
+  // file's modification time at most hourly, so it survives restarts.
+  void Used(const Digest& digest) const;
+  void EvictLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpin(const std::vector<std::string>& hashes) const;
   std::string TempPath() const;
   friend class BlobWriter;
 
+  // A blob committed or verified since the store was opened.
+  void MarkVerified(const Digest& digest) const;
+
   std::string root_;
+  const int64_t max_bytes_;
+  mutable absl::Mutex mu_;
+  mutable std::unordered_set<std::string> verified_ ABSL_GUARDED_BY(mu_);      // hashes
+  mutable std::unordered_map<std::string, Entry> index_ ABSL_GUARDED_BY(mu_);  // by hash
+  mutable int64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::unordered_map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);  // hash -> count
+  mutable int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable bool warned_full_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace distcc_cuda

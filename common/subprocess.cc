@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/cancellation.h"
 #include "common/files.h"
 #include "common/status.h"
 
@@ -211,6 +213,7 @@ struct ChildPlan {
   int gate_fd;     // the child waits for one byte here before exec
   int failure_fd;  // receives a ChildFailure if the child cannot exec
   int max_fd;
+  pid_t parent;  // the caller; the child dies with the thread that forked it
 };
 
 enum class ChildStage : int { kRedirect = 1, kChdir = 2, kExec = 3, kMount = 4, kIdentity = 5 };
@@ -341,6 +344,12 @@ void CloseAllExcept(int* keep, int count, int max_fd) {
     }
   }
 
+  // A caller killed outright (SIGKILL) takes the program with it. Armed
+  // last, as a change of user clears it, and before the check, so that a
+  // parent that died meanwhile is seen. (In a PID namespace of its own the
+  // child sees no parent: ppid 0.)
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != plan.parent && getppid() != 0) _exit(127);
   execve(plan.program, plan.argv, plan.envp);
   ReportAndExit(failure_fd, ChildStage::kExec, errno);
 }
@@ -485,6 +494,7 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   plan.gate_fd = gate.child_end.get();
   plan.failure_fd = failure.child_end.get();
   plan.max_fd = max_fd;
+  plan.parent = getpid();
 
   // All signals stay blocked across fork so that none of the caller's
   // handlers runs in the child before it has restored the defaults.
@@ -593,6 +603,10 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
       KillGroup(pid);
       result.timed_out = true;
     }
+    if (!exited && !result.cancelled && spec.cancel != nullptr && spec.cancel->cancelled()) {
+      KillGroup(pid);
+      result.cancelled = true;
+    }
     absl::Duration wait = absl::InfiniteDuration();
     if (exited) {
       wait = exit_time + kDrainAfterExit - now;
@@ -610,18 +624,27 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
     } else {
       if (!result.timed_out) wait = spec.timeout - now;
       if (!pid_fd.valid()) wait = std::min(wait, kExitPollInterval);
+      if (spec.cancel != nullptr && spec.cancel->fd() < 0) {
+        wait = std::min(wait, kExitPollInterval);
+      }
     }
 
-    struct pollfd poll_fds[3];
-    Capture* polled[3] = {nullptr, nullptr, nullptr};
+    struct pollfd poll_fds[4];
+    Capture* polled[4] = {nullptr, nullptr, nullptr, nullptr};
     nfds_t count = 0;
     for (Capture& capture : captures) {
       if (!capture.fd.valid()) continue;
       poll_fds[count] = {capture.fd.get(), POLLIN, 0};
       polled[count++] = &capture;
     }
+    bool is_exit_fd[4] = {false, false, false, false};
     if (!exited && pid_fd.valid()) {
+      is_exit_fd[count] = true;
       poll_fds[count++] = {pid_fd.get(), POLLIN, 0};
+    }
+    // Readable once cancelled: wakes the wait, and the check above acts.
+    if (!exited && !result.cancelled && spec.cancel != nullptr && spec.cancel->fd() >= 0) {
+      poll_fds[count++] = {spec.cancel->fd(), POLLIN, 0};
     }
     int ready = poll(poll_fds, count, ToPollTimeoutMs(wait));
     if (ready < 0) {
@@ -636,9 +659,9 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
     }
     for (nfds_t i = 0; i < count; ++i) {
       if (poll_fds[i].revents == 0) continue;
-      if (polled[i] == nullptr) {
+      if (is_exit_fd[i]) {
         on_exit();
-      } else {
+      } else if (polled[i] != nullptr) {
         ReadAvailable(*polled[i], spec.output_limit_bytes, buffer.data(), result.output_truncated);
       }
     }
@@ -658,6 +681,7 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
 }
 
 std::string DescribeTermination(const ProcessResult& result) {
+  if (result.cancelled) return "cancelled";
   if (result.timed_out) {
     // The kill lands a few milliseconds after the deadline; round that away.
     absl::Duration unit =

@@ -20,6 +20,8 @@
 
 namespace distcc_cuda {
 
+class CancelToken;
+
 // What to run and how.
 struct ProcessSpec {
   // argv[0] is the program: a path containing '/' is used as is (a relative
@@ -69,6 +71,9 @@ struct ProcessSpec {
   // called for a child whose exec then fails (RunProcess then returns an
   // error).
   std::function<void(pid_t)> on_started;
+  // Optional, not owned: once cancelled, the child's whole process group is
+  // killed with SIGKILL at once and the result says `cancelled`.
+  const CancelToken* cancel = nullptr;
 };
 
 // How a run ended and what it printed.
@@ -76,6 +81,7 @@ struct ProcessResult {
   int exit_code = -1;      // exit status if the program exited, else -1
   int term_signal = 0;     // signal that killed it, 0 if none
   bool timed_out = false;  // killed because `ProcessSpec::timeout` passed
+  bool cancelled = false;  // killed because `ProcessSpec::cancel` was cancelled
   std::string stdout_text;
   std::string stderr_text;
   bool output_truncated = false;  // either stream exceeded the output limit
@@ -92,6 +98,9 @@ struct ProcessResult {
 // from /dev/null, stdout and stderr as pipes, default signal dispositions, an
 // empty signal mask and no other file descriptors; it leads its own process
 // group, and any of the group still alive when the program exits is killed.
+// The child is killed (SIGKILL) if the calling thread dies first
+// (PR_SET_PDEATHSIG), so a worker killed outright leaves no nvcc running;
+// what nvcc started itself is reached by the task's cgroup or PID namespace.
 // A non-zero exit, a signal or a timeout is a result, not an error. Errors
 // only when the program could not be started: INVALID_ARGUMENT (empty argv, a
 // NUL inside an argument, a bad environment name, a non-positive timeout),

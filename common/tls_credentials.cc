@@ -93,12 +93,21 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsMaterial& ma
 
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
                                            const std::optional<TlsMaterial>& tls) {
-  if (!tls) return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  // A coordinator that restarts is back within seconds: gRPC's default
+  // reconnect backoff (up to two minutes) would leave workers and clients
+  // idle long after it is.
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (!tls) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
+  }
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = tls->ca_pem;
   options.pem_private_key = tls->key_pem;
   options.pem_cert_chain = tls->certificate_pem;
-  return grpc::CreateChannel(address, grpc::SslCredentials(options));
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(options), arguments);
 }
 
 }  // namespace distcc_cuda

@@ -2,9 +2,11 @@
 #include "coordinator/build_service.h"
 
 #include <deque>
+#include <memory>
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
+#include "common/digest.h"
 #include "common/status.h"
 #include "coordinator/build_planner.h"
 
@@ -16,10 +18,20 @@ namespace {
 class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
  public:
   // Lets the scheduler push events after the call may have ended.
+  // Also keeps the build's blobs in the store while the build runs: its
+  // inputs, and its outputs as they come back, until the client has them.
   struct Handle {
     absl::Mutex mu;
     BuildEventStream* stream ABSL_GUARDED_BY(mu) = nullptr;
+    std::unique_ptr<CasPin> pin;  // set before the build starts
     void Push(const v1::BuildEvent& event) {
+      if (event.has_unit_finished() && pin != nullptr) {
+        std::vector<Digest> outputs;
+        for (const auto& output : event.unit_finished().result().outputs()) {
+          outputs.push_back(FromProto(output.digest()));
+        }
+        pin->Add(outputs);
+      }
       absl::MutexLock lock(&mu);
       if (stream != nullptr) stream->Push(event);
     }
@@ -35,6 +47,14 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   // executor, not in a reactor; the call cannot end before it returns.
   void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results,
              const PeakHistory* history, UnitSizeChoices* unit_sizes, const BuildLimits& limits) {
+    std::vector<Digest> inputs;
+    for (const v1::CompileUnit& unit : request.units()) {
+      for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
+    }
+    for (const v1::InstantiationSet& set : request.instantiation_sets()) {
+      for (const v1::InputFile& input : set.inputs()) inputs.push_back(FromProto(input.digest()));
+    }
+    handle_->pin = cas->Pin(inputs);
     absl::StatusOr<std::vector<PlannedUnit>> units =
         PlanBuild(request, *cas, history, scheduler_->Capacity(request.toolchain().digest()),
                   unit_sizes, limits);

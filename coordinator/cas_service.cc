@@ -85,16 +85,21 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
 class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobResponse> {
  public:
   ReadBlobReactor(CasStore* store, const v1::ReadBlobRequest* request)
-      : digest_(FromProto(request->digest())) {
+      : store_(store), digest_(FromProto(request->digest())) {
     absl::Status valid = ValidateDigest(digest_);
     if (!valid.ok()) {
       Finish(ToGrpcStatus(valid));
       return;
     }
-    if (!store->Contains(digest_)) {
-      Finish(
-          grpc::Status(grpc::StatusCode::NOT_FOUND,
-                       absl::StrCat("blob ", digest_.ToString(), " is not in the content store")));
+    // Hashed on its first read since the coordinator started; a damaged
+    // blob is removed, so the next FindMissingBlobs asks for it again.
+    absl::Status verified = store->Verify(digest_);
+    if (!verified.ok()) {
+      Finish(grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          absl::StrCat(verified.message(), absl::IsDataLoss(verified)
+                                               ? "; the next build uploads or rebuilds it"
+                                               : " of the coordinator")));
       return;
     }
     if (digest_.size_bytes > 0) in_.open(store->PathOf(digest_), std::ios::binary);
@@ -126,12 +131,29 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
           absl::StrCat("blob ", digest_.ToString(), " is shorter on disk than its size")));
       return;
     }
+    // Damaged since it was verified: the last chunk is held back, so the
+    // reader never gets a wrong blob whole, and the blob goes.
+    sha_.Update(absl::string_view(buffer_.data(), n));
+    if (offset_ + n >= digest_.size_bytes) {
+      std::string actual = sha_.FinishHex();
+      if (actual != digest_.hash) {
+        store_->Discard(digest_,
+                        absl::StrCat("while read, its bytes hashed to ", actual.substr(0, 16)));
+        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            absl::StrCat("blob ", digest_.ToString(),
+                                         " was damaged on the coordinator's disk and has been "
+                                         "removed; the next build uploads or rebuilds it")));
+        return;
+      }
+    }
     response_.set_offset(offset_);
     response_.set_data(buffer_.data(), n);
     offset_ += n;
     StartWrite(&response_);
   }
 
+  CasStore* store_;
+  Sha256 sha_;
   Digest digest_;
   std::ifstream in_;
   std::string buffer_;
@@ -162,7 +184,8 @@ grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerConte
       reactor->Finish(ToGrpcStatus(valid));
       return reactor;
     }
-    if (!store_->Contains(digest)) *response->add_missing() = proto;
+    // Hashed once per coordinator run: a blob damaged on disk is missing.
+    if (!store_->Verify(digest).ok()) *response->add_missing() = proto;
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   // cache and history.
   ASSIGN_OR_RETURN(FolderLock lock, FolderLock::Acquire(state, "another distcc-cuda-coordinator"));
   coordinator->state_lock_ = std::make_unique<FolderLock>(std::move(lock));
-  ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas"));
+  ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas", options.cas_max_bytes));
   RETURN_IF_ERROR(MakeDirectories(state + "/results"));
   coordinator->results_ =
       std::make_unique<ResultCache>(state + "/results", coordinator->cas_.get());

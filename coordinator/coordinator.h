@@ -38,6 +38,9 @@ struct CoordinatorOptions {
   bool insecure = false;
   // Holds the CAS (cas/) and the result cache (results/); created if missing.
   std::string state_dir;
+  // The most the content store may hold (least recently used blobs that no
+  // running build needs are evicted beyond it); 0: no limit.
+  int64_t cas_max_bytes = 0;
   SchedulerOptions scheduler;
   // What a unit never measured, with no similar unit, is predicted to cost.
   PredictionDefaults prediction;

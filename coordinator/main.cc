@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "common/byte_size.h"
+#include "common/cas_store.h"
 #include "common/command_line.h"
 #include "common/signals.h"
 #include "common/tls_credentials.h"
@@ -28,6 +29,9 @@ ABSL_FLAG(bool, insecure, false,
           "listen on an address other than loopback without TLS: anyone who can reach it can "
           "submit builds, read sources and register workers");
 ABSL_FLAG(std::string, state_dir, "", "folder for the content store and result cache (required)");
+ABSL_FLAG(std::string, cas_max_size, "",
+          "the most the content store may hold, e.g. 20GiB; least recently used blobs that no "
+          "running build needs are evicted beyond it (default: 10% of its disk, at most 50GiB)");
 ABSL_FLAG(std::string, default_unit_memory, "2GiB",
           "peak memory predicted for a unit never measured and with no similar unit, per "
           "parallel compilation (-gencode targets run at once under --threads)");
@@ -73,6 +77,16 @@ int main(int argc, char** argv) {
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (std::string size = absl::GetFlag(FLAGS_cas_max_size); !size.empty()) {
+    auto bytes = distcc_cuda::ParseByteSize(size);
+    if (!bytes.ok()) {
+      std::cerr << "distcc-cuda-coordinator: --cas-max-size: " << bytes.status().message() << "\n";
+      return 2;
+    }
+    options.cas_max_bytes = *bytes;
+  } else if (!options.state_dir.empty()) {
+    options.cas_max_bytes = distcc_cuda::DefaultCasMaxBytes(options.state_dir + "/cas");
+  }
   auto tls = distcc_cuda::LoadTlsMaterial(
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
       distcc_cuda::PeerRole::kCoordinator);
@@ -83,6 +97,9 @@ int main(int argc, char** argv) {
   options.tls = std::move(*tls);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  // Workers of a coordinator that restarted register again within a couple
+  // of heartbeats; builds resubmitted meanwhile wait for them.
+  options.scheduler.startup_grace = 2 * options.scheduler.heartbeat_timeout;
   auto default_memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_default_unit_memory));
   if (!default_memory.ok()) {
     std::cerr << "distcc-cuda-coordinator: --default-unit-memory: "

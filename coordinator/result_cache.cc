@@ -2,6 +2,7 @@
 #include "coordinator/result_cache.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
@@ -25,7 +26,16 @@ std::optional<v1::TaskResult> ResultCache::Lookup(const std::string& action_dige
     return std::nullopt;
   }
   for (const auto& output : result.outputs()) {
-    if (!cas_->Contains(FromProto(output.digest()))) return std::nullopt;
+    absl::Status verified = cas_->Verify(FromProto(output.digest()));
+    if (!verified.ok()) {
+      // An output lost or damaged: the entry is dropped and the unit
+      // compiles again, rather than failing every build that would use it.
+      spdlog::warn("dropping cached result {}: output {}: {}", action_digest, output.path(),
+                   std::string(verified.message()));
+      std::error_code ignored;
+      std::filesystem::remove(PathOf(action_digest), ignored);
+      return std::nullopt;
+    }
   }
   return result;
 }

@@ -130,7 +130,7 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
 }
 
 absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl::Time now,
-                                       const WorkerPeer& peer) {
+                                       const WorkerPeer& peer, v1::HeartbeatResponse* response) {
   Deferred deferred;
   {
     LockedSection lock(&mu_, deferred);
@@ -148,6 +148,14 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
       TaskState& task = tasks_.at(task_id);
       if (running.count(task_id)) {
         task.seen_running = true;
+        if (task.cancelled && response != nullptr) response->add_cancel_task_ids(task_id);
+      } else if (task.cancelled) {
+        // Cancelled before it started, or gone without a report.
+        if (task.seen_running || now - task.leased_at > 2 * options_.heartbeat_interval) {
+          lost.push_back(task_id);
+        } else if (response != nullptr) {
+          response->add_cancel_task_ids(task_id);
+        }
       } else if (now - task.leased_at > 2 * options_.heartbeat_interval) {
         // The lease answer never reached the worker, or the worker lost the
         // task without a report: take it back.
@@ -157,6 +165,19 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
     for (const std::string& task_id : lost) {
       Requeue(task_id, "the worker no longer runs it", deferred);
     }
+    Dispatch(now, deferred);
+  }
+  deferred.Run();
+  return absl::OkStatus();
+}
+
+absl::Status BuildScheduler::DeregisterWorker(const std::string& worker_id, absl::Time now,
+                                              const WorkerPeer& peer) {
+  Deferred deferred;
+  {
+    LockedSection lock(&mu_, deferred);
+    RETURN_IF_ERROR(WorkerOf(worker_id, peer).status());
+    DropWorker(worker_id, "stopped", now, deferred, /*count_as_loss=*/false);
     Dispatch(now, deferred);
   }
   deferred.Run();
@@ -278,7 +299,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
     std::string task_id = NewId('t', epoch_);
-    tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation};
+    tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation, false, std::nullopt};
     worker.tasks.insert(task_id);
     worker.reserved_bytes += *reservation;
     build.workers_used.insert(worker.info.name());
@@ -527,9 +548,13 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
                         FormatByteSize(options_.max_output_bytes), " (--max-output)]\n");
       }
     }
-    if (result.outcome() == v1::TASK_FAILED_TO_START) {
+    if (task_it->second.cancelled) {
+      EndCancelledTask(request.task_id(), result, worker->peer.authenticated);
+    } else if (result.outcome() == v1::TASK_FAILED_TO_START ||
+               result.outcome() == v1::TASK_CANCELLED) {
+      // (A worker that is stopping cancels what it runs.)
       Requeue(request.task_id(), absl::StrCat("worker could not run it: ", result.error_message()),
-              deferred);
+              deferred, result.outcome() != v1::TASK_CANCELLED);
     } else if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) {
       RetryAfterMemoryKill(request.task_id(), result, deferred);
     } else if (auto build = builds_.find(task_it->second.build_id);
@@ -635,7 +660,9 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       }
     }
     bool all_cached = cached.size() == units.size();
-    if (eligible == 0 && !all_cached) {
+    const bool starting_up = workers_.empty() && options_.startup_grace > absl::ZeroDuration() &&
+                             now - created_ < options_.startup_grace;
+    if (eligible == 0 && !all_cached && !starting_up) {
       if (workers_.empty()) {
         return absl::FailedPreconditionError(
             "no worker is connected to the coordinator; start one with "
@@ -651,6 +678,10 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     build.toolchain_digest = toolchain.digest();
     build.sink = std::move(sink);
     build.remaining = units.size();
+    if (eligible == 0 && starting_up) {
+      build.stranded_since = now;
+      build.stranded_reason = "the coordinator has just started and no worker had registered yet";
+    }
     v1::BuildEvent accepted;
     accepted.mutable_accepted()->set_build_id(id);
     accepted.mutable_accepted()->set_eligible_workers(eligible);
@@ -753,11 +784,46 @@ void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>
   queue_ = std::move(merged);
 }
 
-void BuildScheduler::CancelBuild(const std::string& build_id) {
+int BuildScheduler::CancelBuild(const std::string& build_id) {
   absl::MutexLock lock(&mu_);
-  if (!builds_.erase(build_id)) return;
-  spdlog::warn("build {} cancelled: its client went away", build_id);
-  TakeQueuedUnits(build_id);
+  auto build = builds_.find(build_id);
+  if (build == builds_.end()) return 0;
+  int running = 0;
+  for (auto& [task_id, task] : tasks_) {
+    if (task.build_id != build_id || task.cancelled) continue;
+    const v1::CompileUnit& unit = build->second.units[task.unit_index].planned.unit;
+    task.cancelled = TaskState::Cancelled{
+        build->second.units[task.unit_index].planned.action_digest, build->second.toolchain_digest,
+        std::vector<std::string>(unit.output_paths().begin(), unit.output_paths().end())};
+    ++running;
+  }
+  std::vector<int> queued = TakeQueuedUnits(build_id);
+  spdlog::warn(
+      "build {} cancelled: its client went away or cancelled it; {} queued units dropped, "
+      "{} running units being stopped on their workers",
+      build_id, queued.size(), running);
+  builds_.erase(build);
+  return running;
+}
+
+void BuildScheduler::EndCancelledTask(const std::string& task_id, const v1::TaskResult& result,
+                                      bool cacheable) {
+  std::optional<TaskState> task = EndTask(task_id);
+  if (!task || !task->cancelled) return;
+  const TaskState::Cancelled& cancelled = *task->cancelled;
+  if (result.outcome() != v1::TASK_COMPLETED || result.exit_code() != 0 || !cacheable ||
+      !record_result_ || result.toolchain_digest() != cancelled.toolchain_digest ||
+      result.outputs_size() != static_cast<int>(cancelled.output_paths.size())) {
+    return;
+  }
+  for (int i = 0; i < result.outputs_size(); ++i) {
+    if (result.outputs(i).path() != cancelled.output_paths[i] ||
+        !ValidateDigest(FromProto(result.outputs(i).digest())).ok()) {
+      return;
+    }
+  }
+  // Finished before the cancel reached it: the next build gets it cached.
+  record_result_(cancelled.action_digest, result);
 }
 
 std::vector<int> BuildScheduler::TakeQueuedUnits(const std::string& build_id) {
@@ -774,13 +840,14 @@ std::vector<int> BuildScheduler::TakeQueuedUnits(const std::string& build_id) {
 }
 
 void BuildScheduler::DropWorker(const std::string& worker_id, const std::string& reason,
-                                absl::Time now, Deferred& deferred) {
+                                absl::Time now, Deferred& deferred, bool count_as_loss) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
   spdlog::warn("worker {} dropped: {}", worker_id, reason);
   std::set<std::string> tasks = it->second.tasks;
   for (const std::string& task_id : tasks) {
-    Requeue(task_id, absl::StrCat("worker ", it->second.info.name(), " ", reason), deferred);
+    Requeue(task_id, absl::StrCat("worker ", it->second.info.name(), " ", reason), deferred,
+            count_as_loss);
   }
   std::string name = it->second.info.name();
   workers_.erase(worker_id);

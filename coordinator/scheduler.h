@@ -56,6 +56,11 @@ struct SchedulerOptions {
   // False: a static job limit, as `ninja -j` (the worker's slots), with no
   // regard for memory and no retry of memory kills. For comparisons only.
   bool memory_admission = true;
+  // For this long after the scheduler is made (a coordinator that just
+  // started or restarted), a build that finds no worker at all waits for
+  // workers to register (again), as a stranded build does, instead of being
+  // refused: clients resubmit as soon as a restarted coordinator answers.
+  absl::Duration startup_grace = absl::ZeroDuration();
 };
 
 // A unit ready to schedule: the key of its cached result, the keys of its
@@ -97,8 +102,14 @@ class BuildScheduler {
   // Refreshes a worker. NOT_FOUND if it was dropped (it must register again);
   // PERMISSION_DENIED if `peer` is not the one that registered it. Leased
   // tasks the worker no longer runs are taken back.
+  // The tasks the worker must kill (their builds were cancelled) go in
+  // `response`, when given.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request, absl::Time now,
-                         const WorkerPeer& peer = {});
+                         const WorkerPeer& peer = {}, v1::HeartbeatResponse* response = nullptr);
+  // A worker that is stopping: dropped at once, its units re-queued without
+  // counting against them. Same errors as Heartbeat.
+  absl::Status DeregisterWorker(const std::string& worker_id, absl::Time now,
+                                const WorkerPeer& peer = {});
   // Hands the worker a task now, or parks the request until a unit is ready
   // or `deadline` passes. NOT_FOUND for an unknown worker, PERMISSION_DENIED
   // for another peer's.
@@ -125,8 +136,12 @@ class BuildScheduler {
                                           std::vector<PlannedUnit> units,
                                           std::map<int, v1::TaskResult> cached, BuildEventSink sink,
                                           absl::Time now);
-  // Drops a build whose client went away; its running tasks' results are ignored.
-  void CancelBuild(const std::string& build_id);
+  // Drops a build whose client went away or cancelled it: its queued units
+  // are forgotten and its running tasks are cancelled on their workers
+  // (the next heartbeat answer tells them), keeping their slots and memory
+  // until each worker reports. A result that finished anyway still enters
+  // the result cache. Returns how many tasks were running.
+  int CancelBuild(const std::string& build_id);
 
   // Drops silent workers (re-queueing their units), times out tasks and
   // answers parked lease requests whose wait ran out. Call periodically.
@@ -177,6 +192,15 @@ class BuildScheduler {
     absl::Time leased_at;
     int64_t reserved_bytes = 0;
     bool seen_running = false;
+    // Its build was cancelled: the worker is told to kill it (heartbeat
+    // answer), and the lease holds its slot and memory until the worker
+    // reports. What a result that finished anyway needs to enter the cache:
+    struct Cancelled {
+      std::string action_digest;
+      std::string toolchain_digest;
+      std::vector<std::string> output_paths;
+    };
+    std::optional<Cancelled> cancelled;
   };
   struct WorkerState {
     v1::RegisterWorkerRequest info;
@@ -252,7 +276,11 @@ class BuildScheduler {
   void FinishUnit(BuildState& build, int unit_index, const v1::TaskResult& result, bool cached,
                   Deferred& deferred, bool cacheable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropWorker(const std::string& worker_id, const std::string& reason, absl::Time now,
-                  Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  Deferred& deferred, bool count_as_loss = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a cancelled task on its worker's report; a compile that finished
+  // anyway enters the result cache if it is whole and `cacheable`.
+  void EndCancelledTask(const std::string& task_id, const v1::TaskResult& result, bool cacheable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a build's units from the queue; returns their indexes.
   std::vector<int> TakeQueuedUnits(const std::string& build_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the queued units of builds that have had no worker with their
@@ -274,6 +302,7 @@ class BuildScheduler {
   const SchedulerOptions options_;
   // Carried by every id this scheduler hands out.
   const int64_t epoch_ = absl::ToUnixSeconds(absl::Now());
+  const absl::Time created_ = absl::Now();
   const ResultRecorder record_result_;
   const ResultLookup lookup_result_;
   PeakHistory* const history_;

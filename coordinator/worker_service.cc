@@ -88,7 +88,23 @@ grpc::ServerUnaryReactor* WorkerService::Heartbeat(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(principal.status()));
     return reactor;
   }
-  reactor->Finish(ToGrpcStatus(scheduler_->Heartbeat(*request, absl::Now(), PeerOf(*principal))));
+  reactor->Finish(
+      ToGrpcStatus(scheduler_->Heartbeat(*request, absl::Now(), PeerOf(*principal), response)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerService::DeregisterWorker(
+    grpc::CallbackServerContext* context, const v1::DeregisterWorkerRequest* request,
+    v1::DeregisterWorkerResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kWorker}, "deregister a worker");
+  if (!principal.ok()) {
+    reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
+  reactor->Finish(ToGrpcStatus(
+      scheduler_->DeregisterWorker(request->worker_id(), absl::Now(), PeerOf(*principal))));
   return reactor;
 }
 

@@ -32,6 +32,9 @@ class WorkerService final : public v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* ReportResult(grpc::CallbackServerContext* context,
                                          const v1::ReportResultRequest* request,
                                          v1::ReportResultResponse* response) override;
+  grpc::ServerUnaryReactor* DeregisterWorker(grpc::CallbackServerContext* context,
+                                             const v1::DeregisterWorkerRequest* request,
+                                             v1::DeregisterWorkerResponse* response) override;
 
  private:
   const AccessControl* access_;

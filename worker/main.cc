@@ -9,6 +9,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/cas_store.h"
 #include "common/command_line.h"
 #include "common/host_resources.h"
 #include "common/memory_cap.h"
@@ -36,6 +37,9 @@ ABSL_FLAG(std::string, work_dir, "",
           "folder for sandboxes and the input cache (default: "
           "/tmp/distcc-cuda-worker-NAME)");
 ABSL_FLAG(bool, keep_sandboxes, false, "leave each task's folder behind");
+ABSL_FLAG(std::string, cas_max_size, "",
+          "the most the input cache (WORK_DIR/cas) may hold, e.g. 10GiB; least recently used "
+          "blobs are evicted beyond it (default: 10% of its disk, at most 50GiB)");
 ABSL_FLAG(bool, stable_compile_path, true,
           "with --insecure-no-sandbox only: compile every unit at /run/distcc-cuda-unit (a "
           "mount namespace per unit) where the kernel allows it; --nostable-compile-path "
@@ -120,6 +124,16 @@ int main(int argc, char** argv) {
     options.work_dir = absl::StrCat("/tmp/distcc-cuda-worker-", options.name);
   }
   options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
+  if (std::string size = absl::GetFlag(FLAGS_cas_max_size); !size.empty()) {
+    auto bytes = distcc_cuda::ParseByteSize(size);
+    if (!bytes.ok()) {
+      std::cerr << "distcc-cuda-worker: --cas-max-size: " << bytes.status().message() << "\n";
+      return 2;
+    }
+    options.cas_max_bytes = *bytes;
+  } else {
+    options.cas_max_bytes = distcc_cuda::DefaultCasMaxBytes(options.work_dir + "/cas");
+  }
   options.stable_compile_path = absl::GetFlag(FLAGS_stable_compile_path);
   options.sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
   options.sandbox_options.user = absl::GetFlag(FLAGS_sandbox_user);
@@ -137,6 +151,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.force_watchdog = mechanism == "watchdog";
+  // Started before its coordinator, or cut off from it: keep trying (with
+  // backoff, logging each attempt) and answer SIGTERM at once meanwhile.
+  options.connect_timeout = absl::ZeroDuration();
   auto worker = distcc_cuda::worker::Worker::Start(options);
   if (!worker.ok()) {
     std::cerr << "distcc-cuda-worker: " << worker.status().message() << "\n";
@@ -144,7 +161,16 @@ int main(int argc, char** argv) {
   }
   std::cout << "memory cap enforced by " << (*worker)->memory_mechanism() << std::endl;
   std::cout << (*worker)->sandbox_description() << std::endl;
-  int signal = distcc_cuda::WaitForTerminationSignal();
+  std::cout << "working for the coordinator at " << options.coordinator_address
+            << " (registering; Ctrl-C or SIGTERM stops this worker)" << std::endl;
+  int signal = 0;
+  while (signal == 0 && (*worker)->refused().ok()) {
+    signal = distcc_cuda::WaitForTerminationSignalFor(1);
+  }
+  if (signal == 0) {
+    std::cerr << "distcc-cuda-worker: " << (*worker)->refused().message() << "\n";
+    return 1;
+  }
   spdlog::info("worker {} stopping (signal {})", options.name, signal);
   return 0;
 }

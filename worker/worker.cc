@@ -108,7 +108,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
       }
     }
   }
-  ASSIGN_OR_RETURN(worker->cache_, CasStore::Open(options.work_dir + "/cas"));
+  ASSIGN_OR_RETURN(worker->cache_,
+                   CasStore::Open(options.work_dir + "/cas", options.cas_max_bytes));
   MemoryCapOptions cap;
   cap.cap_bytes = options.memory_cap_bytes;
   cap.name = options.name;
@@ -128,37 +129,62 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                  leftover, worker->tasks_dir_);
   }
   worker->channel_ = OpenChannel(options.coordinator_address, options.tls);
-  if (!worker->channel_->WaitForConnected(DeadlineIn(options.connect_timeout))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the coordinator at ", options.coordinator_address, " within ",
-                     absl::FormatDuration(options.connect_timeout),
-                     "; is distcc-cuda-coordinator running there?",
-                     options.tls ? " (a TLS handshake that fails looks the "
-                                   "same: check that its certificate names "
-                                   "that address and comes from --tls-ca)"
-                                 : " (one that requires certificates looks "
-                                   "the same: pass --tls-ca, --tls-cert and "
-                                   "--tls-key)"));
-  }
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
-  RETURN_IF_ERROR(worker->Register());
-  spdlog::info("worker {} registered with {}: {} slots, {}; {}; {}", options.name,
-               options.coordinator_address, options.slots, worker->memory_cap_->Describe(),
-               DescribeToolchain(toolchain), worker->sandbox_description());
+  // The heartbeat thread registers (and registers again whenever the
+  // coordinator forgets this worker); the slots lease once it has.
   Worker* self = worker.get();
   worker->threads_.emplace_back([self] { self->HeartbeatLoop(); });
   for (int slot = 0; slot < options.slots; ++slot) {
     worker->threads_.emplace_back([self, slot] { self->SlotLoop(slot); });
+  }
+  if (options.connect_timeout > absl::ZeroDuration()) {
+    absl::MutexLock lock(&worker->mu_);
+    if (!worker->mu_.AwaitWithTimeout(absl::Condition(self, &Worker::RegisteredOrRefused),
+                                      options.connect_timeout)) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the coordinator at ", options.coordinator_address, " within ",
+                       absl::FormatDuration(options.connect_timeout),
+                       "; is distcc-cuda-coordinator running there?",
+                       options.tls ? " (a TLS handshake that fails looks the "
+                                     "same: check that its certificate names "
+                                     "that address and comes from --tls-ca)"
+                                   : " (one that requires certificates looks "
+                                     "the same: pass --tls-ca, --tls-cert and "
+                                     "--tls-key)"));
+    }
+    if (!worker->refused_.ok()) return worker->refused_;
   }
   return worker;
 }
 
 Worker::~Worker() {
   stop_.Notify();
+  std::string id;
+  int killed = 0;
   {
     absl::MutexLock lock(&mu_);
     for (grpc::ClientContext* context : waiting_) context->TryCancel();
+    for (auto& [task_id, cancel] : running_) {
+      if (!cancel->cancelled()) ++killed;
+      cancel->Cancel("the worker is stopping");
+    }
+    id = worker_id_;
+  }
+  if (killed > 0) spdlog::info("worker {}: stopping {} running units", options_.name, killed);
+  // The coordinator re-queues this worker's units now, not after its
+  // heartbeat timeout.
+  if (!id.empty() && stub_ != nullptr) {
+    v1::DeregisterWorkerRequest request;
+    request.set_worker_id(id);
+    v1::DeregisterWorkerResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(absl::Seconds(2)));
+    grpc::Status status = stub_->DeregisterWorker(&context, request, &response);
+    if (!status.ok()) {
+      spdlog::warn("worker {}: could not deregister from {}: {}", options_.name,
+                   options_.coordinator_address, status.error_message());
+    }
   }
   for (std::thread& thread : threads_) thread.join();
   // A stopped worker is not healthy (deploy/healthcheck.sh).
@@ -188,11 +214,44 @@ absl::Status Worker::Register() {
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));
-  RETURN_IF_ERROR(Annotate(FromGrpcStatus(stub_->RegisterWorker(&context, request, &response)),
-                           absl::StrCat("registering with ", options_.coordinator_address)));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_.HasBeenNotified()) return absl::CancelledError("the worker is stopping");
+    waiting_.insert(&context);
+  }
+  grpc::Status status = stub_->RegisterWorker(&context, request, &response);
   absl::MutexLock lock(&mu_);
+  waiting_.erase(&context);
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status),
+                           absl::StrCat("registering with ", options_.coordinator_address)));
   worker_id_ = response.worker_id();
   return absl::OkStatus();
+}
+
+bool Worker::RegisterUntilStopped() {
+  for (int attempt = 1; !stop_.HasBeenNotified(); ++attempt) {
+    absl::Status registered = Register();
+    if (registered.ok()) {
+      spdlog::info("worker {} registered with {}{}: {} slots, {}; {}; {}", options_.name,
+                   options_.coordinator_address,
+                   attempt > 1 ? absl::StrCat(" (attempt ", attempt, ")") : "", options_.slots,
+                   memory_cap_->Describe(), DescribeToolchain(toolchain()), sandbox_description());
+      return true;
+    }
+    if (stop_.HasBeenNotified()) break;
+    if (!absl::IsUnavailable(registered) && !absl::IsDeadlineExceeded(registered)) {
+      // Refused, not unreachable: trying again changes nothing.
+      spdlog::error("worker {}: {}; not trying again", options_.name, registered.ToString());
+      absl::MutexLock lock(&mu_);
+      refused_ = registered;
+      return false;
+    }
+    absl::Duration wait = absl::Seconds(1 << std::min(attempt - 1, 5));
+    spdlog::warn("worker {}: attempt {} to register failed: {}; trying again in {}", options_.name,
+                 attempt, std::string(registered.message()), absl::FormatDuration(wait));
+    if (stop_.WaitForNotificationWithTimeout(wait)) break;
+  }
+  return false;
 }
 
 v1::ToolchainFingerprint Worker::toolchain() const {
@@ -220,32 +279,73 @@ void Worker::RefreshToolchainIfChanged() {
   toolchain_ = *fresh;
 }
 
+absl::Status Worker::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
 std::string Worker::worker_id() const {
   absl::MutexLock lock(&mu_);
   return worker_id_;
 }
 
 void Worker::HeartbeatLoop() {
+  if (!RegisterUntilStopped()) return;
+  int failures = 0;
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
     v1::HeartbeatRequest request;
     {
       absl::MutexLock lock(&mu_);
       request.set_worker_id(worker_id_);
-      for (const std::string& id : running_) request.add_running_task_ids(id);
+      for (const auto& [id, cancel] : running_) request.add_running_task_ids(id);
     }
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(5)));
+    {
+      // Cancelled by a stop, so SIGTERM is not held up by a dead link.
+      absl::MutexLock lock(&mu_);
+      if (stop_.HasBeenNotified()) return;
+      waiting_.insert(&context);
+    }
     grpc::Status status = stub_->Heartbeat(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_.erase(&context);
+    }
+    if (stop_.HasBeenNotified()) return;
     if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The coordinator dropped us (restart, or we were silent too long).
-      spdlog::warn("coordinator forgot this worker; registering again");
-      absl::Status registered = Register();
-      if (!registered.ok()) spdlog::warn("{}", registered.ToString());
+      spdlog::warn("worker {}: the coordinator forgot this worker; registering again",
+                   options_.name);
+      {
+        absl::MutexLock lock(&mu_);
+        worker_id_.clear();
+      }
+      if (!RegisterUntilStopped()) return;
+      failures = 0;
     } else if (!status.ok()) {
-      spdlog::warn("heartbeat to {} failed: {}", options_.coordinator_address,
-                   status.error_message());
+      // Every failure is logged: the first few each second, then one in ten.
+      if (++failures <= 5 || failures % 10 == 0) {
+        spdlog::warn("worker {}: heartbeat {} to {} failed: {}; still trying", options_.name,
+                     failures, options_.coordinator_address, status.error_message());
+      }
     } else {
+      if (failures > 0) {
+        spdlog::info("worker {}: the coordinator answers again after {} failed heartbeats",
+                     options_.name, failures);
+      }
+      failures = 0;
+      // Kill what the coordinator cancelled (its build's client went away).
+      std::vector<std::shared_ptr<CancelToken>> cancelled;
+      {
+        absl::MutexLock lock(&mu_);
+        for (const std::string& id : response.cancel_task_ids()) {
+          auto found = running_.find(id);
+          if (found != running_.end()) cancelled.push_back(found->second);
+        }
+      }
+      for (const auto& cancel : cancelled) cancel->Cancel("its build was cancelled");
       // What deploy/healthcheck.sh reads: the coordinator took a heartbeat
       // this recently. (A health check that asked the coordinator would need
       // a client certificate on every worker.)
@@ -260,6 +360,11 @@ void Worker::HeartbeatLoop() {
 
 void Worker::SlotLoop(int slot) {
   while (!stop_.HasBeenNotified()) {
+    if (worker_id().empty()) {
+      // Not registered (yet, or again): the heartbeat thread is at it.
+      stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200));
+      continue;
+    }
     v1::LeaseTaskRequest request;
     request.set_worker_id(worker_id());
     request.set_wait_ms(absl::ToInt64Milliseconds(kLeaseWait));
@@ -272,10 +377,15 @@ void Worker::SlotLoop(int slot) {
       waiting_.insert(&context);
     }
     grpc::Status status = stub_->LeaseTask(&context, request, &response);
+    auto cancel = std::make_shared<CancelToken>();
     {
       absl::MutexLock lock(&mu_);
       waiting_.erase(&context);
-      if (status.ok() && response.has_task()) running_.insert(response.task().task_id());
+      if (status.ok() && response.has_task()) {
+        running_[response.task().task_id()] = cancel;
+        // Leased while stopping: not started.
+        if (stop_.HasBeenNotified()) cancel->Cancel("the worker is stopping");
+      }
     }
     if (!status.ok()) {
       if (stop_.HasBeenNotified()) return;
@@ -286,9 +396,17 @@ void Worker::SlotLoop(int slot) {
     if (!response.has_task()) continue;
     const v1::Task& task = response.task();
     spdlog::info("slot {} runs unit {} ({})", slot, task.unit().name(), task.task_id());
-    v1::TaskResult result = RunTask(task);
-    absl::Status reported = Report(task, result);
-    if (!reported.ok()) spdlog::warn("{}", reported.ToString());
+    v1::TaskResult result = RunTask(task, *cancel);
+    if (result.outcome() == v1::TASK_CANCELLED) {
+      spdlog::info("slot {}: unit {} ({}) cancelled: {}", slot, task.unit().name(), task.task_id(),
+                   cancel->reason());
+    }
+    // A worker that is stopping has deregistered: the coordinator re-queued
+    // what it cancelled.
+    if (!(stop_.HasBeenNotified() && result.outcome() == v1::TASK_CANCELLED)) {
+      absl::Status reported = Report(task, result);
+      if (!reported.ok()) spdlog::warn("{}", reported.ToString());
+    }
     absl::MutexLock lock(&mu_);
     running_.erase(task.task_id());
   }
@@ -313,7 +431,20 @@ std::string Capped(std::string text, int64_t limit, bool truncated) {
 
 }  // namespace
 
-v1::TaskResult Worker::RunTask(const v1::Task& task) {
+namespace {
+
+v1::TaskResult Cancelled(const CancelToken& cancel) {
+  v1::TaskResult result;
+  result.set_outcome(v1::TASK_CANCELLED);
+  result.set_exit_code(-1);
+  result.set_error_message(absl::StrCat("cancelled: ", cancel.reason()));
+  return result;
+}
+
+}  // namespace
+
+v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
+  if (cancel.cancelled()) return Cancelled(cancel);
   RefreshToolchainIfChanged();
   const v1::CompileUnit& unit = task.unit();
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
@@ -330,6 +461,10 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   auto cleanup = [&] {
     if (!options_.keep_sandboxes) RemoveAll(*task_dir).IgnoreError();
   };
+  // The unit's inputs stay in the cache until they are copied into its tree.
+  std::vector<Digest> inputs;
+  for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
+  std::unique_ptr<CasPin> pin = cache_->Pin(inputs);
   // The input tree, as the client's workspace root: copies of the stored
   // blobs, read-only to the compile.
   absl::StatusOr<TaskTree> prepared = TaskTree::Prepare(
@@ -337,10 +472,17 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
       [this](const v1::InputFile& input, const std::string& destination) -> absl::Status {
         Digest digest = FromProto(input.digest());
         RETURN_IF_ERROR(cas_client_->DownloadToStore(digest, *cache_));
-        return cache_->Materialize(digest, destination, input.is_executable());
+        absl::Status placed = cache_->Materialize(digest, destination, input.is_executable());
+        if (absl::IsDataLoss(placed)) {
+          // The cached copy was damaged and is gone: fetch it afresh.
+          RETURN_IF_ERROR(cas_client_->DownloadToStore(digest, *cache_));
+          placed = cache_->Materialize(digest, destination, input.is_executable());
+        }
+        return placed;
       });
-  if (!prepared.ok()) {
+  if (!prepared.ok() || cancel.cancelled()) {
     cleanup();
+    if (cancel.cancelled()) return Cancelled(cancel);
     return FailedToStart(std::string(prepared.status().message()));
   }
   const std::string& tree = prepared->tree();
@@ -358,6 +500,9 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
   spec.output_limit_bytes = static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0));
+  // Kills the unit's process group at once; the cgroup's leftovers go when
+  // the memory scope finishes below.
+  spec.cancel = &cancel;
   absl::StatusOr<ProcessSpec> run_spec = spec;
   if (sandbox_ != nullptr) {
     // Inside, the tree is at the client's own workspace root: nvcc sees the
@@ -392,6 +537,10 @@ v1::TaskResult Worker::RunTask(const v1::Task& task) {
   // Finish reports Attach's failure too: the unit was killed before it ran.
   absl::StatusOr<TaskMemoryUsage> usage = (*scope)->Finish();
   scope->reset();
+  if (run->cancelled) {
+    cleanup();
+    return Cancelled(cancel);
+  }
   if (!usage.ok()) {
     cleanup();
     return FailedToStart(absl::StrCat("memory cap: ", usage.status().message()));

@@ -5,6 +5,7 @@
 // Worker::Start.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/cancellation.h"
 #include "common/cas_client.h"
 #include "common/cas_store.h"
 #include "common/files.h"
@@ -34,6 +36,7 @@ struct WorkerOptions {
   std::string nvcc_path;              // the pinned nvcc every unit runs with
   std::string required_nvcc_release;  // "12.8": refuse to start with another release
   std::string work_dir;               // sandboxes (tasks/) and the input cache (cas/)
+  int64_t cas_max_bytes = 0;          // the input cache's limit (LRU eviction); 0: none
   bool keep_sandboxes = false;        // leave task folders behind for debugging
   // Compile every unit at the same path (kUnitRoot, through a mount
   // namespace per task) where the kernel allows it, so objects do not depend
@@ -46,7 +49,10 @@ struct WorkerOptions {
   // What a unit's stdout and stderr may each bring back; the rest is cut
   // with a marker.
   int64_t max_output_bytes = 1 << 20;
-  // How long to keep trying to reach the coordinator at start.
+  // How long Start waits for the first registration with the coordinator
+  // before it fails with UNAVAILABLE. Zero: Start returns at once and the
+  // worker keeps trying, with backoff, for ever (distcc-cuda-worker). Either
+  // way a worker that loses its coordinator later keeps trying to get back.
   absl::Duration connect_timeout = absl::Seconds(30);
   // The cluster's CA and this worker's certificate (role worker); nullopt:
   // no TLS, for a coordinator on loopback or one run with --insecure.
@@ -62,8 +68,9 @@ class Worker {
   // machine's or the container's memory; UNAVAILABLE naming the address if
   // the coordinator cannot be reached within connect_timeout.
   static absl::StatusOr<std::unique_ptr<Worker>> Start(const WorkerOptions& options);
-  // Stops leasing, cancels waits and joins the slots (a running nvcc is
-  // waited for).
+  // Stops leasing, kills the units it runs (removing their sandboxes),
+  // deregisters, so that the coordinator re-queues them at once, and joins
+  // the slots.
   ~Worker();
 
   v1::ToolchainFingerprint toolchain() const;
@@ -72,15 +79,24 @@ class Worker {
   // How compiles are isolated, for people: the sandbox's Describe(), or a
   // warning that there is none.
   std::string sandbox_description() const;
+  // Not OK once the coordinator refused this worker for good (a wrong
+  // certificate, a bad name): it stopped trying and should exit.
+  absl::Status refused() const;
 
  private:
+  bool RegisteredOrRefused() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !worker_id_.empty() || !refused_.ok();
+  }
   Worker() = default;
   absl::Status Register();
+  // Registers, with backoff and a log line per failed attempt, until it
+  // succeeds or the worker stops. False when stopped.
+  bool RegisterUntilStopped();
   std::string worker_id() const;
   void HeartbeatLoop();
   void SlotLoop(int slot);
   // Runs one task and returns its result; never throws away a finished result.
-  v1::TaskResult RunTask(const v1::Task& task);
+  v1::TaskResult RunTask(const v1::Task& task, const CancelToken& cancel);
   absl::Status Report(const v1::Task& task, const v1::TaskResult& result);
   // Fingerprints the toolchain again if its files changed since the last
   // look (someone upgraded CUDA under a running worker): results then carry
@@ -106,7 +122,9 @@ class Worker {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
+  absl::Status refused_ ABSL_GUARDED_BY(mu_);
+  // Running tasks by id, each with what kills it.
+  std::map<std::string, std::shared_ptr<CancelToken>> running_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> waiting_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
 };

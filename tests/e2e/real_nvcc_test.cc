@@ -4,14 +4,19 @@
 // sm_100 code, and every unit's device code equals a local nvcc build's.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <iostream>
 #include <map>
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/kernel_manifest.h"
@@ -24,6 +29,7 @@
 #include "common/toolchain.h"
 #include "tests/support/background_process.h"
 #include "tests/support/cuda_sources.h"
+#include "tests/support/process_tree.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -618,6 +624,80 @@ n = [1, 2, 3]
   ProcessResult inspect = Client({"inspect", root_ + "/theirs/libpinned.so"});
   ASSERT_EQ(inspect.exit_code, 0) << inspect.stderr_text;
   EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n"));
+}
+
+// A unit that keeps cicc and ptxas busy for minutes (each instantiation
+// about a second): it is always cancelled long before it ends.
+std::string SlowUnit(int instantiations) {
+  std::string source = R"(template <int N>
+__global__ void Slow(float* x) {
+  float a = x[threadIdx.x];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) a = sinf(a * (N + i)) + x[(i * N) % 61];
+  x[threadIdx.x] = a;
+}
+)";
+  for (int i = 0; i < instantiations; ++i) {
+    absl::StrAppend(&source, "template __global__ void Slow<", i, ">(float*);\n");
+  }
+  return source;
+}
+
+// Ctrl-C of an embedded build: every process the build started (bwrap,
+// nvcc, cicc, ptxas, cc1plus) is gone within 2 s, the client says what it
+// cancelled and dies of SIGINT, as an interrupted program should.
+TEST(EmbeddedCancelTest, CtrlCLeavesNoCompilerOfTheBuildRunning) {
+  const std::string nvcc = testing::RealNvccPath();
+  if (nvcc.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
+  const std::string root = testing::NewTempDir("ctrl-c-");
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/slow.cu", SlowUnit(60)).ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/kernels.toml", R"([build]
+output = "libslow.so"
+flags = ["-O3", "-gencode", "arch=compute_100,code=sm_100"]
+sources = ["slow.cu"]
+)")
+                  .ok());
+  auto client = testing::BackgroundProcess::Start(
+      {testing::BinaryPath("distcc-cuda"), "build", root + "/src/kernels.toml", "-o", root + "/out",
+       "--state-dir", root + "/state", "--nvcc", nvcc, "--slots", "1"},
+      root + "/client.log");
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Wait until the compile is deep in nvcc's pipeline.
+  std::vector<testing::ProcessId> build;
+  for (int i = 0; i < 1200; ++i) {
+    build = testing::DescendantsOf((*client)->pid());
+    bool compiling = std::any_of(build.begin(), build.end(), [](const testing::ProcessId& p) {
+      return p.command == "cicc" || p.command == "ptxas";
+    });
+    if (compiling) break;
+    build.clear();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(build.empty()) << "no cicc or ptxas under the client within 60 s\n"
+                              << (*client)->Log();
+  absl::Time interrupted = absl::Now();
+  absl::StatusOr<int> ended = (*client)->Stop(SIGINT, absl::Seconds(10));
+  ASSERT_TRUE(ended.ok()) << (*client)->Log();
+  std::vector<testing::ProcessId> left = testing::StillRunning(build);
+  while (!left.empty() && absl::Now() - interrupted < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(20));
+    left = testing::StillRunning(build);
+  }
+  absl::Duration all_gone = absl::Now() - interrupted;
+  EXPECT_TRUE(left.empty()) << testing::Describe(left) << " outlived the build";
+  EXPECT_LT(all_gone, absl::Seconds(2)) << "of " << testing::Describe(build);
+  std::cout << "Ctrl-C to the last of " << build.size()
+            << " processes of the build gone: " << absl::FormatDuration(all_gone) << std::endl;
+  EXPECT_TRUE(WIFSIGNALED(*ended) && WTERMSIG(*ended) == SIGINT) << *ended;
+  std::string log = (*client)->Log();
+  EXPECT_THAT(log, HasSubstr("Ctrl-C: cancelling the build (Ctrl-C again quits at once)"));
+  EXPECT_THAT(log, HasSubstr("build cancelled (Ctrl-C)"));
+  EXPECT_THAT(log, HasSubstr("1 units were compiling; they are stopped with this process"));
+  // The sandbox went with it.
+  std::error_code error;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root + "/state", error)) {
+    EXPECT_FALSE(absl::StartsWith(entry.path().filename().string(), "task-")) << entry.path();
+  }
 }
 
 }  // namespace

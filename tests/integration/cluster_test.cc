@@ -2,23 +2,36 @@
 // A coordinator and two workers in-process on 127.0.0.1:0, building with the
 // fake compiler through the same code paths the binaries use.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <future>
+#include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/build_command.h"
 #include "client/commands.h"
 #include "client/embedded_cluster.h"
+#include "common/cancellation.h"
+#include "common/digest.h"
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "coordinator/coordinator.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
 #include "tests/support/background_process.h"
+#include "tests/support/process_tree.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"
 
@@ -58,6 +71,58 @@ int ProcessesWithArgument(const std::string& argument) {
     }
   }
   return count;
+}
+
+// Polls `done` every 20 ms for at most `timeout`; how long it took, or
+// nullopt if it never held.
+std::optional<absl::Duration> TimeUntil(const std::function<bool()>& done, absl::Duration timeout) {
+  absl::Time start = absl::Now();
+  while (absl::Now() - start < timeout) {
+    if (done()) return absl::Now() - start;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+// A manifest of `count` units that each sleep a minute in the fake nvcc,
+// named zzcancelme_N so that their processes can be found.
+std::string SleepingManifest(int count) {
+  std::vector<std::string> values;
+  for (int i = 0; i < count; ++i) values.push_back(std::to_string(i));
+  return absl::StrCat(R"([build]
+output = "libslow.so"
+flags = ["-O3"]
+sources = []
+
+[[instantiations]]
+name = "slow"
+unit = "zzcancelme_{n}"
+headers = ["kern.cuh"]
+text = "template void Kern<float, {n}>(); // FAKE_SLEEP_MS=60000"
+
+[instantiations.axes]
+n = [)",
+                      absl::StrJoin(values, ", "), "]\n");
+}
+
+v1::ClusterStatus StatusOf(const std::string& address) {
+  auto stub =
+      v1::BuildService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ClusterStatus status;
+  stub->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &status).ok();
+  return status;
+}
+
+// Nothing runs or is reserved on any worker.
+bool ClusterIsIdle(const std::string& address) {
+  v1::ClusterStatus status = StatusOf(address);
+  if (status.workers_size() == 0 || status.running_units() != 0) return false;
+  for (const v1::WorkerStatus& worker : status.workers()) {
+    if (worker.running_tasks() != 0 || worker.reserved_bytes() != 0) return false;
+  }
+  return true;
 }
 
 class ClusterTest : public ::testing::Test {
@@ -101,9 +166,13 @@ class ClusterTest : public ::testing::Test {
   }
 
   absl::Status Build(std::string* output, const std::string& address = "",
-                     const std::string& nvcc = "", const std::string& required_release = "") {
+                     const std::string& nvcc = "", const std::string& required_release = "",
+                     const CancelToken* cancel = nullptr,
+                     const std::string& plan = "src/kernels.toml") {
     client::BuildOptions options;
-    options.plan_path = root_ + "/src/kernels.toml";
+    options.plan_path = root_ + "/" + plan;
+    options.cancel = cancel;
+    options.reconnect_timeout = reconnect_timeout_;
     options.coordinator_address = address.empty() ? coordinator_->address() : address;
     options.output_dir = root_ + "/out";
     options.nvcc_path = nvcc.empty() ? testing::FakeNvccPath() : nvcc;
@@ -135,6 +204,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   std::string root_;
+  absl::Duration reconnect_timeout_ = absl::Minutes(5);
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::vector<std::unique_ptr<worker::Worker>> workers_;
 };
@@ -213,6 +283,8 @@ TEST_F(ClusterTest, UnreachableCoordinatorFailsWithinSecondsNamingTheAddress) {
 TEST_F(ClusterTest, CoordinatorStopsPromptlyWithABuildInFlight) {
   Write("src/common.h", "// FAKE_SLEEP_MS=3000\n");
   std::string out;
+  // A client that does not wait for the coordinator to come back.
+  reconnect_timeout_ = absl::ZeroDuration();
   std::future<absl::Status> build = std::async(std::launch::async, [&] { return Build(&out); });
   // Wait until units run, then stop the coordinator as SIGTERM would.
   std::string address = coordinator_->address();
@@ -228,7 +300,10 @@ TEST_F(ClusterTest, CoordinatorStopsPromptlyWithABuildInFlight) {
   EXPECT_EQ(stopped.wait_for(std::chrono::seconds(15)), std::future_status::ready)
       << "the coordinator did not stop";
   ASSERT_EQ(build.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-  EXPECT_FALSE(build.get().ok()) << "the client is told its build ended";
+  absl::Status status = build.get();
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("lost the coordinator at " + address));
+  EXPECT_THAT(status.message(), HasSubstr("run the same command again once it is back"));
   stopped.wait();
 }
 
@@ -518,6 +593,313 @@ TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
     if (!gone) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(gone) << ProcessesWithArgument(marker) << " processes still name " << marker;
+}
+
+// Overwrites a stored blob in place (a failing disk, a stray write).
+void Damage(const std::string& path, const std::string& bytes) {
+  std::filesystem::permissions(path, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// Blobs damaged on disk in the coordinator's store and in the workers'
+// caches: after a coordinator restart the same command succeeds without a
+// manual step, and nothing compiles against a damaged input.
+TEST_F(ClusterTest, DamagedBlobsInEveryStoreAreHealedByTheNextRun) {
+  std::string out;
+  ASSERT_TRUE(Build(&out).ok()) << out;
+  absl::StatusOr<std::string> first_object = ReadFile(root_ + "/out/obj/kern_float_3.o");
+  ASSERT_TRUE(first_object.ok());
+  auto coordinator_blob = [&](const std::string& content) {
+    Digest digest = DigestOf(content);
+    return root_ + "/coordinator/cas/" + digest.hash.substr(0, 2) + "/" + digest.hash + "_" +
+           std::to_string(digest.size_bytes);
+  };
+  // An input overwritten at its size, an output overwritten at its size,
+  // another output cut short.
+  const std::string header = "// shared\n";
+  Damage(coordinator_blob(header), "// SHARED\n");
+  Damage(coordinator_blob(*first_object), std::string(first_object->size(), 'x'));
+  absl::StatusOr<std::string> other = ReadFile(root_ + "/out/obj/kern_half_2.o");
+  ASSERT_TRUE(other.ok());
+  Damage(coordinator_blob(*other), other->substr(0, other->size() / 2));
+  // And the workers' cached copies of the header.
+  for (const char* name : {"worker-a", "worker-b"}) {
+    Digest digest = DigestOf(header);
+    std::string cached = root_ + "/" + name + "/cas/" + digest.hash.substr(0, 2) + "/" +
+                         digest.hash + "_" + std::to_string(digest.size_bytes);
+    if (IsRegularFile(cached)) Damage(cached, "// SHARED\n");
+  }
+  // The coordinator restarts (a reboot): its first reads hash what it has.
+  const int port = coordinator_->port();
+  coordinator_.reset();
+  coordinator::CoordinatorOptions options;
+  options.listen_address = absl::StrCat("127.0.0.1:", port);
+  options.state_dir = root_ + "/coordinator";
+  options.scheduler.heartbeat_timeout = absl::Seconds(2);
+  options.scheduler.startup_grace = absl::Seconds(4);
+  auto restarted = coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  coordinator_ = std::move(*restarted);
+  absl::Status status = Build(&out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  // The two units whose objects were damaged compiled again; the rest are
+  // cached.
+  EXPECT_THAT(out, HasSubstr("units     9 (2 compiled, 7 cached, 0 failed)"));
+  absl::StatusOr<std::string> again = ReadFile(root_ + "/out/obj/kern_float_3.o");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first_object);
+  // A unit compiled now reads the header as it is, not a damaged copy.
+  Write("src/api.cu", "#include \"common.h\"\nint api() { return 3; }\n");
+  ASSERT_TRUE(Build(&out).ok()) << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (1 compiled, 8 cached, 0 failed)"));
+  absl::StatusOr<std::string> library = ReadFile(root_ + "/out/libfake.so");
+  ASSERT_TRUE(library.ok());
+  EXPECT_THAT(*library, HasSubstr("// shared\n"));
+  EXPECT_THAT(*library, Not(HasSubstr("// SHARED")));
+}
+
+// A coordinator with a small --cas-max-size: builds that each bring new
+// blobs succeed, and between builds the store is back under its limit.
+TEST_F(ClusterTest, TheCoordinatorsStoreStaysUnderItsLimitAcrossBuilds) {
+  const int port = coordinator_->port();
+  coordinator_.reset();
+  coordinator::CoordinatorOptions options;
+  options.listen_address = absl::StrCat("127.0.0.1:", port);
+  options.state_dir = root_ + "/coordinator";
+  options.scheduler.heartbeat_timeout = absl::Seconds(2);
+  options.scheduler.startup_grace = absl::Seconds(4);
+  options.cas_max_bytes = 16 << 10;  // about two builds' worth of objects
+  auto restarted = coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  coordinator_ = std::move(*restarted);
+  for (int round = 0; round < 4; ++round) {
+    Write("src/common.h", absl::StrCat("// round ", round, "\n"));
+    std::string out;
+    absl::Status status = Build(&out);
+    ASSERT_TRUE(status.ok()) << round << ": " << status << "\n" << out;
+    // (The planner may group the instantiations differently each round.)
+    EXPECT_THAT(out, HasSubstr(" compiled, 0 cached, 0 failed)"));
+    EXPECT_TRUE(
+        TimeUntil([&] { return testing::StoreBytes(root_ + "/coordinator/cas") <= 16 << 10; },
+                  absl::Seconds(5)))
+        << "round " << round << ": " << testing::StoreBytes(root_ + "/coordinator/cas") << " bytes";
+  }
+}
+
+// Ctrl-C of the client: the coordinator tells the workers, which kill the
+// units' processes; slots and reservations are free within 2 s.
+TEST_F(ClusterTest, CancelStopsTheUnitsOnTheWorkersAndFreesTheirSlotsWithinTwoSeconds) {
+  Write("src/slow.toml", SleepingManifest(2));
+  CancelToken cancel;
+  std::string out;
+  std::future<absl::Status> build = std::async(
+      std::launch::async, [&] { return Build(&out, "", "", "", &cancel, "src/slow.toml"); });
+  // Both workers compile one unit each (bwrap and the fake nvcc in it).
+  const std::string address = coordinator_->address();
+  ASSERT_TRUE(TimeUntil(
+      [&] {
+        return StatusOf(address).running_units() == 2 &&
+               testing::ProcessesMentioning("zzcancelme_") >= 4;
+      },
+      absl::Seconds(30)))
+      << testing::ProcessesMentioning("zzcancelme_");
+  absl::Time cancelled_at = absl::Now();
+  cancel.Cancel("test");
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  absl::Status status = build.get();
+  EXPECT_TRUE(absl::IsCancelled(status)) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("build cancelled (test)"));
+  EXPECT_THAT(out, HasSubstr("0 of 2 units had finished"));
+  EXPECT_THAT(out, HasSubstr("2 units were compiling; the coordinator stops them on its workers"));
+  std::optional<absl::Duration> freed = TimeUntil(
+      [&] { return testing::ProcessesMentioning("zzcancelme_") == 0 && ClusterIsIdle(address); },
+      absl::Seconds(10));
+  ASSERT_TRUE(freed) << testing::ProcessesMentioning("zzcancelme_") << " processes left; "
+                     << StatusOf(address).DebugString();
+  const absl::Duration all_free = absl::Now() - cancelled_at;
+  EXPECT_LT(all_free, absl::Seconds(2));
+  std::cout << "cancel to the last compiler gone and every slot free: "
+            << absl::FormatDuration(all_free) << std::endl;
+  // The slots take the next build at once.
+  ASSERT_TRUE(Build(&out).ok()) << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (9 compiled, 0 cached, 0 failed)"));
+}
+
+// A worker killed outright takes its compiles with it, sandboxed or not.
+TEST_F(ClusterTest, AWorkerKilledWithSigkillLeavesNoCompilerRunning) {
+  workers_.clear();
+  Write("src/slow.toml", SleepingManifest(2));
+  std::vector<std::unique_ptr<testing::BackgroundProcess>> killed;
+  for (const char* name : {"sandboxed", "unsandboxed"}) {
+    std::vector<std::string> argv = {testing::BinaryPath("distcc-cuda-worker"),
+                                     "--coordinator",
+                                     coordinator_->address(),
+                                     "--name",
+                                     name,
+                                     "--slots",
+                                     "1",
+                                     "--memory-cap",
+                                     "2GiB",
+                                     "--nvcc",
+                                     testing::FakeNvccPath(),
+                                     "--work-dir",
+                                     root_ + "/" + name};
+    if (std::string(name) == "unsandboxed") argv.push_back("--insecure-no-sandbox");
+    auto started = testing::BackgroundProcess::Start(argv, root_ + "/" + name + ".log");
+    ASSERT_TRUE(started.ok()) << started.status();
+    ASSERT_TRUE((*started)->WaitForLog("registered", absl::Seconds(20)).ok()) << (*started)->Log();
+    killed.push_back(std::move(*started));
+  }
+  CancelToken cancel;
+  std::string out;
+  std::future<absl::Status> build = std::async(
+      std::launch::async, [&] { return Build(&out, "", "", "", &cancel, "src/slow.toml"); });
+  for (auto& worker : killed) {
+    ASSERT_TRUE(worker->WaitForLog("runs unit", absl::Seconds(30)).ok()) << worker->Log();
+  }
+  ASSERT_TRUE(
+      TimeUntil([] { return testing::ProcessesMentioning("zzcancelme_") >= 2; }, absl::Seconds(30)))
+      << killed[0]->Log() << killed[1]->Log();
+  for (auto& worker : killed) ASSERT_TRUE(worker->Stop(SIGKILL, absl::Seconds(5)).ok());
+  std::optional<absl::Duration> gone =
+      TimeUntil([] { return testing::ProcessesMentioning("zzcancelme_") == 0; }, absl::Seconds(10));
+  ASSERT_TRUE(gone) << testing::ProcessesMentioning("zzcancelme_")
+                    << " compiler processes outlived "
+                    << "their worker";
+  EXPECT_LT(*gone, absl::Seconds(2));
+  cancel.Cancel("test over");
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+// Workers are often started before their coordinator (a Compose file, a
+// reboot): they keep trying, say so, join when it appears, and stop at once
+// on SIGTERM, deregistering so that nothing waits for their heartbeat.
+TEST(WorkerLifecycleTest, StartedBeforeItsCoordinatorItJoinsWhenItAppearsAndLeavesOnSigterm) {
+  const std::string root = testing::NewTempDir("lifecycle-");
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_NE(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto worker_argv = [&](const std::string& name) {
+    return std::vector<std::string>{testing::BinaryPath("distcc-cuda-worker"),
+                                    "--coordinator",
+                                    address,
+                                    "--name",
+                                    name,
+                                    "--slots",
+                                    "1",
+                                    "--memory-cap",
+                                    "1GiB",
+                                    "--nvcc",
+                                    testing::FakeNvccPath(),
+                                    "--work-dir",
+                                    root + "/" + name};
+  };
+  auto early = testing::BackgroundProcess::Start(worker_argv("early"), root + "/early.log");
+  ASSERT_TRUE(early.ok()) << early.status();
+  ASSERT_TRUE((*early)->WaitForLog("attempt 2 to register failed", absl::Seconds(20)).ok())
+      << (*early)->Log();
+  // Waiting for a coordinator is no reason to ignore SIGTERM.
+  auto waiting = testing::BackgroundProcess::Start(worker_argv("waiting"), root + "/waiting.log");
+  ASSERT_TRUE(waiting.ok());
+  ASSERT_TRUE((*waiting)->WaitForLog("attempt 1 to register failed", absl::Seconds(20)).ok())
+      << (*waiting)->Log();
+  absl::Time term = absl::Now();
+  absl::StatusOr<int> stopped = (*waiting)->Stop(SIGTERM, absl::Seconds(5));
+  ASSERT_TRUE(stopped.ok()) << (*waiting)->Log();
+  EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << *stopped;
+  EXPECT_LT(absl::Now() - term, absl::Seconds(2));
+
+  coordinator::CoordinatorOptions options;
+  options.listen_address = address;
+  options.state_dir = root + "/coordinator";
+  // Long enough that only deregistration can explain a quick goodbye.
+  options.scheduler.heartbeat_timeout = absl::Seconds(60);
+  auto coordinator = coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ASSERT_TRUE((*early)->WaitForLog("registered with", absl::Seconds(30)).ok()) << (*early)->Log();
+  EXPECT_EQ(StatusOf(address).workers_size(), 1);
+  term = absl::Now();
+  stopped = (*early)->Stop(SIGTERM, absl::Seconds(5));
+  ASSERT_TRUE(stopped.ok()) << (*early)->Log();
+  EXPECT_LT(absl::Now() - term, absl::Seconds(2));
+  EXPECT_EQ(StatusOf(address).workers_size(), 0) << StatusOf(address).DebugString();
+}
+
+// A coordinator killed mid-build (SIGKILL) and started again: the client
+// waits for it, submits again and finishes; what had finished comes back
+// from the result cache, not from another compile.
+TEST(CoordinatorRestartTest, ABuildRidesOutACoordinatorKilledAndRestarted) {
+  const std::string root = testing::NewTempDir("restart-");
+  const int port = testing::FreeLoopbackPort();
+  ASSERT_NE(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const std::vector<std::string> coordinator_argv = {testing::BinaryPath("distcc-cuda-coordinator"),
+                                                     "--listen", address, "--state-dir",
+                                                     root + "/coordinator"};
+  auto coordinator = testing::BackgroundProcess::Start(coordinator_argv, root + "/first.log");
+  ASSERT_TRUE(coordinator.ok());
+  ASSERT_TRUE((*coordinator)->WaitForLog("listening on", absl::Seconds(20)).ok())
+      << (*coordinator)->Log();
+  std::vector<std::unique_ptr<worker::Worker>> workers;
+  for (const char* name : {"r1", "r2"}) {
+    worker::WorkerOptions options;
+    options.coordinator_address = address;
+    options.name = name;
+    options.memory_cap_bytes = int64_t{2} << 30;
+    options.nvcc_path = testing::FakeNvccPath();
+    options.work_dir = root + "/" + name;
+    auto started = worker::Worker::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    workers.push_back(std::move(*started));
+  }
+  ASSERT_TRUE(
+      WriteFileAtomically(root + "/src/kern.cuh",
+                          "#include \"common.h\"\ntemplate <typename T, int N> void Kern() {}\n")
+          .ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/common.h", "// FAKE_SLEEP_MS=600\n").ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(root + "/src/api.cu", "#include \"common.h\"\nint api();\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/kernels.toml", kManifest).ok());
+  std::ostringstream out;
+  std::future<absl::Status> build = std::async(std::launch::async, [&] {
+    client::BuildOptions options;
+    options.plan_path = root + "/src/kernels.toml";
+    options.coordinator_address = address;
+    options.output_dir = root + "/out";
+    options.nvcc_path = testing::FakeNvccPath();
+    options.reconnect_timeout = absl::Seconds(60);
+    return client::RunBuild(options, out);
+  });
+  // Some units finished, some run.
+  ASSERT_TRUE(TimeUntil(
+      [&] {
+        int completed = 0;
+        v1::ClusterStatus status = StatusOf(address);
+        for (const auto& worker : status.workers()) completed += worker.tasks_completed();
+        return completed >= 3;
+      },
+      absl::Seconds(30)));
+  ASSERT_TRUE((*coordinator)->Stop(SIGKILL, absl::Seconds(5)).ok());
+  absl::SleepFor(absl::Seconds(1));
+  coordinator = testing::BackgroundProcess::Start(coordinator_argv, root + "/second.log");
+  ASSERT_TRUE(coordinator.ok());
+  ASSERT_EQ(build.wait_for(std::chrono::seconds(90)), std::future_status::ready);
+  absl::Status status = build.get();
+  ASSERT_TRUE(status.ok()) << status << "\n" << out.str() << (*coordinator)->Log();
+  EXPECT_THAT(out.str(), HasSubstr("distcc-cuda: lost the coordinator at " + address));
+  EXPECT_THAT(out.str(), HasSubstr("distcc-cuda: the coordinator is back after "));
+  // Every unit the client had before the restart came back cached.
+  const std::string text = out.str();
+  const std::string before = text.substr(0, text.find("distcc-cuda: lost the coordinator"));
+  const int had = static_cast<int>(std::count(before.begin(), before.end(), '['));
+  EXPECT_GE(had, 3) << text;
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(had,
+                                           " units that had finished came back from the "
+                                           "result cache, 0 were compiled again")));
+  std::cout << text;
+  EXPECT_THAT(out.str(), HasSubstr("units     9 ("));
+  EXPECT_TRUE(IsRegularFile(root + "/out/libfake.so"));
 }
 
 // Two embedded builds on one state dir would share a store and each take

@@ -2,8 +2,12 @@
 #include "tests/support/test_paths.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -88,6 +92,33 @@ std::string NewTempDir(const std::string& prefix) {
   if (dir.ok()) chmod(dir->c_str(), 0755);
   if (dir.ok()) Cleanup()->Add(*dir);
   return dir.ok() ? *dir : "";
+}
+
+int64_t StoreBytes(const std::string& root) {
+  int64_t bytes = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root, error)) {
+    if (entry.is_regular_file(error) && entry.path().string().rfind(root + "/tmp/", 0) != 0) {
+      bytes += static_cast<int64_t>(entry.file_size(error));
+    }
+  }
+  return bytes;
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 }  // namespace distcc_cuda::testing

@@ -2,6 +2,7 @@
 // Where tests find the source tree, the built binaries and scratch space.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace distcc_cuda::testing {
@@ -21,5 +22,12 @@ std::string RealNvccPath();
 // A new empty folder for one test, under the test temp dir; removed when the
 // test program's tests are done.
 std::string NewTempDir(const std::string& prefix);
+
+// The bytes of the blobs in the content store at `root` (its tmp/ left out).
+int64_t StoreBytes(const std::string& root);
+
+// A loopback TCP port free right now, for a server a test starts (and
+// restarts) at a known address; 0 if none could be had.
+int FreeLoopbackPort();
 
 }  // namespace distcc_cuda::testing

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -77,6 +78,100 @@ TEST_F(CasStoreTest, OpenTwiceSeesTheSameBlobs) {
   absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/cas");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE((*again)->Contains(digest));
+}
+
+// Overwrites a stored blob in place, as a failing disk or a stray write
+// would, keeping its size.
+void Damage(const std::string& path, const std::string& bytes) {
+  fs::permissions(path, fs::perms::owner_write, fs::perm_options::add);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST_F(CasStoreTest, AStoreOpenedAgainFindsABlobDamagedAtTheSameSizeAndRemovesIt) {
+  Digest digest = DigestOf("header v1");
+  ASSERT_TRUE(store_->Put(digest, "header v1").ok());
+  EXPECT_TRUE(store_->Verify(digest).ok());
+  Damage(store_->PathOf(digest), "header v2");
+  // Still the right size, so it looks present...
+  absl::StatusOr<std::unique_ptr<CasStore>> reopened = CasStore::Open(dir_ + "/cas");
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_TRUE((*reopened)->Contains(digest));
+  // ...until its first read since the store opened hashes it.
+  absl::Status verified = (*reopened)->Verify(digest);
+  EXPECT_TRUE(absl::IsDataLoss(verified)) << verified;
+  EXPECT_FALSE(fs::exists(store_->PathOf(digest)));
+  EXPECT_TRUE(absl::IsNotFound((*reopened)->Verify(digest)));
+  // Uploaded again, it is whole again.
+  ASSERT_TRUE((*reopened)->Put(digest, "header v1").ok());
+  EXPECT_TRUE((*reopened)->Verify(digest).ok());
+}
+
+TEST_F(CasStoreTest, MaterializeRefusesADamagedBlobAndRemovesIt) {
+  Digest digest = DigestOf("int x;");
+  ASSERT_TRUE(store_->Put(digest, "int x;").ok());
+  Damage(store_->PathOf(digest), "int y;");
+  const std::string copy = dir_ + "/tree/x.h";
+  absl::Status placed = store_->Materialize(digest, copy, false);
+  EXPECT_TRUE(absl::IsDataLoss(placed)) << placed;
+  EXPECT_FALSE(fs::exists(copy));
+  EXPECT_FALSE(store_->Contains(digest));
+  ASSERT_TRUE(store_->Put(digest, "int x;").ok());
+  ASSERT_TRUE(store_->Materialize(digest, copy, false).ok());
+  EXPECT_EQ(ReadAll(copy), "int x;");
+}
+
+// A store of at most 1000 bytes gets ten 150-byte blobs: it evicts the least
+// recently used to stay under its limit, never a pinned one.
+TEST_F(CasStoreTest, ABoundedStoreEvictsTheLeastRecentlyUsedButNeverAPinnedBlob) {
+  absl::StatusOr<std::unique_ptr<CasStore>> opened = CasStore::Open(dir_ + "/bounded", 1000);
+  ASSERT_TRUE(opened.ok());
+  CasStore& store = **opened;
+  auto blob = [](int i) { return std::string(150, static_cast<char>('a' + i)); };
+  std::vector<Digest> digests;
+  for (int i = 0; i < 10; ++i) digests.push_back(DigestOf(blob(i)));
+  std::unique_ptr<CasPin> pin = store.Pin({digests[0]});
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(store.Put(digests[i], blob(i)).ok());
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  // 900 bytes: under the limit. Blob 1 is used now, so blob 2 is the oldest
+  // unpinned one.
+  EXPECT_EQ(store.size_bytes(), 900);
+  ASSERT_TRUE(store.Verify(digests[1]).ok());
+  ASSERT_TRUE(store.Put(digests[6], blob(6)).ok());
+  // Over 1000: evicted down to 900 (90%).
+  EXPECT_LE(store.size_bytes(), 900);
+  EXPECT_TRUE(store.Contains(digests[0])) << "pinned";
+  EXPECT_TRUE(store.Contains(digests[1])) << "recently used";
+  EXPECT_FALSE(store.Contains(digests[2])) << "least recently used";
+  EXPECT_TRUE(store.Contains(digests[6])) << "just added";
+  for (int i = 7; i < 10; ++i) ASSERT_TRUE(store.Put(digests[i], blob(i)).ok());
+  EXPECT_LE(store.size_bytes(), 1000);
+  EXPECT_TRUE(store.Contains(digests[0])) << "still pinned";
+  EXPECT_GE(store.evicted_blobs(), 4);
+  // Once unpinned, it goes like any other.
+  pin.reset();
+  for (int i = 2; i < 8; ++i) ASSERT_TRUE(store.Put(digests[i], blob(i)).ok());
+  EXPECT_FALSE(store.Contains(digests[0]));
+  // What is on disk is what the store counts, also when opened again.
+  int64_t on_disk = 0;
+  for (const std::string& file : FilesUnder(dir_ + "/bounded")) {
+    if (!absl::StartsWith(file, dir_ + "/bounded/tmp/")) on_disk += fs::file_size(file);
+  }
+  EXPECT_EQ(on_disk, store.size_bytes());
+  absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/bounded", 1000);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->size_bytes(), on_disk);
+  // A smaller limit at the next start is applied at once.
+  absl::StatusOr<std::unique_ptr<CasStore>> smaller = CasStore::Open(dir_ + "/bounded", 400);
+  ASSERT_TRUE(smaller.ok());
+  EXPECT_LE((*smaller)->size_bytes(), 400);
+}
+
+TEST(DefaultCasMaxBytesTest, IsATenthOfTheDiskBetweenOneAndFiftyGiB) {
+  int64_t bytes = DefaultCasMaxBytes(testing::NewTempDir("cas-default") + "/not/yet/made");
+  EXPECT_GE(bytes, int64_t{1} << 30);
+  EXPECT_LE(bytes, int64_t{50} << 30);
 }
 
 TEST_F(CasStoreTest, PutThenContainsAndGet) {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/cancellation.h"
 #include "common/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -301,6 +303,72 @@ TEST(RunProcessTest, TimeoutKillsWholeTree) {
       absl::SimpleAtoi(absl::StripTrailingAsciiWhitespace(result->stdout_text), &background))
       << result->stdout_text;
   EXPECT_TRUE(BecomesDead(background));
+}
+
+TEST(RunProcessTest, CancelKillsTheWholeTreeAtOnce) {
+  ProcessSpec spec = Shell("sleep 30 & echo $!; sleep 30");
+  CancelToken cancel;
+  spec.cancel = &cancel;
+  std::thread canceller([&cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.Cancel("test");
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  const absl::Duration taken = absl::Now() - start;
+  canceller.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->cancelled);
+  EXPECT_FALSE(result->timed_out);
+  EXPECT_EQ(result->term_signal, SIGKILL);
+  EXPECT_EQ(DescribeTermination(*result), "cancelled");
+  // Woken by the token's descriptor, not by a poll interval.
+  EXPECT_LT(taken, absl::Seconds(2));
+  int background = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripTrailingAsciiWhitespace(result->stdout_text), &background))
+      << result->stdout_text;
+  EXPECT_TRUE(BecomesDead(background));
+}
+
+TEST(RunProcessTest, AlreadyCancelledTokenKillsTheProgramBeforeItRuns) {
+  ProcessSpec spec = Shell("sleep 30");
+  CancelToken cancel;
+  cancel.Cancel("before");
+  spec.cancel = &cancel;
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->cancelled);
+  EXPECT_LT(result->wall_time, absl::Seconds(2));
+}
+
+TEST(RunProcessTest, ChildDiesWithTheThreadThatStartedIt) {
+  // A helper process stands for a worker killed with SIGKILL: it runs a
+  // program through RunProcess, prints the program's pid and is killed.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  pid_t helper = fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    close(pipe_fds[0]);
+    ProcessSpec spec;
+    spec.argv = {"/bin/sh", "-c", "exec sleep 30"};
+    spec.on_started = [&](pid_t pid) {
+      [[maybe_unused]] ssize_t written = write(pipe_fds[1], &pid, sizeof(pid));
+    };
+    RunProcess(spec).IgnoreError();
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  pid_t child = 0;
+  ASSERT_EQ(read(pipe_fds[0], &child, sizeof(child)), static_cast<ssize_t>(sizeof(child)));
+  close(pipe_fds[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(kill(child, 0), 0) << "the program should run while its parent does";
+  kill(helper, SIGKILL);
+  int status = 0;
+  waitpid(helper, &status, 0);
+  EXPECT_TRUE(BecomesDead(child));
 }
 
 TEST(RunProcessTest, LeftoverDescendantsAreKilledAtExit) {

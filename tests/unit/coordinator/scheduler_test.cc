@@ -929,5 +929,112 @@ TEST_F(SchedulerTrustTest, OutputOfAReportIsCutAtTheLimit) {
   EXPECT_THAT(text, HasSubstr("cut this output at 100 B (--max-output)"));
 }
 
+TEST_F(SchedulerTest,
+       CancelledBuildsTasksAreKilledThroughTheHeartbeatAndHoldTheirSlotUntilReported) {
+  std::string worker = AddWorker("w1", "13.0", /*slots=*/2);
+  absl::StatusOr<std::string> build = Submit(3);
+  ASSERT_TRUE(build.ok()) << build.status();
+  std::optional<v1::Task> first = LeaseNow(worker);
+  std::optional<v1::Task> second = LeaseNow(worker);
+  ASSERT_TRUE(first && second);
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(worker);
+  beat.add_running_task_ids(first->task_id());
+  beat.add_running_task_ids(second->task_id());
+  v1::HeartbeatResponse response;
+  ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart, {}, &response).ok());
+  EXPECT_EQ(response.cancel_task_ids_size(), 0);
+
+  EXPECT_EQ(scheduler_.CancelBuild(*build), 2);
+  EXPECT_EQ(scheduler_.Status(kStart).queued_units(), 0);
+  // Until the worker confirms, its slots and memory stay taken.
+  EXPECT_EQ(scheduler_.Status(kStart).running_units(), 2);
+  response.Clear();
+  ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Milliseconds(500), {}, &response).ok());
+  EXPECT_THAT(std::vector<std::string>(response.cancel_task_ids().begin(),
+                                       response.cancel_task_ids().end()),
+              ::testing::UnorderedElementsAre(first->task_id(), second->task_id()));
+
+  // One was killed; the other had finished just before: its result is kept
+  // for the next build, not thrown away.
+  v1::TaskResult cancelled;
+  cancelled.set_outcome(v1::TASK_CANCELLED);
+  ASSERT_TRUE(Report(worker, *first, cancelled).ok());
+  v1::TaskResult done = Completed(0);
+  auto* output = done.add_outputs();
+  output->set_path("out.o");
+  output->mutable_digest()->set_hash(std::string(64, 'a'));
+  output->mutable_digest()->set_size_bytes(1);
+  recorded_.clear();
+  // The unit declares no outputs here, so a result with one is not whole.
+  ASSERT_TRUE(Report(worker, *second, done).ok());
+  EXPECT_TRUE(recorded_.empty());
+  v1::ClusterStatus status = scheduler_.Status(kStart);
+  EXPECT_EQ(status.running_units(), 0);
+  EXPECT_EQ(status.workers(0).reserved_bytes(), 0);
+  EXPECT_EQ(status.active_builds(), 0);
+}
+
+TEST_F(SchedulerTest, AResultThatFinishedDespiteTheCancelEntersTheCache) {
+  std::string worker = AddWorker("w1");
+  absl::StatusOr<std::string> build = Submit(1);
+  ASSERT_TRUE(build.ok());
+  std::optional<v1::Task> task = LeaseNow(worker);
+  ASSERT_TRUE(task);
+  scheduler_.CancelBuild(*build);
+  recorded_.clear();
+  ASSERT_TRUE(Report(worker, *task, Completed(0)).ok());
+  EXPECT_THAT(recorded_, ::testing::ElementsAre("action0"));
+  // A failed compile is not a result to keep.
+  build = Submit(1);
+  ASSERT_TRUE(build.ok());
+  std::optional<v1::Task> again = LeaseNow(worker);
+  ASSERT_TRUE(again);
+  scheduler_.CancelBuild(*build);
+  recorded_.clear();
+  ASSERT_TRUE(Report(worker, *again, Completed(2)).ok());
+  EXPECT_TRUE(recorded_.empty());
+}
+
+TEST_F(SchedulerTest, ACancelledTaskTheWorkerNeverStartedIsFreedAfterTwoHeartbeats) {
+  std::string worker = AddWorker("w1");
+  absl::StatusOr<std::string> build = Submit(1);
+  ASSERT_TRUE(build.ok());
+  std::optional<v1::Task> task = LeaseNow(worker);
+  ASSERT_TRUE(task);
+  scheduler_.CancelBuild(*build);
+  v1::HeartbeatRequest beat;  // the lease answer never arrived
+  beat.set_worker_id(worker);
+  v1::HeartbeatResponse response;
+  ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Milliseconds(100), {}, &response).ok());
+  EXPECT_EQ(response.cancel_task_ids_size(), 1);
+  EXPECT_EQ(scheduler_.Status(kStart).running_units(), 1);
+  ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart + absl::Seconds(3), {}, &response).ok());
+  EXPECT_EQ(scheduler_.Status(kStart).running_units(), 0);
+}
+
+TEST_F(SchedulerTest, ADeregisteredWorkersUnitsRunElsewhereWithoutCountingAsLosses) {
+  std::string stopping = AddWorker("w1");
+  absl::StatusOr<std::string> build = Submit(1);
+  ASSERT_TRUE(build.ok());
+  // Stopped three times in a row (three attempts would fail a lost unit).
+  for (int i = 0; i < 3; ++i) {
+    std::string worker = i == 0 ? stopping : AddWorker(absl::StrCat("w", i + 2));
+    std::optional<v1::Task> task = LeaseNow(worker);
+    ASSERT_TRUE(task) << i;
+    ASSERT_TRUE(scheduler_.DeregisterWorker(worker, kStart).ok());
+    EXPECT_THAT(LastRequeueReason(), HasSubstr("stopped"));
+  }
+  EXPECT_EQ(scheduler_.Status(kStart).workers_size(), 0);
+  std::string last = AddWorker("w9");
+  std::optional<v1::Task> task = LeaseNow(last);
+  ASSERT_TRUE(task);
+  ASSERT_TRUE(Report(last, *task, Completed(0)).ok());
+  ASSERT_FALSE(events_.empty());
+  ASSERT_TRUE(events_.back().has_finished());
+  EXPECT_TRUE(events_.back().finished().success());
+  EXPECT_EQ(scheduler_.DeregisterWorker(stopping, kStart).code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator

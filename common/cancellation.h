@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// A one-way "stop now" flag that threads can wait on and that a poll loop can
+// watch as a file descriptor (an eventfd). The worker gives one to every
+// running task, so that a cancel from the coordinator kills the task's
+// processes at once; the client gives one to a build, so that Ctrl-C cancels
+// it.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace distcc_cuda {
+
+class CancelToken {
+ public:
+  CancelToken();
+  ~CancelToken();
+  CancelToken(const CancelToken&) = delete;
+  CancelToken& operator=(const CancelToken&) = delete;
+
+  // Cancels, with a reason for messages; only the first reason is kept.
+  // Runs the callbacks added with OnCancel (on this thread). Async-signal
+  // unsafe: call from a thread, never from a signal handler.
+  void Cancel(const std::string& reason);
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  std::string reason() const;
+  // Readable (POLLIN) once cancelled; -1 if no eventfd could be made (then
+  // pollers must also check cancelled() now and then).
+  int fd() const { return fd_; }
+  // Waits up to `timeout`; true if cancelled.
+  bool WaitFor(absl::Duration timeout) const;
+  // Runs `callback` when the token is cancelled, or now if it already is.
+  void OnCancel(std::function<void()> callback);
+
+ private:
+  int fd_ = -1;
+  std::atomic<bool> cancelled_{false};
+  mutable absl::Mutex mu_;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace distcc_cuda
