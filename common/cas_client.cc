@@ -14,8 +14,23 @@ namespace distcc_cuda {
 CasClient::CasClient(std::shared_ptr<v1::ContentStore::StubInterface> stub, absl::Duration timeout)
     : stub_(std::move(stub)), timeout_(timeout) {}
 
-void CasClient::SetDeadline(grpc::ClientContext& context) const {
-  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(timeout_));
+CasClient::InFlight::InFlight(CasClient* client, grpc::ClientContext& context)
+    : client_(client), context_(&context) {
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(client->timeout_));
+  absl::MutexLock lock(&client_->mu_);
+  client_->in_flight_.insert(context_);
+  if (client_->cancelled_) context_->TryCancel();
+}
+
+CasClient::InFlight::~InFlight() {
+  absl::MutexLock lock(&client_->mu_);
+  client_->in_flight_.erase(context_);
+}
+
+void CasClient::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
 }
 
 absl::StatusOr<std::vector<Digest>> CasClient::FindMissing(const std::vector<Digest>& digests) {
@@ -29,7 +44,7 @@ absl::StatusOr<std::vector<Digest>> CasClient::FindMissing(const std::vector<Dig
     }
     v1::FindMissingBlobsResponse response;
     grpc::ClientContext context;
-    SetDeadline(context);
+    InFlight in_flight(this, context);
     RETURN_IF_ERROR(Annotate(FromGrpcStatus(stub_->FindMissingBlobs(&context, request, &response)),
                              "FindMissingBlobs"));
     for (const auto& digest : response.missing()) {
@@ -82,7 +97,7 @@ absl::Status CasClient::UploadBatch(const std::vector<const BlobSource*>& batch)
   }
   v1::BatchUpdateBlobsResponse response;
   grpc::ClientContext context;
-  SetDeadline(context);
+  InFlight in_flight(this, context);
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(stub_->BatchUpdateBlobs(&context, request, &response)),
                            "BatchUpdateBlobs"));
   for (const auto& result : response.results()) {
@@ -95,7 +110,7 @@ absl::Status CasClient::UploadBatch(const std::vector<const BlobSource*>& batch)
 
 absl::Status CasClient::UploadStreamed(const BlobSource& blob) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  InFlight in_flight(this, context);
   v1::WriteBlobResponse response;
   auto writer = stub_->WriteBlob(&context, &response);
   std::ifstream in;
@@ -138,7 +153,7 @@ absl::Status CasClient::UploadStreamed(const BlobSource& blob) {
 absl::Status CasClient::Read(const Digest& digest,
                              const std::function<absl::Status(absl::string_view)>& sink) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  InFlight in_flight(this, context);
   v1::ReadBlobRequest request;
   *request.mutable_digest() = ToProto(digest);
   auto reader = stub_->ReadBlob(&context, request);

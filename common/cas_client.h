@@ -5,11 +5,13 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cas_store.h"
 #include "common/digest.h"
@@ -51,16 +53,32 @@ class CasClient {
   // Returns the blob's bytes. For small blobs.
   absl::StatusOr<std::string> DownloadBytes(const Digest& digest);
 
+  // Ends every call in flight and every later one with CANCELLED (a worker
+  // that is stopping must not wait out a dead link for minutes).
+  void CancelAll();
+
  private:
+  // A call's context, with its deadline, reachable by CancelAll while the
+  // call runs.
+  class InFlight {
+   public:
+    InFlight(CasClient* client, grpc::ClientContext& context);
+    ~InFlight();
+
+   private:
+    CasClient* client_;
+    grpc::ClientContext* context_;
+  };
   absl::Status UploadBatch(const std::vector<const BlobSource*>& batch);
   absl::Status UploadStreamed(const BlobSource& blob);
   // Reads the blob and hands each chunk to `sink` in order.
   absl::Status Read(const Digest& digest,
                     const std::function<absl::Status(absl::string_view)>& sink);
-  void SetDeadline(grpc::ClientContext& context) const;
-
   std::shared_ptr<v1::ContentStore::StubInterface> stub_;
   absl::Duration timeout_;
+  absl::Mutex mu_;
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace distcc_cuda

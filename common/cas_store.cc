@@ -16,6 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/files.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
@@ -106,6 +107,14 @@ int64_t DefaultCasMaxBytes(const std::string& root) {
   }
   const int64_t disk_bytes = static_cast<int64_t>(disk.f_blocks) * disk.f_frsize;
   return std::clamp<int64_t>(disk_bytes / 10, int64_t{1} << 30, int64_t{50} << 30);
+}
+
+absl::StatusOr<int64_t> CasMaxBytesFromFlag(const std::string& flag_value,
+                                            const std::string& root) {
+  if (flag_value.empty()) return DefaultCasMaxBytes(root);
+  absl::StatusOr<int64_t> bytes = ParseByteSize(flag_value);
+  if (!bytes.ok()) return Annotate(bytes.status(), "--cas-max-size");
+  return bytes;
 }
 
 CasPin::~CasPin() {

@@ -60,6 +60,11 @@ class BlobWriter {
 // at most 50 GiB (at least 1 GiB).
 int64_t DefaultCasMaxBytes(const std::string& root);
 
+// The limit --cas-max-size gives a store at `root`: a size such as 20GiB, or
+// DefaultCasMaxBytes when `flag_value` is empty. INVALID_ARGUMENT naming the
+// flag for a size that does not parse.
+absl::StatusOr<int64_t> CasMaxBytesFromFlag(const std::string& flag_value, const std::string& root);
+
 // Blobs a running build or task needs: the store never evicts them while
 // the pin lives. Digests not in the store yet are pinned for when they come.
 class CasPin {

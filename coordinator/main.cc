@@ -77,16 +77,13 @@ int main(int argc, char** argv) {
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
-  if (std::string size = absl::GetFlag(FLAGS_cas_max_size); !size.empty()) {
-    auto bytes = distcc_cuda::ParseByteSize(size);
-    if (!bytes.ok()) {
-      std::cerr << "distcc-cuda-coordinator: --cas-max-size: " << bytes.status().message() << "\n";
-      return 2;
-    }
-    options.cas_max_bytes = *bytes;
-  } else if (!options.state_dir.empty()) {
-    options.cas_max_bytes = distcc_cuda::DefaultCasMaxBytes(options.state_dir + "/cas");
+  auto cas_max = distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
+                                                  options.state_dir + "/cas");
+  if (!cas_max.ok()) {
+    std::cerr << "distcc-cuda-coordinator: " << cas_max.status().message() << "\n";
+    return 2;
   }
+  options.cas_max_bytes = *cas_max;
   auto tls = distcc_cuda::LoadTlsMaterial(
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
       distcc_cuda::PeerRole::kCoordinator);

@@ -124,16 +124,13 @@ int main(int argc, char** argv) {
     options.work_dir = absl::StrCat("/tmp/distcc-cuda-worker-", options.name);
   }
   options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
-  if (std::string size = absl::GetFlag(FLAGS_cas_max_size); !size.empty()) {
-    auto bytes = distcc_cuda::ParseByteSize(size);
-    if (!bytes.ok()) {
-      std::cerr << "distcc-cuda-worker: --cas-max-size: " << bytes.status().message() << "\n";
-      return 2;
-    }
-    options.cas_max_bytes = *bytes;
-  } else {
-    options.cas_max_bytes = distcc_cuda::DefaultCasMaxBytes(options.work_dir + "/cas");
+  auto cas_max = distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
+                                                  options.work_dir + "/cas");
+  if (!cas_max.ok()) {
+    std::cerr << "distcc-cuda-worker: " << cas_max.status().message() << "\n";
+    return 2;
   }
+  options.cas_max_bytes = *cas_max;
   options.stable_compile_path = absl::GetFlag(FLAGS_stable_compile_path);
   options.sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
   options.sandbox_options.user = absl::GetFlag(FLAGS_sandbox_user);

@@ -171,6 +171,9 @@ Worker::~Worker() {
     }
     id = worker_id_;
   }
+  // Uploads and downloads in flight end now: a dead link must not hold up
+  // the stop.
+  if (cas_client_ != nullptr) cas_client_->CancelAll();
   if (killed > 0) spdlog::info("worker {}: stopping {} running units", options_.name, killed);
   // The coordinator re-queues this worker's units now, not after its
   // heartbeat timeout.
@@ -634,7 +637,16 @@ absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) 
     v1::ReportResultResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(10)));
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_.HasBeenNotified()) context.TryCancel();
+      waiting_.insert(&context);
+    }
     grpc::Status status = stub_->ReportResult(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      waiting_.erase(&context);
+    }
     if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) {
       return Annotate(FromGrpcStatus(status), absl::StrCat("reporting unit ", task.unit().name()));
     }

@@ -28,6 +28,7 @@
 #include "common/digest.h"
 #include "common/fatbin.h"
 #include "common/files.h"
+#include "common/memory_cap.h"
 #include "coordinator/coordinator.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "tests/support/background_process.h"
@@ -770,6 +771,14 @@ TEST_F(ClusterTest, AWorkerKilledWithSigkillLeavesNoCompilerRunning) {
   EXPECT_LT(*gone, absl::Seconds(2));
   cancel.Cancel("test over");
   ASSERT_EQ(build.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  // What a restarted worker of the same name does first: remove the memory
+  // groups its killed predecessor left (so the suite leaves none).
+  for (const char* name : {"sandboxed", "unsandboxed"}) {
+    MemoryCapOptions cap;
+    cap.cap_bytes = int64_t{256} << 20;
+    cap.name = name;
+    NodeMemoryCap::Create(cap).IgnoreError();
+  }
 }
 
 // Workers are often started before their coordinator (a Compose file, a
