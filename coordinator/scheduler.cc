@@ -552,9 +552,11 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
       EndCancelledTask(request.task_id(), result, worker->peer.authenticated);
     } else if (result.outcome() == v1::TASK_FAILED_TO_START ||
                result.outcome() == v1::TASK_CANCELLED) {
-      // (A worker that is stopping cancels what it runs.)
+      // Nobody cancelled it (a stopping worker deregisters instead of
+      // reporting): a loss like any other, so a worker that keeps saying so
+      // cannot hold a unit for ever.
       Requeue(request.task_id(), absl::StrCat("worker could not run it: ", result.error_message()),
-              deferred, result.outcome() != v1::TASK_CANCELLED);
+              deferred);
     } else if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) {
       RetryAfterMemoryKill(request.task_id(), result, deferred);
     } else if (auto build = builds_.find(task_it->second.build_id);

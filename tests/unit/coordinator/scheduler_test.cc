@@ -747,6 +747,44 @@ class SchedulerTrustTest : public SchedulerTest {
   }
 };
 
+TEST_F(SchedulerTrustTest, AnotherPeerCannotDeregisterAWorker) {
+  WorkerPeer alice{"alice", true};
+  WorkerPeer mallory{"mallory", true};
+  std::string worker = AddWorkerAs("alice", alice);
+  EXPECT_EQ(scheduler_.DeregisterWorker(worker, kStart, mallory).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(scheduler_.Status(kStart).workers_size(), 1);
+  EXPECT_EQ(scheduler_.DeregisterWorker("w-made-up", kStart, mallory).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(scheduler_.DeregisterWorker(worker, kStart, alice).ok());
+  EXPECT_EQ(scheduler_.Status(kStart).workers_size(), 0);
+}
+
+// A worker that says "cancelled" of a unit nobody cancelled cannot keep it
+// from ever finishing: each such report is a loss, and the unit fails
+// after the usual attempts.
+TEST_F(SchedulerTrustTest, UnpromptedCancelledReportsCountAsLosses) {
+  WorkerPeer mallory{"mallory", true};
+  std::string worker = AddWorkerAs("mallory", mallory);
+  ASSERT_TRUE(SubmitUnits(UnitsWithOutputs(1)).ok());
+  v1::TaskResult cancelled;
+  cancelled.set_outcome(v1::TASK_CANCELLED);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::optional<v1::Task> task;
+    ASSERT_TRUE(
+        scheduler_
+            .RequestLease(
+                worker, kStart, [&](std::optional<v1::Task> got) { task = got; }, kStart, mallory)
+            .ok());
+    ASSERT_TRUE(task) << attempt;
+    ASSERT_TRUE(ReportAs(worker, *task, cancelled, mallory).ok());
+  }
+  ASSERT_FALSE(events_.empty());
+  ASSERT_TRUE(events_.back().has_finished());
+  EXPECT_FALSE(events_.back().finished().success());
+  EXPECT_TRUE(recorded_.empty());
+}
+
 TEST_F(SchedulerTrustTest, IdsAreRandomAndCarryTheEpoch) {
   std::string a = AddWorker("zulu");
   std::string b = AddWorker("yankee");
