@@ -206,6 +206,19 @@ Worker::~Worker() {
   }
 }
 
+Worker::StoppableCall::StoppableCall(Worker* worker, grpc::ClientContext& context)
+    : worker_(worker), context_(&context) {
+  absl::MutexLock lock(&worker_->mu_);
+  // A stop that came first ends the call at once.
+  if (worker_->stop_.HasBeenNotified()) context_->TryCancel();
+  worker_->waiting_.insert(context_);
+}
+
+Worker::StoppableCall::~StoppableCall() {
+  absl::MutexLock lock(&worker_->mu_);
+  worker_->waiting_.erase(context_);
+}
+
 absl::Status Worker::Register() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
@@ -217,14 +230,12 @@ absl::Status Worker::Register() {
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));
+  grpc::Status status;
   {
-    absl::MutexLock lock(&mu_);
-    if (stop_.HasBeenNotified()) return absl::CancelledError("the worker is stopping");
-    waiting_.insert(&context);
+    StoppableCall call(this, context);
+    status = stub_->RegisterWorker(&context, request, &response);
   }
-  grpc::Status status = stub_->RegisterWorker(&context, request, &response);
   absl::MutexLock lock(&mu_);
-  waiting_.erase(&context);
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status),
                            absl::StrCat("registering with ", options_.coordinator_address)));
   worker_id_ = response.worker_id();
@@ -305,16 +316,10 @@ void Worker::HeartbeatLoop() {
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(5)));
+    grpc::Status status;
     {
-      // Cancelled by a stop, so SIGTERM is not held up by a dead link.
-      absl::MutexLock lock(&mu_);
-      if (stop_.HasBeenNotified()) return;
-      waiting_.insert(&context);
-    }
-    grpc::Status status = stub_->Heartbeat(&context, request, &response);
-    {
-      absl::MutexLock lock(&mu_);
-      waiting_.erase(&context);
+      StoppableCall call(this, context);
+      status = stub_->Heartbeat(&context, request, &response);
     }
     if (stop_.HasBeenNotified()) return;
     if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -637,15 +642,10 @@ absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) 
     v1::ReportResultResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(10)));
+    grpc::Status status;
     {
-      absl::MutexLock lock(&mu_);
-      if (stop_.HasBeenNotified()) context.TryCancel();
-      waiting_.insert(&context);
-    }
-    grpc::Status status = stub_->ReportResult(&context, request, &response);
-    {
-      absl::MutexLock lock(&mu_);
-      waiting_.erase(&context);
+      StoppableCall call(this, context);
+      status = stub_->ReportResult(&context, request, &response);
     }
     if (status.ok() || status.error_code() != grpc::StatusCode::UNAVAILABLE) {
       return Annotate(FromGrpcStatus(status), absl::StrCat("reporting unit ", task.unit().name()));

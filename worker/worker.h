@@ -88,6 +88,18 @@ class Worker {
     return !worker_id_.empty() || !refused_.ok();
   }
   Worker() = default;
+  // A call to the coordinator that stopping the worker ends at once (the
+  // destructor cancels every call in `waiting_`): a dead link must not hold
+  // up SIGTERM.
+  class StoppableCall {
+   public:
+    StoppableCall(Worker* worker, grpc::ClientContext& context);
+    ~StoppableCall();
+
+   private:
+    Worker* worker_;
+    grpc::ClientContext* context_;
+  };
   absl::Status Register();
   // Registers, with backoff and a log line per failed attempt, until it
   // succeeds or the worker stops. False when stopped.
