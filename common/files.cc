@@ -21,15 +21,31 @@ namespace distcc_cuda {
 namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!fs::exists(path)) {
+  // POSIX reads, not an ifstream: libstdc++ throws from the middle of a read
+  // that fails (a /proc file whose process just exited, an EIO), and a failed
+  // read must be a status like any other.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
       return absl::NotFoundError(absl::StrCat(path, ": no such file"));
     }
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot be read"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot be read (", strerror(errno), ")"));
   }
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  std::string content;
+  char buffer[64 * 1024];
+  for (;;) {
+    ssize_t got = read(fd, buffer, sizeof(buffer));
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      int error = errno;
+      close(fd);
+      return absl::DataLossError(absl::StrCat("error reading ", path, ": ", strerror(error)));
+    }
+    content.append(buffer, static_cast<size_t>(got));
+  }
+  close(fd);
   return content;
 }
 

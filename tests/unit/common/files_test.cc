@@ -40,5 +40,17 @@ TEST(WriteFileAtomicallyTest, WritesAndReplacesWholeFiles) {
   EXPECT_FALSE(SyncFolder(path + "/absent").ok());
 }
 
+// A read that fails part-way (here: a folder, EISDIR) is a status, not an
+// exception: CI once saw libstdc++ throw from a /proc file whose process exited.
+TEST(ReadFileTest, AFailedReadIsAnErrorStatusNotAnException) {
+  const std::string folder = testing::NewTempDir("read-");
+  absl::StatusOr<std::string> read = ReadFile(folder);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()), HasSubstr(folder));
+  EXPECT_EQ(ReadFile(folder + "/absent").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(WriteFileAtomically(folder + "/big", std::string(300000, 'x')).ok());
+  EXPECT_EQ(ReadFile(folder + "/big")->size(), 300000u);
+}
+
 }  // namespace
 }  // namespace distcc_cuda
