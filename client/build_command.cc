@@ -20,6 +20,7 @@
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
 #include "client/link_step.h"
+#include "client/unit_request.h"
 #include "client/verify.h"
 #include "common/byte_size.h"
 #include "common/cas_client.h"
@@ -128,34 +129,6 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
   return plan;
 }
 
-// The argument model's check of a unit's flags before anything runs here:
-// every option is one the workers accept, with a value of the right form,
-// and no file it names (source, include folder, pre-include) is in the
-// host's private folders. nvcc -M would otherwise read them, and the scan
-// would ship them.
-absl::Status CheckBeforeScan(const std::string& name, const std::string& directory,
-                             const std::vector<std::string>& flags, const std::string& source) {
-  std::vector<std::string> arguments = flags;
-  arguments.insert(arguments.end(), {"-c", source, "-o", "distcc-cuda-scan.o"});
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
-  if (!command.ok()) return Annotate(command.status(), absl::StrCat("unit ", name));
-  std::vector<std::string> paths = {source};
-  for (const NvccArgument& flag : command->flags) {
-    if (flag.kind != NvccValueKind::kInputPath) continue;
-    for (const std::string& path : SplitNvccList(flag.value)) paths.push_back(path);
-  }
-  for (const std::string& path : paths) {
-    std::string absolute = AbsolutePath(path, directory);
-    if (IsHostPrivatePath(absolute)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unit ", name, ": ", path, " (", absolute,
-          ") is in a private folder of this machine; distcc-cuda never reads or sends files "
-          "under /etc, /proc, /sys, /dev, /boot, /run, /var/log or credential folders"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // CheckBeforeScan for every unit and instantiation set of the plan.
 absl::Status CheckPlanBeforeScan(const LocalPlan& plan) {
   for (const LocalUnit& unit : plan.units) {
@@ -209,116 +182,13 @@ absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
           absl::StrCat("unit ", unit.name, ": nvcc reported no inputs for ", unit.source));
     }
   }
-  // A source may #include an absolute path; its file must not leave here.
-  auto check_closure = [](const std::string& name, const std::vector<std::string>& closure) {
-    for (const std::string& file : closure) {
-      // Through a symlink too: what is read is the link's target.
-      std::error_code error;
-      std::string real = fs::canonical(file, error).string();
-      for (const std::string& path : {file, error ? file : real}) {
-        if (!IsHostPrivatePath(path)) continue;
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, " reads ", file, path == file ? "" : absl::StrCat(" (a link to ", path, ")"),
-            ", a file in a private folder of this machine; distcc-cuda does not send such files "
-            "to the cluster. Remove the #include or the option that pulls it in"));
-      }
-    }
-    return absl::OkStatus();
-  };
   for (const LocalUnit& unit : plan.units) {
-    RETURN_IF_ERROR(check_closure(absl::StrCat("unit ", unit.name), unit.closure));
+    RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", unit.name), unit.closure));
   }
   for (const LocalSet& set : plan.sets) {
-    RETURN_IF_ERROR(check_closure(absl::StrCat("instantiation set ", set.set.name()), set.closure));
+    RETURN_IF_ERROR(CheckClosure(absl::StrCat("instantiation set ", set.set.name()), set.closure));
   }
   return absl::OkStatus();
-}
-
-// The include folders a unit names outside the toolkit and the system: they
-// lie inside the workspace, so workers mount them at the same paths.
-std::vector<std::string> IncludeFolders(const std::string& directory,
-                                        const std::vector<std::string>& flags,
-                                        const std::vector<std::string>& excluded) {
-  std::vector<std::string> folders;
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(flags);
-  if (!command.ok()) return folders;  // refused earlier, with the reason
-  for (const NvccArgument& flag : command->flags) {
-    if (flag.kind != NvccValueKind::kInputPath || flag.option == "-include" ||
-        flag.option == "--pre-include") {
-      continue;
-    }
-    for (const std::string& path : SplitNvccList(flag.value)) {
-      std::string absolute = AbsolutePath(path, directory);
-      bool system = std::any_of(excluded.begin(), excluded.end(), [&](const std::string& prefix) {
-        return absl::StartsWith(absolute + "/", prefix);
-      });
-      if (!system) folders.push_back(absolute);
-    }
-  }
-  return folders;
-}
-
-std::string CommonAncestor(const std::vector<std::string>& paths) {
-  fs::path common;
-  bool first = true;
-  for (const std::string& path : paths) {
-    fs::path p(path);
-    if (first) {
-      common = p;
-      first = false;
-      continue;
-    }
-    fs::path joined;
-    auto a = common.begin();
-    auto b = p.begin();
-    for (; a != common.end() && b != p.end() && *a == *b; ++a, ++b) joined /= *a;
-    common = joined;
-  }
-  std::string out = common.string();
-  return out.empty() ? "/" : out;
-}
-
-std::string Relative(const std::string& path, const std::string& base) {
-  std::string relative = fs::path(path).lexically_relative(base).string();
-  return relative.empty() ? "." : relative;
-}
-
-// Rewrites the include paths of `flags` for a worker: paths inside `root`
-// relative to `directory` (the worker mounts the inputs at `root`, so both
-// forms reach the same files), system folders absolute as they are. Include
-// folders of this machine's own toolkit at a non-standard place are dropped:
-// nvcc searches its own toolkit's folders anyway, and the worker's toolkit
-// lies elsewhere.
-absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
-                                                       const std::string& directory,
-                                                       const std::string& root,
-                                                       const std::vector<std::string>& toolkit) {
-  ASSIGN_OR_RETURN(NvccCommand parsed, ParseNvccCommand(flags));
-  const std::vector<std::string> system = SystemIncludePrefixes();
-  auto under = [](const std::string& path, const std::vector<std::string>& prefixes) {
-    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) {
-      return absl::StartsWith(path + "/", prefix);
-    });
-  };
-  std::vector<NvccArgument> kept;
-  for (NvccArgument& flag : parsed.flags) {
-    if (flag.kind == NvccValueKind::kInputPath) {
-      bool search_folder = flag.option != "-include" && flag.option != "--pre-include";
-      std::vector<std::string> pieces;
-      for (const std::string& path : SplitNvccList(flag.value)) {
-        std::string absolute = AbsolutePath(path, directory);
-        if (search_folder && under(absolute, toolkit) && !under(absolute, system)) continue;
-        bool inside = RelativeTo(absolute, root).ok() && !under(absolute, system);
-        std::string piece = inside ? Relative(absolute, directory) : absolute;
-        pieces.push_back(absl::StrReplaceAll(piece, {{",", "\\,"}}));
-      }
-      if (pieces.empty()) continue;
-      flag.value = absl::StrJoin(pieces, ",");
-    }
-    kept.push_back(std::move(flag));
-  }
-  parsed.flags = std::move(kept);
-  return parsed.FlagArguments();
 }
 
 // Where a compile_commands.json plan's objects go, said before any is
@@ -350,25 +220,6 @@ std::string DescribeObjectPlacement(const LocalPlan& plan, const std::string& ob
           ? absl::StrCat("; the ", existing, " there already are replaced as their units finish")
           : "",
       "; --objects-dir DIR puts them elsewhere\n");
-}
-
-struct WorkspaceFiles {
-  std::map<std::string, v1::InputFile> by_path;  // absolute path -> input
-  std::vector<BlobSource> blobs;
-};
-
-absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
-                                       WorkspaceFiles& files) {
-  auto it = files.by_path.find(path);
-  if (it != files.by_path.end()) return it->second;
-  ASSIGN_OR_RETURN(Digest digest, DigestOfFile(path));
-  v1::InputFile input;
-  input.set_path(Relative(path, root));
-  *input.mutable_digest() = ToProto(digest);
-  input.set_is_executable(IsExecutableFile(path));
-  files.by_path[path] = input;
-  files.blobs.push_back(BlobSource{digest, path, ""});
-  return input;
 }
 
 struct UnitReport {
@@ -467,23 +318,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       out << "distcc-cuda: " << embedded->sandbox_description() << "\n";
   }
   // The embedded coordinator speaks mutual TLS with certificates of its own.
-  auto channel = OpenChannel(address, embedded == nullptr
-                                          ? options.tls
-                                          : std::optional<TlsMaterial>(embedded->client_tls()));
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                 absl::ToChronoMilliseconds(options.connect_timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", address, " within ",
-        absl::FormatDuration(options.connect_timeout),
-        "; check the address and that distcc-cuda-coordinator is running, or "
-        "leave out --coordinator to build on this machine",
-        embedded != nullptr ? ""
-        : options.tls       ? " (a TLS handshake that fails looks the same: check that the "
-                              "coordinator's certificate names this address and comes from the CA in "
-                              "--tls-ca)"
-                            : " (a coordinator that requires certificates looks the same: pass "
-                              "--tls-ca, --tls-cert and --tls-key)"));
-  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::Channel> channel,
+      ConnectToCoordinator(address, embedded.get(), options.tls, options.connect_timeout));
 
   absl::Time scan_start = absl::Now();
   RETURN_IF_ERROR(ScanClosures(plan, options.nvcc_path));

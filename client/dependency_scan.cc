@@ -58,9 +58,14 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text) {
   return files;
 }
 
-absl::StatusOr<std::vector<std::string>> ScanInputClosure(
+namespace {
+
+// Runs nvcc's dependency pass; `rule` gets the make rule (stdout, or the
+// -MF file the arguments name).
+absl::StatusOr<std::vector<std::string>> RunScan(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
-    const std::string& source, const std::vector<std::string>& excluded) {
+    const std::string& source, const std::vector<std::string>& dependency_arguments,
+    const std::string& dependency_file, const std::vector<std::string>& excluded) {
   ProcessSpec spec;
   spec.argv = {nvcc};
   spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
@@ -69,7 +74,7 @@ absl::StatusOr<std::vector<std::string>> ScanInputClosure(
     spec.argv.push_back("-x");
     spec.argv.push_back("cu");
   }
-  spec.argv.push_back("-M");
+  spec.argv.insert(spec.argv.end(), dependency_arguments.begin(), dependency_arguments.end());
   spec.argv.push_back(source);
   spec.working_directory = directory;
   spec.timeout = absl::Minutes(5);
@@ -79,8 +84,19 @@ absl::StatusOr<std::vector<std::string>> ScanInputClosure(
                                                    " (", DescribeTermination(result), "):\n",
                                                    result.stderr_text));
   }
+  std::string rule = result.stdout_text;
+  if (!dependency_file.empty()) {
+    ASSIGN_OR_RETURN(rule, ReadFile(AbsolutePath(dependency_file, directory)));
+  }
+  // Only the first rule: -MP adds an empty rule per header after it.
+  for (size_t i = 0; i < rule.size(); ++i) {
+    if (rule[i] == '\n' && (i == 0 || rule[i - 1] != '\\')) {
+      rule.resize(i + 1);
+      break;
+    }
+  }
   std::vector<std::string> files;
-  for (const std::string& file : ParseMakeDependencies(result.stdout_text)) {
+  for (const std::string& file : ParseMakeDependencies(rule)) {
     std::string absolute = AbsolutePath(file, directory);
     bool system = false;
     for (const std::string& prefix : excluded) {
@@ -89,6 +105,21 @@ absl::StatusOr<std::vector<std::string>> ScanInputClosure(
     if (!system) files.push_back(absolute);
   }
   return files;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ScanInputClosure(
+    const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
+    const std::string& source, const std::vector<std::string>& excluded) {
+  return RunScan(nvcc, directory, flags, source, {"-M"}, "", excluded);
+}
+
+absl::StatusOr<std::vector<std::string>> ScanWritingDependencyFile(
+    const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
+    const std::string& source, const std::vector<std::string>& dependency_arguments,
+    const std::string& dependency_file, const std::vector<std::string>& excluded) {
+  return RunScan(nvcc, directory, flags, source, dependency_arguments, dependency_file, excluded);
 }
 
 }  // namespace distcc_cuda::client

@@ -29,4 +29,14 @@ absl::StatusOr<std::vector<std::string>> ScanInputClosure(const std::string& nvc
                                                           const std::string& source,
                                                           const std::vector<std::string>& excluded);
 
+// Runs `nvcc FLAGS DEPENDENCY_ARGUMENTS SOURCE` in `directory`, where the
+// dependency arguments write a make rule to `dependency_file` (relative to
+// `directory` or absolute) as the caller's compile would have (-M or -MM,
+// -MT, -MF, -MP), and returns the files of that rule's first target outside
+// `excluded`, as ScanInputClosure does. The file is nvcc's own, byte for byte.
+absl::StatusOr<std::vector<std::string>> ScanWritingDependencyFile(
+    const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
+    const std::string& source, const std::vector<std::string>& dependency_arguments,
+    const std::string& dependency_file, const std::vector<std::string>& excluded);
+
 }  // namespace distcc_cuda::client

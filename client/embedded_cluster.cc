@@ -71,4 +71,25 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   return cluster;
 }
 
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
+    const std::string& address, const EmbeddedCluster* embedded,
+    const std::optional<TlsMaterial>& tls, absl::Duration timeout) {
+  auto channel = OpenChannel(
+      address, embedded == nullptr ? tls : std::optional<TlsMaterial>(embedded->client_tls()));
+  if (channel->WaitForConnected(std::chrono::system_clock::now() +
+                                absl::ToChronoMilliseconds(timeout))) {
+    return channel;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "cannot reach the coordinator at ", address, " within ", absl::FormatDuration(timeout),
+      "; check the address and that distcc-cuda-coordinator is running, or "
+      "leave out --coordinator to build on this machine",
+      embedded != nullptr ? ""
+      : tls               ? " (a TLS handshake that fails looks the same: check that the "
+                            "coordinator's certificate names this address and comes from the CA in "
+                            "--tls-ca)"
+                          : " (a coordinator that requires certificates looks the same: pass "
+                            "--tls-ca, --tls-cert and --tls-key)"));
+}
+
 }  // namespace distcc_cuda::client

@@ -3,10 +3,14 @@
 // `distcc-cuda build` with no cluster still gets memory-aware scheduling.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/tls_credentials.h"
 #include "coordinator/coordinator.h"
 #include "worker/worker.h"
@@ -39,5 +43,12 @@ class EmbeddedCluster {
   int slots_ = 0;
   int64_t memory_cap_bytes_ = 0;
 };
+
+// A channel to the coordinator at `address` once it answers: `embedded`'s
+// (with its certificates) when not null, else a cluster's (over `tls` if
+// set). UNAVAILABLE within `timeout`, saying what to check.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
+    const std::string& address, const EmbeddedCluster* embedded,
+    const std::optional<TlsMaterial>& tls, absl::Duration timeout);
 
 }  // namespace distcc_cuda::client

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // distcc-cuda: build CUDA kernel sets across workers, check status, inspect
 // fatbinaries.
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -13,7 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "client/build_command.h"
+#include "client/build_session.h"
 #include "client/commands.h"
+#include "client/launcher.h"
 #include "client/verify.h"
 #include "common/cancellation.h"
 #include "common/command_line.h"
@@ -76,6 +80,15 @@ constexpr char kUsage[] =
     "      PLAN is a kernel manifest (.toml) or a compile_commands.json\n"
     "      (with --library NAME.so). Without --coordinator the build runs\n"
     "      on this machine through an embedded coordinator and worker.\n"
+    "  distcc-cuda build [--coordinator HOST:PORT] -- COMMAND...\n"
+    "      runs your own build (pip install, python setup.py build_ext,\n"
+    "      cmake --build, ninja, make) with every nvcc compile on the cluster:\n"
+    "      sets PYTORCH_NVCC, CMAKE_CUDA_COMPILER_LAUNCHER and MAX_JOBS for it.\n"
+    "  distcc-cuda [/path/to/]nvcc ARGS...\n"
+    "      the launcher: one compile, as nvcc would do it (what cannot go to\n"
+    "      the cluster runs nvcc here). DISTCC_CUDA_VERBOSE=1 says where each\n"
+    "      compile runs and why; DISTCC_CUDA_FALLBACK=local compiles here when\n"
+    "      the cluster cannot be reached.\n"
     "  distcc-cuda status --coordinator HOST:PORT\n"
     "  distcc-cuda inspect FILE      list the device images of an object or library\n"
     "                                (a cubin of no kernel says so)\n"
@@ -93,10 +106,47 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kAborted ? 1 : 2;
 }
 
+// Ctrl-C or SIGTERM cancels `cancel`; a second one quits at once. Returns
+// the first signal once it came (0 before).
+const std::atomic<int>& CancelOnTerminationSignals(distcc_cuda::CancelToken& cancel,
+                                                   const char* what) {
+  static std::atomic<int> cancelled_by{0};
+  distcc_cuda::BlockTerminationSignals();
+  std::thread([&cancel, what] {
+    int first = distcc_cuda::WaitForTerminationSignal();
+    cancelled_by = first;
+    std::cerr << "\ndistcc-cuda: " << (first == SIGINT ? "Ctrl-C" : "SIGTERM") << ": cancelling "
+              << what << " (Ctrl-C again quits at once)" << std::endl;
+    cancel.Cancel(first == SIGINT ? "Ctrl-C" : "SIGTERM");
+    int second = distcc_cuda::WaitForTerminationSignal();
+    std::cerr << "distcc-cuda: quitting at once" << std::endl;
+    _exit(128 + second);
+  }).detach();
+  return cancelled_by;
+}
+
+std::string StateDir() {
+  std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!state_dir.empty()) return state_dir;
+  std::string cache = Env("XDG_CACHE_HOME");
+  if (cache.empty()) cache = Env("HOME") + "/.cache";
+  return cache + "/distcc-cuda";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The launcher: `distcc-cuda nvcc ARGS` takes no flags of its own; every
+  // argument is nvcc's.
+  if (argc >= 2 && distcc_cuda::client::LooksLikeNvcc(argv[1])) {
+    return distcc_cuda::client::RunLauncher(argc, argv);
+  }
   absl::SetProgramUsageMessage(kUsage);
+  // `build [FLAGS] -- COMMAND...`: everything after "--" is the command's.
+  int dashes = 0;
+  for (int i = 1; i < argc && dashes == 0; ++i) {
+    if (std::string(argv[i]) == "--") dashes = i;
+  }
   std::vector<std::string> positional = distcc_cuda::ParseFlags(argc, argv, "client");
   if (positional.size() < 2) {
     std::cerr << kUsage;
@@ -127,6 +177,32 @@ int main(int argc, char** argv) {
         coordinator.empty() ? "127.0.0.1:3633" : coordinator, connect_timeout, std::cout, *tls);
     return status.ok() ? 0 : Fail(status);
   }
+  if (command == "build" && dashes > 0) {
+    if (positional.size() < 3) {
+      std::cerr << "distcc-cuda: build -- needs a command after \"--\", e.g. distcc-cuda build "
+                   "-- pip install --no-build-isolation .\n";
+      return 2;
+    }
+    distcc_cuda::client::CommandBuildOptions options;
+    options.command.assign(positional.begin() + 2, positional.end());
+    options.coordinator_address = coordinator;
+    options.tls = *tls;
+    auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
+    if (!nvcc.ok()) return Fail(nvcc.status());
+    options.nvcc_path = *nvcc;
+    options.state_dir = StateDir();
+    options.embedded_slots = absl::GetFlag(FLAGS_slots);
+    options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
+    options.connect_timeout = connect_timeout;
+    distcc_cuda::CancelToken cancel;
+    const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
+    options.cancel = &cancel;
+    absl::StatusOr<int> status = distcc_cuda::client::RunCommandBuild(options, std::cerr);
+    if (!status.ok()) return Fail(status.status());
+    if (cancelled_by != 0) distcc_cuda::ExitBySignal(cancelled_by);
+    if (WIFSIGNALED(*status)) distcc_cuda::ExitBySignal(WTERMSIG(*status));
+    return WIFEXITED(*status) ? WEXITSTATUS(*status) : 1;
+  }
   if (command == "build" && positional.size() == 3) {
     distcc_cuda::client::BuildOptions options;
     options.plan_path = positional[2];
@@ -142,12 +218,7 @@ int main(int argc, char** argv) {
     if (!nvcc.ok()) return Fail(nvcc.status());
     options.nvcc_path = *nvcc;
     options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
-    options.state_dir = absl::GetFlag(FLAGS_state_dir);
-    if (options.state_dir.empty()) {
-      std::string cache = Env("XDG_CACHE_HOME");
-      if (cache.empty()) cache = Env("HOME") + "/.cache";
-      options.state_dir = cache + "/distcc-cuda";
-    }
+    options.state_dir = StateDir();
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
     options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
     const std::string split = absl::GetFlag(FLAGS_split_architectures);
@@ -167,19 +238,8 @@ int main(int argc, char** argv) {
     options.tls = *tls;
     // Ctrl-C or SIGTERM cancels the build (the coordinator stops its units
     // on the workers); a second one quits at once.
-    distcc_cuda::BlockTerminationSignals();
     distcc_cuda::CancelToken cancel;
-    std::atomic<int> cancelled_by{0};
-    std::thread([&cancel, &cancelled_by] {
-      int first = distcc_cuda::WaitForTerminationSignal();
-      cancelled_by = first;
-      std::cerr << "\ndistcc-cuda: " << (first == SIGINT ? "Ctrl-C" : "SIGTERM")
-                << ": cancelling the build (Ctrl-C again quits at once)" << std::endl;
-      cancel.Cancel(first == SIGINT ? "Ctrl-C" : "SIGTERM");
-      int second = distcc_cuda::WaitForTerminationSignal();
-      std::cerr << "distcc-cuda: quitting at once" << std::endl;
-      _exit(128 + second);
-    }).detach();
+    const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
     options.cancel = &cancel;
     absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
     if (status.code() == absl::StatusCode::kCancelled && cancelled_by != 0) {

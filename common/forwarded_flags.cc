@@ -299,7 +299,14 @@ absl::Status CheckForwardedFlags(ForwardedTool tool, absl::string_view option,
         "' is not allowed on a worker: a compile unit runs no linker or archiver (the link runs "
         "on the client)"));
   }
-  for (const std::string& piece : SplitNvccList(value)) {
+  for (const std::string& written : SplitNvccList(value)) {
+    // nvcc hands the piece to a shell, which takes one pair of quotes around
+    // inert text away: PyTorch's cpp_extension writes '-fPIC'.
+    std::string piece = written;
+    if (piece.size() >= 2 && (piece.front() == '\'' || piece.front() == '"') &&
+        piece.back() == piece.front()) {
+      piece = piece.substr(1, piece.size() - 2);
+    }
     if (piece.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(option, " '", absl::CHexEscape(value), "' has an empty piece"));

@@ -74,8 +74,9 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arg
       continue;
     }
     if (arg == "-c" || arg == "--compile") {
+      // "-c -c" (PyTorch's cpp_extension writes it) is one compile.
+      if (!command.compile_only) command.actions.push_back(arg);
       command.compile_only = true;
-      command.actions.push_back(arg);
       continue;
     }
     NvccArgument parsed;
@@ -119,6 +120,7 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arg
     }
     if (spec->kind == NvccValueKind::kDependency) {
       command.dependency_flags_dropped = true;
+      command.dependency_flags.push_back(std::move(parsed));
       continue;
     }
     if (spec->check != nullptr) RETURN_IF_ERROR(spec->check(parsed.option, parsed.value));

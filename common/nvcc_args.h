@@ -38,6 +38,9 @@ struct NvccCommand {
   // Every compile action, as written: -c, -dc, -cubin, -ptx, -fatbin.
   std::vector<std::string> actions;
   bool dependency_flags_dropped = false;
+  // The dependency options dropped from `flags` (-M, -MD, -MF FILE, ...),
+  // in order, for a client that writes the dependency file itself.
+  std::vector<NvccArgument> dependency_flags;
 
   // Flags rendered back as arguments (without sources, -c and -o).
   std::vector<std::string> FlagArguments() const;

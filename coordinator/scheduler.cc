@@ -845,7 +845,12 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
                                 absl::Time now, Deferred& deferred, bool count_as_loss) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
-  spdlog::warn("worker {} dropped: {}", worker_id, reason);
+  // A worker that says it stops is news, not trouble.
+  if (count_as_loss) {
+    spdlog::warn("worker {} dropped: {}", worker_id, reason);
+  } else {
+    spdlog::info("worker {} left: {}", worker_id, reason);
+  }
   std::set<std::string> tasks = it->second.tasks;
   for (const std::string& task_id : tasks) {
     Requeue(task_id, absl::StrCat("worker ", it->second.info.name(), " ", reason), deferred,

@@ -29,6 +29,7 @@
 #include "common/toolchain.h"
 #include "tests/support/background_process.h"
 #include "tests/support/cuda_sources.h"
+#include "tests/support/loopback_cluster.h"
 #include "tests/support/process_tree.h"
 #include "tests/support/test_paths.h"
 
@@ -45,25 +46,10 @@ class RealNvccTest : public ::testing::Test {
     nvcc_ = testing::RealNvccPath();
     if (nvcc_.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
     root_ = testing::NewTempDir("e2e-");
-    auto coordinator = testing::BackgroundProcess::Start(
-        {testing::BinaryPath("distcc-cuda-coordinator"), "--listen", "127.0.0.1:0", "--state-dir",
-         root_ + "/state"},
-        root_ + "/coordinator.log");
-    ASSERT_TRUE(coordinator.ok());
-    coordinator_ = std::move(*coordinator);
-    absl::StatusOr<std::string> line = coordinator_->WaitForLog("listening on ", absl::Seconds(20));
-    ASSERT_TRUE(line.ok()) << line.status();
-    address_ = line->substr(line->find("listening on ") + 13);
-    for (const char* name : {"e2e-a", "e2e-b"}) {
-      auto worker = testing::BackgroundProcess::Start(
-          {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", address_, "--name", name,
-           "--slots", "1", "--memory-cap", "4GiB", "--nvcc", nvcc_, "--work-dir",
-           root_ + "/" + name},
-          root_ + "/" + name + ".log");
-      ASSERT_TRUE(worker.ok());
-      ASSERT_TRUE((*worker)->WaitForLog("registered", absl::Seconds(60)).ok()) << (*worker)->Log();
-      workers_.push_back(std::move(*worker));
-    }
+    auto cluster = testing::LoopbackCluster::Start(root_, nvcc_, {{"e2e-a"}, {"e2e-b"}});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    address_ = cluster_->address();
   }
 
   ProcessResult Client(const std::vector<std::string>& args) {
@@ -75,8 +61,7 @@ class RealNvccTest : public ::testing::Test {
   std::string nvcc_;
   std::string root_;
   std::string address_;
-  std::unique_ptr<testing::BackgroundProcess> coordinator_;
-  std::vector<std::unique_ptr<testing::BackgroundProcess>> workers_;
+  std::unique_ptr<testing::LoopbackCluster> cluster_;
 };
 
 // Compiles `source` in `directory` with the manifest's flags, as a user
@@ -626,23 +611,6 @@ n = [1, 2, 3]
   EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n"));
 }
 
-// A unit that keeps cicc and ptxas busy for minutes (each instantiation
-// about a second): it is always cancelled long before it ends.
-std::string SlowUnit(int instantiations) {
-  std::string source = R"(template <int N>
-__global__ void Slow(float* x) {
-  float a = x[threadIdx.x];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) a = sinf(a * (N + i)) + x[(i * N) % 61];
-  x[threadIdx.x] = a;
-}
-)";
-  for (int i = 0; i < instantiations; ++i) {
-    absl::StrAppend(&source, "template __global__ void Slow<", i, ">(float*);\n");
-  }
-  return source;
-}
-
 // Ctrl-C of an embedded build: every process the build started (bwrap,
 // nvcc, cicc, ptxas, cc1plus) is gone within 2 s, the client says what it
 // cancelled and dies of SIGINT, as an interrupted program should.
@@ -650,7 +618,7 @@ TEST(EmbeddedCancelTest, CtrlCLeavesNoCompilerOfTheBuildRunning) {
   const std::string nvcc = testing::RealNvccPath();
   if (nvcc.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
   const std::string root = testing::NewTempDir("ctrl-c-");
-  ASSERT_TRUE(WriteFileAtomically(root + "/src/slow.cu", SlowUnit(60)).ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/src/slow.cu", testing::SlowUnit(60)).ok());
   ASSERT_TRUE(WriteFileAtomically(root + "/src/kernels.toml", R"([build]
 output = "libslow.so"
 flags = ["-O3", "-gencode", "arch=compute_100,code=sm_100"]

@@ -2,6 +2,10 @@
 // CUDA sources that more than one test compiles with the real nvcc.
 #pragma once
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace distcc_cuda::testing {
 
 // Nine lines whose only host function is an explicit specialization: nvcc
@@ -18,5 +22,22 @@ template <int N> __global__ void k(float *p) {
 template <int N> void launch(float *p);
 template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
 )";
+
+// A unit that keeps cicc and ptxas busy for minutes (each instantiation
+// about a second): it is always cancelled long before it ends.
+inline std::string SlowUnit(int instantiations) {
+  std::string source = R"(template <int N>
+__global__ void Slow(float* x) {
+  float a = x[threadIdx.x];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) a = sinf(a * (N + i)) + x[(i * N) % 61];
+  x[threadIdx.x] = a;
+}
+)";
+  for (int i = 0; i < instantiations; ++i) {
+    absl::StrAppend(&source, "template __global__ void Slow<", i, ">(float*);\n");
+  }
+  return source;
+}
 
 }  // namespace distcc_cuda::testing

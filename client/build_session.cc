@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/build_session.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/embedded_cluster.h"
+#include "client/launcher.h"
+#include "client/remote_compile.h"
+#include "common/byte_size.h"
+#include "common/files.h"
+#include "common/host_resources.h"
+#include "common/status.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+#include "distcc_cuda/v1/launcher.grpc.pb.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+namespace {
+
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
+
+// What the session saw, for its progress lines and its summary.
+struct SessionTally {
+  int remote = 0;                   // compiled on a worker
+  int cached = 0;                   // from the result cache
+  int failed = 0;                   // nvcc said no on a worker
+  int errors = 0;                   // the cluster could not compile it
+  int running = 0;                  // on the cluster now
+  std::map<std::string, int> here;  // ran here, by reason
+  std::map<std::string, int> per_worker;
+  int64_t largest_peak = 0;
+  std::string largest_name;
+  int within_prediction = 0;
+  std::string toolchain;
+};
+
+// Serves the launcher calls of one command.
+class Session final : public v1::LauncherSession::Service {
+ public:
+  Session(RemoteCompiler& compiler, const CancelToken* cancel, bool fallback_local,
+          std::ostream& out)
+      : compiler_(compiler), cancel_(cancel), fallback_local_(fallback_local), out_(out) {}
+
+  grpc::Status Compile(grpc::ServerContext* context, const v1::LauncherCompileRequest* request,
+                       v1::LauncherCompileReply* reply) override {
+    LauncherCall call;
+    call.nvcc = request->nvcc();
+    call.arguments.assign(request->arguments().begin(), request->arguments().end());
+    call.working_directory = request->working_directory();
+    if (!fs::path(call.working_directory).is_absolute() || !fs::path(call.nvcc).is_absolute()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the launcher must send an absolute folder and nvcc");
+    }
+    LauncherDecision decision = DecideWhereToCompile(call.arguments);
+    if (decision.remote) {
+      absl::MutexLock lock(&mu_);
+      ++tally_.running;
+    }
+    // The call's own cancel: the session's (Ctrl-C), or its launcher gone.
+    CancelToken token;
+    absl::Notification done;
+    std::thread watch([&] {
+      while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+        if (context->IsCancelled()) {
+          token.Cancel("the build tool stopped this compile");
+          return;
+        }
+        if (cancel_ != nullptr && cancel_->cancelled()) {
+          token.Cancel(cancel_->reason());
+          return;
+        }
+      }
+    });
+    LauncherOutcome outcome = CompileOrRunHere(compiler_, call, decision, &token, fallback_local_);
+    done.Notify();
+    watch.join();
+    Record(decision, outcome);
+    *reply = std::move(outcome.reply);
+    return grpc::Status::OK;
+  }
+
+  SessionTally tally() {
+    absl::MutexLock lock(&mu_);
+    return tally_;
+  }
+
+ private:
+  void Record(const LauncherDecision& decision, const LauncherOutcome& outcome) {
+    absl::MutexLock lock(&mu_);
+    if (decision.remote) --tally_.running;
+    if (outcome.reply.run_locally()) {
+      ++tally_.here[outcome.reply.reason()];
+      out_ << "distcc-cuda: here   " << decision.what << ": " << outcome.reply.reason() << "\n"
+           << std::flush;
+      return;
+    }
+    if (!outcome.remote) {
+      ++tally_.errors;
+      out_ << "distcc-cuda: error  " << decision.plan.name << ": " << outcome.cluster_error << "\n"
+           << std::flush;
+      return;
+    }
+    const RemoteCompileResult& result = *outcome.remote;
+    tally_.toolchain = result.toolchain;
+    if (result.cached) {
+      ++tally_.cached;
+    } else {
+      ++tally_.remote;
+      ++tally_.per_worker[result.worker];
+      if (result.peak_bytes <= result.predicted_bytes) ++tally_.within_prediction;
+      if (result.peak_bytes > tally_.largest_peak) {
+        tally_.largest_peak = result.peak_bytes;
+        tally_.largest_name = decision.plan.name;
+      }
+    }
+    if (result.exit_code != 0) ++tally_.failed;
+    int done = tally_.remote + tally_.cached;
+    out_ << absl::StrFormat(
+                "distcc-cuda: [%d done, %d on the cluster] %-40s %s", done, tally_.running,
+                decision.plan.name,
+                result.cached
+                    ? std::string("cached")
+                    : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s)%s", result.worker,
+                                      result.wall_ms / 1000.0, FormatByteSize(result.peak_bytes),
+                                      FormatByteSize(result.predicted_bytes),
+                                      result.exit_code != 0
+                                          ? absl::StrCat("  nvcc exit code ", result.exit_code)
+                                          : ""))
+         << "\n"
+         << std::flush;
+  }
+
+  RemoteCompiler& compiler_;
+  const CancelToken* cancel_;
+  bool fallback_local_;
+  std::ostream& out_;
+  absl::Mutex mu_;
+  SessionTally tally_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string RandomId() {
+  std::random_device random;
+  return absl::StrFormat("%08x%08x", random(), random());
+}
+
+std::string SelfPath() {
+  std::error_code error;
+  fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? "distcc-cuda" : self.string();
+}
+
+// The total slots of the workers the coordinator knows; 0 if it cannot say.
+int ClusterSlots(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ClusterStatus status;
+  if (!v1::BuildService::NewStub(channel)->GetClusterStatus(&context, {}, &status).ok()) return 0;
+  int slots = 0;
+  for (const v1::WorkerStatus& worker : status.workers()) slots += worker.slots();
+  return slots;
+}
+
+// Starts the command with `environment` added; its stdin, stdout and stderr
+// are ours. The child gets the signals this process blocks (Ctrl-C) back.
+absl::StatusOr<pid_t> StartCommand(
+    const std::vector<std::string>& command,
+    const std::vector<std::pair<std::string, std::string>>& environment) {
+  std::vector<char*> argv;
+  for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
+    execvp(argv[0], argv.data());
+    int error = errno;
+    (void)!write(ready[1], &error, sizeof(error));
+    _exit(127);
+  }
+  close(ready[1]);
+  int error = 0;
+  ssize_t got = read(ready[0], &error, sizeof(error));
+  close(ready[0]);
+  if (got == sizeof(error)) {
+    waitpid(pid, nullptr, 0);
+    return absl::NotFoundError(absl::StrCat("cannot run ", command[0], ": ", strerror(error)));
+  }
+  return pid;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  return "ended";
+}
+
+}  // namespace
+
+int MaxJobsFor(int cluster_slots) { return std::clamp(4 * cluster_slots, 16, 512); }
+
+std::vector<std::pair<std::string, std::string>> SessionEnvironment(
+    const std::string& self, const std::string& nvcc, const std::string& session_address,
+    const std::string& build_id, int max_jobs) {
+  return {{"DISTCC_CUDA_SESSION", session_address},
+          {"DISTCC_CUDA_BUILD_ID", build_id},
+          {"PYTORCH_NVCC", absl::StrCat(self, " ", nvcc)},
+          {"CMAKE_CUDA_COMPILER_LAUNCHER", self},
+          {"MAX_JOBS", std::to_string(max_jobs)}};
+}
+
+absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ostream& out) {
+  absl::Time start = absl::Now();
+  if (options.command.empty()) {
+    return absl::InvalidArgumentError(
+        "distcc-cuda build -- needs a command, e.g. distcc-cuda build -- pip install "
+        "--no-build-isolation .");
+  }
+  std::unique_ptr<EmbeddedCluster> embedded;
+  std::string address = options.coordinator_address;
+  int slots = 0;
+  if (address.empty()) {
+    ASSIGN_OR_RETURN(embedded,
+                     EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
+                                            options.embedded_slots, options.embedded_sandbox));
+    address = embedded->address();
+    slots = embedded->slots();
+    out << "distcc-cuda: no --coordinator given; compiling on this machine (" << slots
+        << " slots, memory cap " << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
+  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::Channel> channel,
+      ConnectToCoordinator(address, embedded.get(), options.tls, options.connect_timeout));
+  if (embedded == nullptr) slots = ClusterSlots(channel);
+
+  // The session's socket, in a folder only this user can open.
+  std::string folder = absl::StrCat(fs::temp_directory_path().string(), "/distcc-cuda-XXXXXX");
+  if (mkdtemp(folder.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a folder for the session under ",
+                                            fs::temp_directory_path().string(), ": ",
+                                            strerror(errno)));
+  }
+  struct RemoveAtExit {
+    std::string folder;
+    ~RemoveAtExit() {
+      std::error_code ignored;
+      fs::remove_all(folder, ignored);
+    }
+  } remove_folder{folder};
+  const std::string session_address = "unix:" + folder + "/session";
+
+  RemoteCompiler compiler(channel, address, UsableCores());
+  Session session(compiler, options.cancel,
+                  std::getenv("DISTCC_CUDA_FALLBACK") != nullptr &&
+                      std::string(std::getenv("DISTCC_CUDA_FALLBACK")) == "local",
+                  out);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(session_address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&session);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot listen on ", session_address));
+  }
+
+  const std::string build_id = RandomId();
+  const int max_jobs = MaxJobsFor(slots);
+  out << "distcc-cuda: build " << build_id << ": running `" << absl::StrJoin(options.command, " ")
+      << "` with the launcher (PYTORCH_NVCC, CMAKE_CUDA_COMPILER_LAUNCHER; MAX_JOBS=" << max_jobs
+      << " so that the cluster's " << slots << " slots and memory admission decide what runs)\n"
+      << std::flush;
+  absl::StatusOr<pid_t> child = StartCommand(
+      options.command,
+      SessionEnvironment(SelfPath(), options.nvcc_path, session_address, build_id, max_jobs));
+  if (!child.ok()) {
+    server->Shutdown();
+    return child.status();
+  }
+  // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it.
+  absl::Notification ended;
+  std::thread stop([&] {
+    if (options.cancel == nullptr) return;
+    while (!ended.HasBeenNotified()) {
+      if (options.cancel->WaitFor(absl::Milliseconds(100))) {
+        kill(*child, SIGTERM);
+        return;
+      }
+    }
+  });
+  int status = 0;
+  while (waitpid(*child, &status, 0) < 0 && errno == EINTR) {
+  }
+  ended.Notify();
+  stop.join();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+
+  SessionTally tally = session.tally();
+  int here = 0;
+  std::vector<std::string> reasons;
+  for (const auto& [reason, count] : tally.here) {
+    here += count;
+    reasons.push_back(absl::StrCat(count, " × ", reason));
+  }
+  std::vector<std::string> workers;
+  for (const auto& [worker, count] : tally.per_worker) {
+    workers.push_back(absl::StrCat(worker, ": ", count));
+  }
+  out << "\ndistcc-cuda: `" << absl::StrJoin(options.command, " ") << "` "
+      << DescribeWaitStatus(status) << " after " << Seconds(absl::Now() - start) << "\n";
+  out << absl::StrFormat("  units     %d on the cluster (%d compiled, %d cached, %d failed)\n",
+                         tally.remote + tally.cached, tally.remote, tally.cached, tally.failed);
+  if (here > 0)
+    out << "  here      " << here << " calls ran nvcc here: " << absl::StrJoin(reasons, "; ")
+        << "\n";
+  if (tally.errors > 0) {
+    out << "  errors    " << tally.errors
+        << " compiles could not run on the cluster (their messages are above)\n";
+  }
+  out << "  workers   " << tally.per_worker.size()
+      << (workers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(workers, ", "), ")")) << "\n";
+  if (tally.remote > 0) {
+    out << "  memory    largest peak " << FormatByteSize(tally.largest_peak) << " ("
+        << tally.largest_name << "); " << tally.within_prediction << " of " << tally.remote
+        << " units peaked within their predicted reservation\n";
+  }
+  if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
+  out << std::flush;
+  return status;
+}
+
+}  // namespace distcc_cuda::client

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/launcher.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/remote_compile.h"
+#include "common/files.h"
+#include "common/nvcc_args.h"
+#include "common/tls_credentials.h"
+#include "distcc_cuda/v1/launcher.grpc.pb.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+// A unit name from a source's file name: what ValidateUnitName accepts.
+std::string UnitNameFor(const std::string& source) {
+  std::string name = fs::path(source).filename().string();
+  for (char& c : name) {
+    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '+' ||
+              c == '@' || c == '=' || c == '-';
+    if (!ok) c = '_';
+  }
+  if (name.empty() || name[0] == '.') name = "_" + name;
+  if (name.size() > 200) name.resize(200);
+  return name;
+}
+
+std::string SelfPath() {
+  std::error_code error;
+  fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? "" : self.string();
+}
+
+// A name for a call in messages, before (or without) parsing it.
+std::string WhatIsCompiled(const std::vector<std::string>& arguments) {
+  std::string output;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const std::string& argument = arguments[i];
+    std::string extension = fs::path(argument).extension().string();
+    if (!argument.empty() && argument[0] != '-' &&
+        (extension == ".cu" || extension == ".cpp" || extension == ".cc" || extension == ".c" ||
+         extension == ".cxx")) {
+      return fs::path(argument).filename().string();
+    }
+    if ((argument == "-o" || argument == "--output-file") && i + 1 < arguments.size()) {
+      output = fs::path(arguments[i + 1]).filename().string();
+    }
+  }
+  if (!output.empty()) return output;
+  return arguments.empty() ? "nvcc" : absl::StrCat("nvcc ", arguments[0]);
+}
+
+}  // namespace
+
+LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments) {
+  LauncherDecision decision;
+  decision.what = WhatIsCompiled(arguments);
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  if (!command.ok()) {
+    decision.local_reason = std::string(command.status().message());
+    return decision;
+  }
+  bool only_dependencies = false, with_compile = false, nonsystem = false, phony = false;
+  std::string dependency_file;
+  std::vector<std::string> targets;
+  for (const NvccArgument& flag : command->dependency_flags) {
+    const std::string& o = flag.option;
+    if (o == "-M" || o == "--generate-dependencies") {
+      only_dependencies = true;
+    } else if (o == "-MM" || o == "--generate-nonsystem-dependencies") {
+      only_dependencies = true;
+    } else if (o == "-MD" || o == "--generate-dependencies-with-compile") {
+      with_compile = true;
+    } else if (o == "-MMD" || o == "--generate-nonsystem-dependencies-with-compile") {
+      with_compile = true;
+      nonsystem = true;
+    } else if (o == "-MP" || o == "--generate-dependency-targets") {
+      phony = true;
+    } else if (o == "-MF" || o == "--dependency-output") {
+      dependency_file = flag.value;
+    } else if (o == "-MT" || o == "--dependency-target-name") {
+      targets.push_back(flag.value);
+    }
+  }
+  if (only_dependencies) {
+    decision.local_reason = "-M/-MM write dependencies without compiling";
+    return decision;
+  }
+  if (command->actions.size() != 1) {
+    decision.local_reason = command->actions.empty()
+                                ? "not a compile (no -c or -dc): a link, or a query"
+                                : "more than one compile action";
+    return decision;
+  }
+  const std::string& action = command->actions[0];
+  if (action != "-c" && action != "--compile" && action != "-dc" && action != "--device-c") {
+    decision.local_reason = absl::StrCat(action, " does not make an object");
+    return decision;
+  }
+  if (command->sources.size() != 1) {
+    decision.local_reason = absl::StrCat(command->sources.size(), " sources, not one");
+    return decision;
+  }
+  if (fs::path(command->sources[0]).extension() != ".cu") {
+    decision.local_reason = absl::StrCat(command->sources[0], " is not a CUDA source (.cu)");
+    return decision;
+  }
+  if (command->output.empty()) {
+    decision.local_reason = "no -o";
+    return decision;
+  }
+  RemoteCompilePlan& plan = decision.plan;
+  plan.name = UnitNameFor(command->sources[0]);
+  plan.flags = command->FlagArguments();
+  // -dc stays among the flags; -c is added back when the unit is made.
+  plan.action = action == "-c" || action == "--compile" ? "-c" : "";
+  plan.source = command->sources[0];
+  plan.output = command->output;
+  if (with_compile) {
+    // nvcc's own defaults: the file beside the object, the object as target.
+    plan.dependency_file = dependency_file.empty()
+                               ? fs::path(plan.output).replace_extension(".d").string()
+                               : dependency_file;
+    plan.nonsystem_dependencies = nonsystem;
+    plan.dependency_arguments = {nonsystem ? "-MM" : "-M"};
+    if (phony) plan.dependency_arguments.push_back("-MP");
+    if (targets.empty()) targets.push_back(plan.output);
+    for (const std::string& target : targets) {
+      plan.dependency_arguments.insert(plan.dependency_arguments.end(), {"-MT", target});
+    }
+    plan.dependency_arguments.insert(plan.dependency_arguments.end(),
+                                     {"-MF", plan.dependency_file});
+  }
+  decision.remote = true;
+  return decision;
+}
+
+bool LooksLikeNvcc(const std::string& word) { return fs::path(word).filename() == "nvcc"; }
+
+absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word) {
+  if (absl::StrContains(word, '/')) {
+    std::string path = AbsolutePath(word);
+    if (access(path.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(word, " is not an executable nvcc"));
+    }
+    return path;
+  }
+  std::error_code error;
+  const fs::path self = fs::canonical(SelfPath(), error);
+  std::vector<std::string> looked;
+  for (absl::string_view folder : absl::StrSplit(Env("PATH"), ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(folder, "/", word);
+    if (access(candidate.c_str(), X_OK) != 0) continue;
+    std::error_code ignored;
+    if (!self.empty() && fs::canonical(candidate, ignored) == self) continue;  // ourselves
+    return AbsolutePath(candidate);
+  }
+  for (const std::string& candidate :
+       {Env("CUDA_HOME").empty() ? "" : Env("CUDA_HOME") + "/bin/nvcc",
+        std::string("/usr/local/cuda/bin/nvcc")}) {
+    if (!candidate.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return absl::NotFoundError(
+      "no nvcc found in $PATH (leaving out distcc-cuda itself), $CUDA_HOME/bin or "
+      "/usr/local/cuda/bin; name it: distcc-cuda /path/to/nvcc ARGS...");
+}
+
+LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& call,
+                                 const LauncherDecision& decision, const CancelToken* cancel,
+                                 bool fallback_local) {
+  LauncherOutcome outcome;
+  v1::LauncherCompileReply& reply = outcome.reply;
+  if (!decision.remote) {
+    reply.set_run_locally(true);
+    reply.set_reason(decision.local_reason);
+    return outcome;
+  }
+  absl::StatusOr<RemoteCompileResult> compiled = compiler.Compile(call, decision.plan, cancel);
+  if (compiled.ok()) {
+    reply.set_exit_code(compiled->exit_code);
+    reply.set_stdout_text(compiled->stdout_text);
+    reply.set_stderr_text(compiled->stderr_text);
+    outcome.remote = std::move(*compiled);
+    return outcome;
+  }
+  const absl::Status& status = compiled.status();
+  if (absl::IsInvalidArgument(status)) {
+    // Refused before anything left this machine, or the scan failed: the
+    // real nvcc says what is wrong, as it would without distcc-cuda.
+    reply.set_run_locally(true);
+    reply.set_reason(std::string(status.message()));
+    return outcome;
+  }
+  if (absl::IsCancelled(status)) {
+    reply.set_exit_code(130);
+    reply.set_stderr_text(absl::StrCat("distcc-cuda: ", status.message(), "\n"));
+    return outcome;
+  }
+  if (fallback_local) {
+    reply.set_run_locally(true);
+    reply.set_reason(
+        absl::StrCat("the cluster failed (", status.message(), "); DISTCC_CUDA_FALLBACK=local"));
+    outcome.cluster_error = std::string(status.message());
+    return outcome;
+  }
+  reply.set_exit_code(2);
+  reply.set_stderr_text(
+      absl::StrCat("distcc-cuda: ", decision.plan.source, ": ", status.message(), "\n"));
+  outcome.cluster_error = std::string(status.message());
+  return outcome;
+}
+
+int RunLauncher(int argc, char** argv) {
+  const bool verbose = Env("DISTCC_CUDA_VERBOSE") == "1";
+  const bool fallback_local = Env("DISTCC_CUDA_FALLBACK") == "local";
+  absl::StatusOr<std::string> nvcc = ResolveRealNvcc(argv[1]);
+  if (!nvcc.ok()) {
+    std::cerr << "distcc-cuda: " << nvcc.status().message() << "\n";
+    return 2;
+  }
+  LauncherCall call;
+  call.nvcc = *nvcc;
+  call.arguments.assign(argv + 2, argv + argc);
+  call.working_directory = fs::current_path().string();
+  auto run_here = [&](const std::string& reason) -> int {
+    if (verbose)
+      std::cerr << "distcc-cuda: compiling here with " << call.nvcc << ": " << reason << "\n";
+    std::vector<char*> args = {const_cast<char*>(call.nvcc.c_str())};
+    for (std::string& argument : call.arguments) args.push_back(argument.data());
+    args.push_back(nullptr);
+    execv(call.nvcc.c_str(), args.data());
+    std::cerr << "distcc-cuda: cannot run " << call.nvcc << ": " << strerror(errno) << "\n";
+    return 127;
+  };
+  auto deliver = [&](const v1::LauncherCompileReply& reply) -> int {
+    if (reply.run_locally()) return run_here(reply.reason());
+    std::cout << reply.stdout_text() << std::flush;
+    std::cerr << reply.stderr_text() << std::flush;
+    return reply.exit_code();
+  };
+
+  const std::string session = Env("DISTCC_CUDA_SESSION");
+  if (!session.empty()) {
+    auto stub = v1::LauncherSession::NewStub(
+        grpc::CreateChannel(session, grpc::InsecureChannelCredentials()));
+    v1::LauncherCompileRequest request;
+    request.set_nvcc(call.nvcc);
+    for (const std::string& argument : call.arguments) request.add_arguments(argument);
+    request.set_working_directory(call.working_directory);
+    grpc::ClientContext context;
+    v1::LauncherCompileReply reply;
+    grpc::Status status = stub->Compile(&context, request, &reply);
+    if (status.ok()) return deliver(reply);
+    std::string why = absl::StrCat("the build session at ", session, " did not answer (",
+                                   status.error_message(), ")");
+    if (fallback_local) return run_here(why + "; DISTCC_CUDA_FALLBACK=local");
+    std::cerr << "distcc-cuda: " << why
+              << "; is the `distcc-cuda build -- ...` that set DISTCC_CUDA_SESSION still "
+                 "running? (DISTCC_CUDA_FALLBACK=local compiles here instead)\n";
+    return 2;
+  }
+  const std::string coordinator = Env("DISTCC_CUDA_COORDINATOR");
+  if (coordinator.empty()) {
+    return run_here(
+        "no build session or cluster: run the build under `distcc-cuda build -- COMMAND`, or "
+        "set DISTCC_CUDA_COORDINATOR");
+  }
+  LauncherDecision decision = DecideWhereToCompile(call.arguments);
+  if (!decision.remote) return run_here(decision.local_reason);
+  auto tls = LoadTlsMaterial(
+      {Env("DISTCC_CUDA_TLS_CA"), Env("DISTCC_CUDA_TLS_CERT"), Env("DISTCC_CUDA_TLS_KEY")},
+      PeerRole::kClient);
+  if (!tls.ok()) {
+    std::cerr << "distcc-cuda: " << tls.status().message()
+              << " (DISTCC_CUDA_TLS_CA, DISTCC_CUDA_TLS_CERT, DISTCC_CUDA_TLS_KEY)\n";
+    return 2;
+  }
+  RemoteCompiler compiler(OpenChannel(coordinator, *tls), coordinator, 1);
+  LauncherOutcome outcome = CompileOrRunHere(compiler, call, decision, nullptr, fallback_local);
+  if (verbose && outcome.remote) {
+    std::cerr << "distcc-cuda: " << decision.plan.name << " compiled on " << outcome.remote->worker
+              << (outcome.remote->cached ? " (cached)" : "") << "\n";
+  }
+  return deliver(outcome.reply);
+}
+
+}  // namespace distcc_cuda::client

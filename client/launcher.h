@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// `distcc-cuda [/path/to/]nvcc ARGS...`: the launcher a build tool runs in
+// place of nvcc (CMAKE_CUDA_COMPILER_LAUNCHER, PYTORCH_NVCC). One compile
+// of a .cu file to an object becomes one unit on the cluster; everything
+// else (links, -E, -M alone, --version, -dlink, other languages, arguments
+// the model refuses) runs the real nvcc here, unchanged. To the caller it
+// is nvcc: the same exit code, output, object and dependency file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace distcc_cuda::client {
+
+// One nvcc call of a build tool.
+struct LauncherCall {
+  std::string nvcc;                    // absolute path of the real nvcc
+  std::vector<std::string> arguments;  // without nvcc itself
+  std::string working_directory;       // absolute
+};
+
+// A call that can compile on a worker, and what the caller expects here.
+struct RemoteCompilePlan {
+  std::string name;                // the unit's name: the source's file name, made safe
+  std::vector<std::string> flags;  // without -c/-dc, -o, the source and dependency options
+  std::string action;              // "-c", or "" for -dc (which stays in `flags`)
+  std::string source;              // as given
+  std::string output;              // the -o value, as given
+  // The dependency file a -MD/-MMD compile writes (as given, or the
+  // output's path with .d), and the arguments that make nvcc's dependency
+  // pass write exactly that file; both empty without -MD/-MMD.
+  std::string dependency_file;
+  std::vector<std::string> dependency_arguments;
+  bool nonsystem_dependencies = false;  // -MMD: the file leaves system headers out
+};
+
+// Where a call runs: remote with a plan, or here with the reason why.
+struct LauncherDecision {
+  bool remote = false;
+  RemoteCompilePlan plan;    // when remote
+  std::string local_reason;  // when not: "a link", "-E preprocesses", ...
+  std::string what;          // for people: the source's or output's file name
+};
+
+// Decides from the arguments alone; nothing runs.
+LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments);
+
+// True when argv[1] of `distcc-cuda` names a compiler rather than one of
+// its commands: "nvcc", or a path whose file name is nvcc.
+bool LooksLikeNvcc(const std::string& word);
+
+// The real nvcc for `word`: a path as it is (made absolute), a bare "nvcc"
+// looked up in $PATH, skipping this program itself (a PATH entry that is a
+// link to distcc-cuda), then $CUDA_HOME/bin/nvcc and /usr/local/cuda/bin.
+// NOT_FOUND saying where it looked.
+absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word);
+
+// Runs the launcher for argv[1..] (argv[1] is the nvcc) and returns the exit
+// code for the caller; may exec the real nvcc and not return. Reads
+// $DISTCC_CUDA_SESSION (the `distcc-cuda build --` that runs this build),
+// $DISTCC_CUDA_COORDINATOR (a cluster to use directly), $DISTCC_CUDA_FALLBACK
+// (=local: compile here when the cluster cannot be reached) and
+// $DISTCC_CUDA_VERBOSE (=1: say on stderr where each compile runs and why).
+int RunLauncher(int argc, char** argv);
+
+}  // namespace distcc_cuda::client

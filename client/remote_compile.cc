@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/remote_compile.h"
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/dependency_scan.h"
+#include "client/unit_request.h"
+#include "common/cas_client.h"
+#include "common/files.h"
+#include "common/nvcc_args.h"
+#include "common/status.h"
+#include "common/tls_credentials.h"
+#include "common/toolchain.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+
+RemoteCompiler::RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address,
+                               int scan_slots)
+    : channel_(std::move(channel)),
+      address_(std::move(address)),
+      scans_free_(std::max(1, scan_slots)) {}
+
+absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::string& nvcc) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = toolchains_.find(nvcc);
+    if (found != toolchains_.end()) return found->second;
+  }
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ComputeToolchainFingerprint(nvcc));
+  absl::MutexLock lock(&mu_);
+  toolchains_[nvcc] = toolchain;
+  return toolchain;
+}
+
+absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& call,
+                                                            const RemoteCompilePlan& plan,
+                                                            const CancelToken* cancel) {
+  const std::string& directory = call.working_directory;
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc));
+  RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source));
+
+  // The scan: nvcc's front end, a few at a time, however many calls wait.
+  std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc);
+  std::vector<std::string> closure;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* free) { return *free > 0; }, &scans_free_));
+    --scans_free_;
+  }
+  absl::Status scanned = [&]() -> absl::Status {
+    if (!plan.dependency_file.empty()) {
+      // The dependency file the caller asked for, written as nvcc writes it.
+      ASSIGN_OR_RETURN(closure, ScanWritingDependencyFile(call.nvcc, directory, plan.flags,
+                                                          plan.source, plan.dependency_arguments,
+                                                          plan.dependency_file, excluded));
+      if (!plan.nonsystem_dependencies) return absl::OkStatus();
+    }
+    // -MMD leaves out headers of -isystem folders, which may be ours to ship.
+    ASSIGN_OR_RETURN(closure,
+                     ScanInputClosure(call.nvcc, directory, plan.flags, plan.source, excluded));
+    return absl::OkStatus();
+  }();
+  {
+    absl::MutexLock lock(&mu_);
+    ++scans_free_;
+  }
+  RETURN_IF_ERROR(scanned);
+  if (closure.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
+  }
+  RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", plan.name), closure));
+
+  std::vector<std::string> anchors = {directory};
+  anchors.insert(anchors.end(), closure.begin(), closure.end());
+  for (std::string& folder : IncludeFolders(directory, plan.flags, excluded)) {
+    anchors.push_back(std::move(folder));
+  }
+  const std::string root = CommonAncestor(anchors);
+
+  v1::SubmitBuildRequest request;
+  request.set_build_name(absl::StrCat("launcher: ", plan.source));
+  request.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
+  request.set_workspace_root(root);
+  *request.mutable_toolchain() = toolchain;
+  v1::CompileUnit* unit = request.add_units();
+  unit->set_name(plan.name);
+  std::string working = Relative(directory, root);
+  unit->set_working_directory(working == "." ? "" : working);
+  ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                   RelativeFlags(plan.flags, directory, root, excluded));
+  for (const std::string& flag : flags) unit->add_arguments(flag);
+  // The worker writes the object beside the source's folder under the
+  // output's own file name; it lands at -o here.
+  const std::string object = fs::path(plan.output).filename().string();
+  for (const std::string& argument :
+       {plan.action, Relative(AbsolutePath(plan.source, directory), directory), std::string("-o"),
+        object}) {
+    unit->add_arguments(argument);
+  }
+  unit->add_output_paths(object);
+  WorkspaceFiles files;
+  std::set<std::string> seen;
+  for (const std::string& path : closure) {
+    if (!seen.insert(path).second) continue;
+    ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
+  }
+  unit->set_workspace_root(root);
+  std::vector<std::string> system_prefixes = SystemIncludePrefixes();
+  system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
+  RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
+
+  auto unreachable = [&](const std::string& what) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the coordinator at ", address_, " (", what,
+                     "); check that it runs, or set DISTCC_CUDA_FALLBACK=local to compile here "
+                     "when it cannot be reached"));
+  };
+  CasClient cas(v1::ContentStore::NewStub(channel_));
+  absl::StatusOr<int> uploaded = cas.UploadMissing(files.blobs);
+  if (!uploaded.ok()) {
+    if (absl::IsUnavailable(uploaded.status())) {
+      return unreachable(std::string(uploaded.status().message()));
+    }
+    return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
+  }
+
+  grpc::ClientContext context;
+  absl::Notification done;
+  std::thread watch([&] {
+    if (cancel == nullptr) return;
+    while (!done.HasBeenNotified()) {
+      if (cancel->WaitFor(absl::Milliseconds(50))) {
+        context.TryCancel();
+        return;
+      }
+    }
+  });
+  auto reader = v1::BuildService::NewStub(channel_)->SubmitBuild(&context, request);
+  v1::BuildEvent event;
+  std::optional<v1::BuildEvent::UnitFinished> finished;
+  std::string failure;
+  while (reader->Read(&event)) {
+    if (event.has_unit_finished()) {
+      finished = event.unit_finished();
+    } else if (event.has_finished() && !event.finished().success() && !finished) {
+      failure = event.finished().message();
+    }
+  }
+  grpc::Status status = reader->Finish();
+  done.Notify();
+  watch.join();
+  if (cancel != nullptr && cancel->cancelled()) {
+    return absl::CancelledError(absl::StrCat("cancelled: ", cancel->reason()));
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return unreachable(status.error_message());
+  }
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "compiling " + plan.source));
+  if (!finished) {
+    return absl::AbortedError(
+        absl::StrCat("the coordinator at ", address_, " ended the compile of ", plan.source,
+                     " without a result", failure.empty() ? "" : absl::StrCat(": ", failure)));
+  }
+  const v1::TaskResult& result = finished->result();
+  if (result.outcome() != v1::TASK_COMPLETED) {
+    return absl::AbortedError(absl::StrCat("the cluster could not compile ", plan.source,
+                                           " (worker ", result.worker_name(), ": ",
+                                           result.error_message(), ")"));
+  }
+  if (result.exit_code() == 0 && result.toolchain_digest() != toolchain.digest()) {
+    return absl::AbortedError(absl::StrCat(plan.source, " came back compiled with toolchain [",
+                                           result.toolchain_digest().substr(0, 12), "], not ",
+                                           DescribeToolchain(toolchain), "; not using it"));
+  }
+  RemoteCompileResult compiled;
+  compiled.exit_code = result.exit_code();
+  compiled.stdout_text = result.stdout_text();
+  compiled.stderr_text = result.stderr_text();
+  compiled.worker = result.worker_name();
+  compiled.cached = finished->cached();
+  compiled.wall_ms = result.wall_time_ms();
+  compiled.peak_bytes = result.peak_memory_bytes();
+  compiled.predicted_bytes = finished->predicted_peak_bytes();
+  compiled.toolchain = DescribeToolchain(toolchain);
+  if (compiled.exit_code != 0) return compiled;
+  if (result.outputs_size() != 1) {
+    return absl::AbortedError(absl::StrCat("the compile of ", plan.source, " returned ",
+                                           result.outputs_size(), " files, not its object"));
+  }
+  absl::Status got = cas.DownloadToFile(FromProto(result.outputs(0).digest()),
+                                        AbsolutePath(plan.output, directory));
+  if (absl::IsUnavailable(got)) return unreachable(std::string(got.message()));
+  RETURN_IF_ERROR(Annotate(got, "downloading the object of " + plan.source));
+  return compiled;
+}
+
+}  // namespace distcc_cuda::client

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// One launcher call compiled on the cluster: scan its includes here (writing
+// the dependency file the call asked for), upload what the coordinator's
+// store lacks, submit it as a build of one unit, wait, and write the object
+// where the call's -o says.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/launcher.h"
+#include "common/cancellation.h"
+#include "distcc_cuda/v1/build.pb.h"
+#include "distcc_cuda/v1/launcher.pb.h"
+
+namespace distcc_cuda::client {
+
+// What nvcc did on the worker, and how it went.
+struct RemoteCompileResult {
+  int exit_code = 0;
+  std::string stdout_text;
+  std::string stderr_text;
+  std::string worker;
+  bool cached = false;  // from the result cache: nothing compiled
+  int64_t wall_ms = 0;
+  int64_t peak_bytes = 0;
+  int64_t predicted_bytes = 0;
+  std::string toolchain;  // DescribeToolchain of the nvcc it compiled with
+};
+
+class RemoteCompiler {
+ public:
+  // `address` only names the coordinator in messages. At most `scan_slots`
+  // dependency passes (nvcc -M) run here at once, however many calls wait.
+  RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address, int scan_slots);
+
+  // Compiles `call` (planned by DecideWhereToCompile) on the cluster. Returns
+  // nvcc's exit code and output; on exit code 0 the object is at the call's
+  // -o. INVALID_ARGUMENT when the compile should run here instead (a check
+  // refuses it, or the include scan fails: the real nvcc then says why);
+  // UNAVAILABLE when the coordinator cannot be reached; FAILED_PRECONDITION
+  // when no worker has this toolchain; ABORTED when the cluster could not
+  // run it (killed for memory on every attempt, a worker's error), with the
+  // reason; CANCELLED once `cancel` (may be null) is cancelled.
+  absl::StatusOr<RemoteCompileResult> Compile(const LauncherCall& call,
+                                              const RemoteCompilePlan& plan,
+                                              const CancelToken* cancel);
+
+ private:
+  absl::StatusOr<v1::ToolchainFingerprint> ToolchainOf(const std::string& nvcc);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::string address_;
+  absl::Mutex mu_;
+  std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
+  int scans_free_ ABSL_GUARDED_BY(mu_);
+};
+
+// A launcher call's answer, and the remote result when it compiled there.
+struct LauncherOutcome {
+  v1::LauncherCompileReply reply;
+  std::optional<RemoteCompileResult> remote;
+  std::string cluster_error;  // why the cluster could not compile it, if so
+};
+
+// Runs `decision`: a local one becomes a reply that says so; a remote one
+// compiles on `compiler`. A compile refused before anything left (or whose
+// scan failed) runs here; a cluster that fails is an error for the caller
+// (exit code 2, the reason on stderr) unless `fallback_local`.
+LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& call,
+                                 const LauncherDecision& decision, const CancelToken* cancel,
+                                 bool fallback_local);
+
+}  // namespace distcc_cuda::client

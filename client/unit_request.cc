@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/unit_request.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/digest.h"
+#include "common/files.h"
+#include "common/forwarded_flags.h"
+#include "common/nvcc_args.h"
+#include "common/status.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+
+absl::Status CheckBeforeScan(const std::string& name, const std::string& directory,
+                             const std::vector<std::string>& flags, const std::string& source) {
+  std::vector<std::string> arguments = flags;
+  arguments.insert(arguments.end(), {"-c", source, "-o", "distcc-cuda-scan.o"});
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  if (!command.ok()) return Annotate(command.status(), absl::StrCat("unit ", name));
+  std::vector<std::string> paths = {source};
+  for (const NvccArgument& flag : command->flags) {
+    if (flag.kind != NvccValueKind::kInputPath) continue;
+    for (const std::string& path : SplitNvccList(flag.value)) paths.push_back(path);
+  }
+  for (const std::string& path : paths) {
+    std::string absolute = AbsolutePath(path, directory);
+    if (IsHostPrivatePath(absolute)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unit ", name, ": ", path, " (", absolute,
+          ") is in a private folder of this machine; distcc-cuda never reads or sends files "
+          "under /etc, /proc, /sys, /dev, /boot, /run, /var/log or credential folders"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> IncludeFolders(const std::string& directory,
+                                        const std::vector<std::string>& flags,
+                                        const std::vector<std::string>& excluded) {
+  std::vector<std::string> folders;
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand(flags);
+  if (!command.ok()) return folders;  // refused earlier, with the reason
+  for (const NvccArgument& flag : command->flags) {
+    if (flag.kind != NvccValueKind::kInputPath || flag.option == "-include" ||
+        flag.option == "--pre-include") {
+      continue;
+    }
+    for (const std::string& path : SplitNvccList(flag.value)) {
+      std::string absolute = AbsolutePath(path, directory);
+      bool system = std::any_of(excluded.begin(), excluded.end(), [&](const std::string& prefix) {
+        return absl::StartsWith(absolute + "/", prefix);
+      });
+      if (!system) folders.push_back(absolute);
+    }
+  }
+  return folders;
+}
+
+std::string CommonAncestor(const std::vector<std::string>& paths) {
+  fs::path common;
+  bool first = true;
+  for (const std::string& path : paths) {
+    fs::path p(path);
+    if (first) {
+      common = p;
+      first = false;
+      continue;
+    }
+    fs::path joined;
+    auto a = common.begin();
+    auto b = p.begin();
+    for (; a != common.end() && b != p.end() && *a == *b; ++a, ++b) joined /= *a;
+    common = joined;
+  }
+  std::string out = common.string();
+  return out.empty() ? "/" : out;
+}
+
+std::string Relative(const std::string& path, const std::string& base) {
+  std::string relative = fs::path(path).lexically_relative(base).string();
+  return relative.empty() ? "." : relative;
+}
+
+absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
+                                                       const std::string& directory,
+                                                       const std::string& root,
+                                                       const std::vector<std::string>& toolkit) {
+  ASSIGN_OR_RETURN(NvccCommand parsed, ParseNvccCommand(flags));
+  const std::vector<std::string> system = SystemIncludePrefixes();
+  auto under = [](const std::string& path, const std::vector<std::string>& prefixes) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) {
+      return absl::StartsWith(path + "/", prefix);
+    });
+  };
+  std::vector<NvccArgument> kept;
+  for (NvccArgument& flag : parsed.flags) {
+    if (flag.kind == NvccValueKind::kInputPath) {
+      bool search_folder = flag.option != "-include" && flag.option != "--pre-include";
+      std::vector<std::string> pieces;
+      for (const std::string& path : SplitNvccList(flag.value)) {
+        std::string absolute = AbsolutePath(path, directory);
+        if (search_folder && under(absolute, toolkit) && !under(absolute, system)) continue;
+        bool inside = RelativeTo(absolute, root).ok() && !under(absolute, system);
+        std::string piece = inside ? Relative(absolute, directory) : absolute;
+        pieces.push_back(absl::StrReplaceAll(piece, {{",", "\\,"}}));
+      }
+      if (pieces.empty()) continue;
+      flag.value = absl::StrJoin(pieces, ",");
+    }
+    kept.push_back(std::move(flag));
+  }
+  parsed.flags = std::move(kept);
+  return parsed.FlagArguments();
+}
+
+absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
+                                       WorkspaceFiles& files) {
+  auto it = files.by_path.find(path);
+  if (it != files.by_path.end()) return it->second;
+  ASSIGN_OR_RETURN(Digest digest, DigestOfFile(path));
+  v1::InputFile input;
+  input.set_path(Relative(path, root));
+  *input.mutable_digest() = ToProto(digest);
+  input.set_is_executable(IsExecutableFile(path));
+  files.by_path[path] = input;
+  files.blobs.push_back(BlobSource{digest, path, ""});
+  return input;
+}
+
+absl::Status CheckClosure(const std::string& name, const std::vector<std::string>& closure) {
+  for (const std::string& file : closure) {
+    // Through a symlink too: what is read is the link's target.
+    std::error_code error;
+    std::string real = fs::canonical(file, error).string();
+    for (const std::string& path : {file, error ? file : real}) {
+      if (!IsHostPrivatePath(path)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " reads ", file, path == file ? "" : absl::StrCat(" (a link to ", path, ")"),
+          ", a file in a private folder of this machine; distcc-cuda does not send such files "
+          "to the cluster. Remove the #include or the option that pulls it in"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distcc_cuda::client

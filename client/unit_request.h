@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// From a compile as it runs here (a folder, nvcc flags, a source, the input
+// closure the scan found) to a CompileUnit of the protocol: paths relative
+// to one workspace root, which the workers mount at the same absolute path.
+// Shared by `distcc-cuda build PLAN` and the launcher.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/cas_client.h"
+#include "distcc_cuda/v1/build.pb.h"
+
+namespace distcc_cuda::client {
+
+// The argument model's check of a unit's flags before anything runs here:
+// every option is one the workers accept, with a value of the right form,
+// and no file it names (source, include folder, pre-include) is in the
+// host's private folders. nvcc -M would otherwise read them, and the scan
+// would ship them. INVALID_ARGUMENT naming `name` and the argument.
+absl::Status CheckBeforeScan(const std::string& name, const std::string& directory,
+                             const std::vector<std::string>& flags, const std::string& source);
+
+// INVALID_ARGUMENT when a file of `closure` (or what a link in it points
+// at) lies in a private folder of this machine: such files never leave it.
+absl::Status CheckClosure(const std::string& name, const std::vector<std::string>& closure);
+
+// The include folders a unit names outside the toolkit and the system
+// (`excluded`): they lie inside the workspace, so workers mount them at the
+// same paths.
+std::vector<std::string> IncludeFolders(const std::string& directory,
+                                        const std::vector<std::string>& flags,
+                                        const std::vector<std::string>& excluded);
+
+// The deepest folder above every path ("/" when they share none).
+std::string CommonAncestor(const std::vector<std::string>& paths);
+
+// `path` relative to `base`, "." for the same folder.
+std::string Relative(const std::string& path, const std::string& base);
+
+// Rewrites the include paths of `flags` for a worker: paths inside `root`
+// relative to `directory` (the worker mounts the inputs at `root`, so both
+// forms reach the same files), system folders absolute as they are. Include
+// folders of this machine's own toolkit (`toolkit`) at a non-standard place
+// are dropped: nvcc searches its own toolkit's folders anyway, and the
+// worker's toolkit lies elsewhere.
+absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
+                                                       const std::string& directory,
+                                                       const std::string& root,
+                                                       const std::vector<std::string>& toolkit);
+
+// The distinct input files of a build, each hashed once.
+struct WorkspaceFiles {
+  std::map<std::string, v1::InputFile> by_path;  // absolute path -> input
+  std::vector<BlobSource> blobs;
+};
+
+// The input for the file at absolute `path`, relative to `root`; hashed and
+// added to `files` the first time.
+absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
+                                       WorkspaceFiles& files);
+
+}  // namespace distcc_cuda::client
