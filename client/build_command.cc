@@ -301,6 +301,21 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                    is_compdb ? PlanFromCompileCommands(options) : PlanFromManifest(options));
   // Nothing runs here (not even the scan) with arguments a worker would refuse.
   RETURN_IF_ERROR(CheckPlanBeforeScan(plan));
+  // Targets no GPU that loads the result can run: said before anything runs.
+  ArchCheck arch(options.target_gpus, options.strict_arch);
+  auto check_targets = [&](const std::string& name,
+                           const std::vector<std::string>& flags) -> absl::Status {
+    absl::StatusOr<std::vector<std::string>> warnings = arch.Check(flags);
+    if (!warnings.ok()) return Annotate(warnings.status(), name);
+    for (const std::string& warning : *warnings) out << "distcc-cuda: warning: " << warning << "\n";
+    return absl::OkStatus();
+  };
+  for (const LocalUnit& unit : plan.units) {
+    RETURN_IF_ERROR(check_targets(absl::StrCat("unit ", unit.name), unit.flags));
+  }
+  for (const LocalSet& set : plan.sets) {
+    RETURN_IF_ERROR(check_targets(absl::StrCat("instantiation set ", set.set.name()), set.flags));
+  }
   if (is_compdb) out << DescribeObjectPlacement(plan, options.objects_dir);
 
   // Connect first: an unreachable coordinator should fail in seconds, before

@@ -5,10 +5,12 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "common/gpu_targets.h"
 #include "common/tls_credentials.h"
 #include "distcc_cuda/v1/build.pb.h"
 
@@ -44,6 +46,11 @@ struct BuildOptions {
   // The cluster's CA and this client's certificate (role client) for the
   // coordinator at coordinator_address; the embedded default never uses it.
   std::optional<TlsMaterial> tls;
+  // The GPUs that will load the result (--target-gpus, or this machine's):
+  // a unit none of whose images one of them can load is warned about before
+  // anything compiles, or refused with `strict_arch`.
+  std::vector<TargetGpu> target_gpus;
+  bool strict_arch = false;
   // Not owned; may be null. Cancelling it (Ctrl-C) cancels the build: the
   // coordinator stops the units its workers run, and RunBuild returns
   // CANCELLED after saying what was cancelled.

@@ -54,9 +54,13 @@ struct SessionTally {
 // Serves the launcher calls of one command.
 class Session final : public v1::LauncherSession::Service {
  public:
-  Session(RemoteCompiler& compiler, const CancelToken* cancel, bool fallback_local,
+  Session(RemoteCompiler& compiler, ArchCheck& arch, const CancelToken* cancel, bool fallback_local,
           std::ostream& out)
-      : compiler_(compiler), cancel_(cancel), fallback_local_(fallback_local), out_(out) {}
+      : compiler_(compiler),
+        arch_(arch),
+        cancel_(cancel),
+        fallback_local_(fallback_local),
+        out_(out) {}
 
   grpc::Status Compile(grpc::ServerContext* context, const v1::LauncherCompileRequest* request,
                        v1::LauncherCompileReply* reply) override {
@@ -69,6 +73,24 @@ class Session final : public v1::LauncherSession::Service {
                           "the launcher must send an absolute folder and nvcc");
     }
     LauncherDecision decision = DecideWhereToCompile(call.arguments);
+    if (decision.remote) {
+      // Targets no GPU that loads the result can run: said at first sight.
+      absl::StatusOr<std::vector<std::string>> warnings = arch_.Check(decision.plan.flags);
+      absl::MutexLock lock(&mu_);
+      if (!warnings.ok()) {
+        ++tally_.errors;
+        out_ << "distcc-cuda: error  " << decision.plan.name << ": " << warnings.status().message()
+             << "\n"
+             << std::flush;
+        reply->set_exit_code(2);
+        reply->set_stderr_text(absl::StrCat("distcc-cuda: ", decision.plan.source, ": ",
+                                            warnings.status().message(), "\n"));
+        return grpc::Status::OK;
+      }
+      for (const std::string& warning : *warnings) {
+        out_ << "distcc-cuda: warning: " << warning << "\n" << std::flush;
+      }
+    }
     if (decision.remote) {
       absl::MutexLock lock(&mu_);
       ++tally_.running;
@@ -148,6 +170,7 @@ class Session final : public v1::LauncherSession::Service {
   }
 
   RemoteCompiler& compiler_;
+  ArchCheck& arch_;
   const CancelToken* cancel_;
   bool fallback_local_;
   std::ostream& out_;
@@ -271,7 +294,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   const std::string session_address = "unix:" + folder + "/session";
 
   RemoteCompiler compiler(channel, address, UsableCores());
-  Session session(compiler, options.cancel,
+  ArchCheck arch(options.target_gpus, options.strict_arch);
+  Session session(compiler, arch, options.cancel,
                   std::getenv("DISTCC_CUDA_FALLBACK") != nullptr &&
                       std::string(std::getenv("DISTCC_CUDA_FALLBACK")) == "local",
                   out);

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cancellation.h"
+#include "common/gpu_targets.h"
 #include "common/tls_credentials.h"
 
 namespace distcc_cuda::client {
@@ -28,6 +29,9 @@ struct CommandBuildOptions {
   int embedded_slots = 0;            // 0: the usable cores
   bool embedded_sandbox = true;
   absl::Duration connect_timeout = absl::Seconds(5);
+  // The GPUs that will load what the command builds (BuildOptions').
+  std::vector<TargetGpu> target_gpus;
+  bool strict_arch = false;
   // Not owned; may be null. Cancelling it (Ctrl-C, SIGTERM) stops the
   // command (SIGTERM) and every compile it has on the cluster.
   const CancelToken* cancel = nullptr;

@@ -21,6 +21,7 @@
 #include "client/verify.h"
 #include "common/cancellation.h"
 #include "common/command_line.h"
+#include "common/gpu_targets.h"
 #include "common/signals.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
@@ -63,6 +64,13 @@ ABSL_FLAG(bool, verbose, false, "log what the embedded coordinator and worker do
 ABSL_FLAG(bool, insecure_no_sandbox, false,
           "embedded default only: compile without the bubblewrap sandbox (where this machine "
           "cannot make one); the build says so");
+ABSL_FLAG(std::string, target_gpus, "",
+          "the GPUs that will load what you build, e.g. sm_120,sm_100 (default: this machine's, "
+          "from nvidia-smi); a build none of whose images one of them can run is warned about "
+          "before anything compiles");
+ABSL_FLAG(bool, strict_arch, false,
+          "refuse to build (instead of warning) when a GPU of --target-gpus cannot load the "
+          "build's targets");
 ABSL_FLAG(std::string, tls_ca, "",
           "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, talk to "
           "--coordinator over mutual TLS (also tls-ca in the config file's [client] table)");
@@ -123,6 +131,13 @@ const std::atomic<int>& CancelOnTerminationSignals(distcc_cuda::CancelToken& can
     _exit(128 + second);
   }).detach();
   return cancelled_by;
+}
+
+// --target-gpus, or the GPUs of this machine.
+absl::StatusOr<std::vector<distcc_cuda::TargetGpu>> TargetGpus(const std::string& nvcc) {
+  const std::string named = absl::GetFlag(FLAGS_target_gpus);
+  if (!named.empty()) return distcc_cuda::ParseTargetGpus(named);
+  return distcc_cuda::DetectLocalGpus(nvcc);
 }
 
 std::string StateDir() {
@@ -194,6 +209,10 @@ int main(int argc, char** argv) {
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
     options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
     options.connect_timeout = connect_timeout;
+    auto gpus = TargetGpus(options.nvcc_path);
+    if (!gpus.ok()) return Fail(gpus.status());
+    options.target_gpus = *gpus;
+    options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
     distcc_cuda::CancelToken cancel;
     const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
     options.cancel = &cancel;
@@ -218,6 +237,10 @@ int main(int argc, char** argv) {
     if (!nvcc.ok()) return Fail(nvcc.status());
     options.nvcc_path = *nvcc;
     options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
+    auto gpus = TargetGpus(options.nvcc_path);
+    if (!gpus.ok()) return Fail(gpus.status());
+    options.target_gpus = *gpus;
+    options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
     options.state_dir = StateDir();
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
     options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);

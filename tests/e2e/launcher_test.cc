@@ -83,9 +83,12 @@ class LauncherTest : public ::testing::Test {
 
   // `distcc-cuda build --coordinator ADDRESS -- COMMAND...` in `directory`.
   ProcessResult Session(const std::vector<std::string>& command, const std::string& directory,
-                        std::map<std::string, std::string> environment = {}) {
-    std::vector<std::string> argv = {
-        launcher_, "build", "--coordinator", cluster_->address(), "--nvcc", nvcc_, "--"};
+                        std::map<std::string, std::string> environment = {},
+                        const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> argv = {launcher_,           "build",  "--coordinator",
+                                     cluster_->address(), "--nvcc", nvcc_};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("--");
     argv.insert(argv.end(), command.begin(), command.end());
     return Run(argv, directory, std::move(environment));
   }
@@ -243,18 +246,33 @@ class LocalCompilerWatch {
   const std::set<std::string>& local_cicc() const { return local_cicc_; }
 
  private:
+  // Whether `pid` runs under one of the workers, judged by its own chain of
+  // parents at the moment (a snapshot of the workers' trees races new
+  // processes).
+  bool OnWorker(pid_t pid) const {
+    for (const testing::ProcessId& parent : testing::AncestorsOf(pid)) {
+      if (std::find(workers_.begin(), workers_.end(), parent.pid) != workers_.end()) return true;
+    }
+    return false;
+  }
+
   void Watch() {
     while (!stop_) {
-      std::set<pid_t> remote;
-      for (pid_t worker : workers_) {
-        for (const testing::ProcessId& p : testing::DescendantsOf(worker)) remote.insert(p.pid);
-      }
       int local_nvcc = 0;
       for (const testing::ProcessId& p : testing::DescendantsOf(1)) {
-        bool on_worker = remote.count(p.pid) > 0;
+        if (p.command != "nvcc" && p.command != "cicc") continue;
+        const bool on_worker = OnWorker(p.pid);
         if (p.command == "nvcc" && !on_worker) ++local_nvcc;
-        if (p.command == "cicc" && !on_worker) local_cicc_.insert(absl::StrCat(p.pid));
         if (p.command == "cicc" && on_worker) ++remote_cicc_;
+        if (p.command == "cicc" && !on_worker) {
+          absl::StatusOr<std::string> line = ReadFile(absl::StrCat("/proc/", p.pid, "/cmdline"));
+          std::string parents;
+          for (const testing::ProcessId& q : testing::AncestorsOf(p.pid)) {
+            absl::StrAppend(&parents, " <- ", q.command, " (", q.pid, ")");
+          }
+          local_cicc_.insert(
+              absl::StrCat(p.pid, parents, ": ", line.ok() ? line->substr(0, 200) : "?"));
+        }
       }
       most_local_nvcc_ = std::max(most_local_nvcc_.load(), local_nvcc);
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -313,7 +331,9 @@ TEST_F(LauncherTest, ACMakeProjectBuildsThroughTheLauncherWithNoCiccHere) {
   EXPECT_TRUE(watch.local_cicc().empty())
       << "cicc ran on this machine: " << absl::StrJoin(watch.local_cicc(), ", ");
   EXPECT_GT(watch.remote_cicc_seen(), 0) << "the watch never saw the workers compile";
-  // Local nvcc front ends: the throttled include scans (and a link).
+  // Local nvcc front ends: the include scans, at most one per core. One
+  // pass over /proc is not an instant: a scan that ends while the pass runs
+  // and the one that starts after it can both be counted.
   EXPECT_LE(watch.most_local_nvcc(), UsableCores() + 1);
   std::cout << "ninja -j 64 on 2 one-slot workers: at most " << watch.most_local_nvcc()
             << " nvcc front ends here at once, no cicc here" << std::endl;
@@ -395,15 +415,65 @@ TEST_F(LauncherTest, CtrlCOfTheCommandLeavesNothingRunningHereOrOnTheWorkers) {
   EXPECT_THAT((*session)->Log(), HasSubstr("Ctrl-C: cancelling the build"));
 }
 
+// The seeds' trap: a build for sm_100 alone (TORCH_CUDA_ARCH_LIST=10.0) on a
+// machine whose GPUs are RTX PRO 6000 Blackwell (sm_120). A fake nvidia-smi
+// stands in for the GPUs.
+TEST_F(LauncherTest, TargetsNoLocalGpuCanLoadAreWarnedAboutOrRefused) {
+  ASSERT_TRUE(WriteFileAtomically(root_ + "/gpus/nvidia-smi",
+                                  "#!/bin/sh\necho 'NVIDIA RTX PRO 6000 Blackwell Server Edition, "
+                                  "12.0'\n")
+                  .ok());
+  fs::permissions(root_ + "/gpus/nvidia-smi", fs::perms::owner_all);
+  std::map<std::string, std::string> with_gpus = {
+      {"PATH", root_ + "/gpus:" + std::string(std::getenv("PATH"))}};
+  auto compile = [&](const std::string& code) {
+    return std::vector<std::string>{
+        launcher_, nvcc_,      "-Iinclude", "-gencode", "arch=compute_100,code=" + code,
+        "-c",      "src/k.cu", "-o",        "obj/k.o"};
+  };
+  ProcessResult warned = Session(compile("sm_100"), proj_, with_gpus);
+  ASSERT_EQ(warned.exit_code, 0) << warned.stderr_text;
+  EXPECT_THAT(warned.stderr_text,
+              HasSubstr("warning: NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120) cannot "
+                        "load what this build makes (sm_100 cubin): add sm_120"));
+  EXPECT_THAT(warned.stderr_text, HasSubstr("TORCH_CUDA_ARCH_LIST with 12.0"));
+  // PTX of 10.0 is compiled by the driver of a 12.0 GPU: no warning.
+  ProcessResult with_ptx = Session(compile("[sm_100,compute_100]"), proj_, with_gpus);
+  ASSERT_EQ(with_ptx.exit_code, 0) << with_ptx.stderr_text;
+  EXPECT_THAT(with_ptx.stderr_text, Not(HasSubstr("cannot load")));
+  // --strict-arch with the GPUs named: the compile is refused, nothing runs.
+  fs::remove(proj_ + "/obj/k.o");
+  ProcessResult refused = Session(compile("sm_100"), proj_, std::map<std::string, std::string>(),
+                                  {"--target-gpus", "sm_120", "--strict-arch"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.stderr_text, HasSubstr("sm_120 cannot load what this build makes"));
+  EXPECT_THAT(refused.stderr_text, HasSubstr("--strict-arch: nothing is compiled"));
+  EXPECT_THAT(refused.stderr_text, HasSubstr("0 on the cluster"));
+  EXPECT_FALSE(fs::exists(proj_ + "/obj/k.o"));
+  // A manifest build is refused before anything is scanned or sent.
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/kernels.toml",
+                                  "[build]\noutput = \"libk.so\"\narchs = [\"sm_100\"]\n"
+                                  "flags = [\"-Iinclude\"]\nsources = [\"src/k.cu\"]\n")
+                  .ok());
+  ProcessResult manifest =
+      Run({launcher_, "build", "kernels.toml", "--coordinator", cluster_->address(), "-o",
+           root_ + "/mout", "--nvcc", nvcc_, "--target-gpus", "sm_120", "--strict-arch"},
+          proj_);
+  EXPECT_EQ(manifest.exit_code, 2);
+  EXPECT_THAT(manifest.stderr_text, HasSubstr("unit k: sm_120 cannot load"));
+  EXPECT_THAT(manifest.stdout_text, Not(HasSubstr("units on")));
+}
+
 // A real PyTorch C++/CUDA extension built by its own setup.py (PyTorch's
 // cpp_extension writes build.ninja and runs ninja with MAX_JOBS): every .cu
 // compiles on a worker, and the module imports.
 TEST_F(LauncherTest, APyTorchExtensionBuildsWithItsOwnSetupPyOnTheWorkers) {
-  const char* python = std::getenv("DISTCC_TORCH_PYTHON");
-  if (python == nullptr || *python == '\0') {
+  const char* named = std::getenv("DISTCC_TORCH_PYTHON");
+  if (named == nullptr || *named == '\0') {
     GTEST_SKIP() << "needs DISTCC_TORCH_PYTHON, a python with torch (scripts/test installs one "
                     "under build/torch-venv; see the reason it printed if it could not)";
   }
+  const std::string python = fs::absolute(named).string();
   const std::string ext = proj_ + "/ext";
   ASSERT_TRUE(WriteFileAtomically(ext + "/setup.py", R"(import os
 from setuptools import setup

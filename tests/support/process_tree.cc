@@ -75,6 +75,16 @@ std::vector<ProcessId> DescendantsOf(pid_t ancestor) {
   return found;
 }
 
+std::vector<ProcessId> AncestorsOf(pid_t pid) {
+  std::vector<ProcessId> chain;
+  std::optional<Stat> stat = ReadStat(pid);
+  while (stat && stat->parent > 1 && chain.size() < 64) {
+    stat = ReadStat(stat->parent);
+    if (stat) chain.push_back(stat->id);
+  }
+  return chain;
+}
+
 std::vector<ProcessId> StillRunning(const std::vector<ProcessId>& processes) {
   std::vector<ProcessId> running;
   for (const ProcessId& process : processes) {

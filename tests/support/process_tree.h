@@ -21,6 +21,9 @@ struct ProcessId {
 // Every process below `ancestor` (children, their children, ...).
 std::vector<ProcessId> DescendantsOf(pid_t ancestor);
 
+// The parent of `pid`, its parent, ... up to process 1 (for messages).
+std::vector<ProcessId> AncestorsOf(pid_t pid);
+
 // The processes of `processes` that still run (zombies do not count).
 std::vector<ProcessId> StillRunning(const std::vector<ProcessId>& processes);
 
