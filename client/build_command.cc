@@ -20,6 +20,7 @@
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
 #include "client/link_step.h"
+#include "client/trace.h"
 #include "client/unit_request.h"
 #include "client/verify.h"
 #include "common/byte_size.h"
@@ -417,6 +418,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   CasClient cas(v1::ContentStore::NewStub(channel));
   ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
   absl::Duration upload_time = absl::Now() - upload_start;
+  BuildTrace trace;
+  trace.Add("this machine", absl::StrCat("scan (", plan.units.size() + plan.sets.size(), ")"),
+            "scan", scan_start, scan_start + scan_time);
+  trace.Add("this machine", absl::StrCat("upload (", uploaded, " files)"), "upload", upload_start,
+            upload_start + upload_time);
   out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " (" << uploaded
       << " uploaded), scanned in " << Seconds(scan_time) << "\n";
 
@@ -471,7 +477,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   int came_back_cached = 0;
   int compiled_again = 0;
   grpc::Status status;
+  std::map<std::string, absl::Time> started_at;  // for --trace
+  absl::Time submitted_at;
   for (;;) {
+    submitted_at = absl::Now();
     grpc::ClientContext context;
     {
       absl::MutexLock lock(&stream_mu);
@@ -495,6 +504,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
             << ": " << split.reason() << "\n";
       } else if (event.has_unit_started()) {
         started.insert(event.unit_started().unit_name());
+        started_at[event.unit_started().unit_name()] = absl::Now();
       } else if (event.has_unit_requeued()) {
         started.erase(event.unit_requeued().unit_name());
         out << "  re-queued " << event.unit_requeued().unit_name() << ": "
@@ -509,6 +519,20 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         }
         have.insert(done.unit_name());
         const v1::TaskResult& result = done.result();
+        const absl::Time finished_at = absl::Now();
+        {
+          auto it = started_at.find(done.unit_name());
+          const absl::Time began = it == started_at.end() ? absl::InfinitePast() : it->second;
+          trace.Add("coordinator queue", done.unit_name(), "queue", submitted_at,
+                    done.cached() || began == absl::InfinitePast() ? finished_at : began);
+          if (!done.cached()) {
+            trace.Add("worker " + result.worker_name(), done.unit_name(), "compile", began,
+                      finished_at,
+                      {{"peak memory", FormatByteSize(result.peak_memory_bytes())},
+                       {"predicted peak", FormatByteSize(done.predicted_peak_bytes())},
+                       {"nvcc wall time", Seconds(absl::Milliseconds(result.wall_time_ms()))}});
+          }
+        }
         UnitReport report{done.unit_name(),
                           result.worker_name(),
                           done.cached(),
@@ -584,6 +608,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
           continue;
         }
         not_downloaded.erase(done.unit_name());
+        trace.Add("this machine", done.unit_name(), "download", finished_at, absl::Now());
         local_objects[done.unit_name()] = local;
         returned.push_back(UnitToVerify{
             done.unit(), done.cached() ? result.worker_name() + ", cached" : result.worker_name(),
@@ -763,6 +788,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                                            "the same command again (every unit will be cached)"));
   }
   absl::Duration link_time = absl::Now() - link_start;
+  trace.Add("this machine", "link", "link", link_start, absl::Now());
 
   std::vector<std::string> worker_counts;
   for (const auto& [worker, count] : per_worker) {
@@ -792,6 +818,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   if (!verified.empty()) out << "  verify    " << verified << "\n";
   out << "  link      " << DescribeLink(link.argv, objects) << "\n";
   out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
+  if (!options.trace_path.empty()) {
+    RETURN_IF_ERROR(Annotate(trace.Write(options.trace_path), "--trace"));
+    out << "  trace     " << options.trace_path << " (open it in ui.perfetto.dev)\n";
+  }
   return absl::OkStatus();
 }
 

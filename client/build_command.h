@@ -46,6 +46,8 @@ struct BuildOptions {
   // The cluster's CA and this client's certificate (role client) for the
   // coordinator at coordinator_address; the embedded default never uses it.
   std::optional<TlsMaterial> tls;
+  // --trace: where to write the build's timeline (BuildTrace); empty: none.
+  std::string trace_path;
   // The GPUs that will load the result (--target-gpus, or this machine's):
   // a unit none of whose images one of them can load is warned about before
   // anything compiles, or refused with `strict_arch`.

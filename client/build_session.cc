@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -20,7 +21,9 @@
 #include "absl/synchronization/notification.h"
 #include "client/embedded_cluster.h"
 #include "client/launcher.h"
+#include "client/progress.h"
 #include "client/remote_compile.h"
+#include "client/trace.h"
 #include "common/byte_size.h"
 #include "common/files.h"
 #include "common/host_resources.h"
@@ -54,13 +57,14 @@ struct SessionTally {
 // Serves the launcher calls of one command.
 class Session final : public v1::LauncherSession::Service {
  public:
-  Session(RemoteCompiler& compiler, ArchCheck& arch, const CancelToken* cancel, bool fallback_local,
-          std::ostream& out)
+  Session(RemoteCompiler& compiler, ArchCheck& arch, BuildTrace& trace, const CancelToken* cancel,
+          bool fallback_local, ProgressDisplay& display)
       : compiler_(compiler),
         arch_(arch),
+        trace_(trace),
         cancel_(cancel),
         fallback_local_(fallback_local),
-        out_(out) {}
+        display_(display) {}
 
   grpc::Status Compile(grpc::ServerContext* context, const v1::LauncherCompileRequest* request,
                        v1::LauncherCompileReply* reply) override {
@@ -79,16 +83,15 @@ class Session final : public v1::LauncherSession::Service {
       absl::MutexLock lock(&mu_);
       if (!warnings.ok()) {
         ++tally_.errors;
-        out_ << "distcc-cuda: error  " << decision.plan.name << ": " << warnings.status().message()
-             << "\n"
-             << std::flush;
+        display_.Print(absl::StrCat("distcc-cuda: error  ", decision.plan.name, ": ",
+                                    warnings.status().message(), "\n"));
         reply->set_exit_code(2);
         reply->set_stderr_text(absl::StrCat("distcc-cuda: ", decision.plan.source, ": ",
                                             warnings.status().message(), "\n"));
         return grpc::Status::OK;
       }
       for (const std::string& warning : *warnings) {
-        out_ << "distcc-cuda: warning: " << warning << "\n" << std::flush;
+        display_.Print(absl::StrCat("distcc-cuda: warning: ", warning, "\n"));
       }
     }
     if (decision.remote) {
@@ -129,17 +132,29 @@ class Session final : public v1::LauncherSession::Service {
     if (decision.remote) --tally_.running;
     if (outcome.reply.run_locally()) {
       ++tally_.here[outcome.reply.reason()];
-      out_ << "distcc-cuda: here   " << decision.what << ": " << outcome.reply.reason() << "\n"
-           << std::flush;
+      display_.Print(
+          absl::StrCat("distcc-cuda: here   ", decision.what, ": ", outcome.reply.reason(), "\n"));
       return;
     }
     if (!outcome.remote) {
       ++tally_.errors;
-      out_ << "distcc-cuda: error  " << decision.plan.name << ": " << outcome.cluster_error << "\n"
-           << std::flush;
+      display_.Print(absl::StrCat("distcc-cuda: error  ", decision.plan.name, ": ",
+                                  outcome.cluster_error, "\n"));
       return;
     }
     const RemoteCompileResult& result = *outcome.remote;
+    const std::string& name = decision.plan.name;
+    trace_.Add("this machine", name, "scan", result.asked, result.scanned);
+    trace_.Add("this machine", name, "upload", result.scanned, result.uploaded);
+    trace_.Add("coordinator queue", name, "queue", result.uploaded,
+               result.cached ? result.finished : result.started);
+    trace_.Add("worker " + result.worker, name, "compile", result.started, result.finished,
+               {{"peak memory", FormatByteSize(result.peak_bytes)},
+                {"predicted peak", FormatByteSize(result.predicted_bytes)},
+                {"nvcc wall time", absl::StrFormat("%.1f s", result.wall_ms / 1000.0)},
+                {"nvcc exit code", std::to_string(result.exit_code)}});
+    trace_.Add("this machine", name, result.cached ? "download (cached)" : "download",
+               result.finished, result.downloaded);
     tally_.toolchain = result.toolchain;
     if (result.cached) {
       ++tally_.cached;
@@ -154,26 +169,27 @@ class Session final : public v1::LauncherSession::Service {
     }
     if (result.exit_code != 0) ++tally_.failed;
     int done = tally_.remote + tally_.cached;
-    out_ << absl::StrFormat(
-                "distcc-cuda: [%d done, %d on the cluster] %-40s %s", done, tally_.running,
-                decision.plan.name,
-                result.cached
-                    ? std::string("cached")
-                    : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s)%s", result.worker,
-                                      result.wall_ms / 1000.0, FormatByteSize(result.peak_bytes),
-                                      FormatByteSize(result.predicted_bytes),
-                                      result.exit_code != 0
-                                          ? absl::StrCat("  nvcc exit code ", result.exit_code)
-                                          : ""))
-         << "\n"
-         << std::flush;
+    display_.Print(absl::StrCat(
+        absl::StrFormat(
+            "distcc-cuda: [%d done, %d on the cluster] %-40s %s", done, tally_.running,
+            decision.plan.name,
+            result.cached
+                ? std::string("cached")
+                : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s)%s", result.worker,
+                                  result.wall_ms / 1000.0, FormatByteSize(result.peak_bytes),
+                                  FormatByteSize(result.predicted_bytes),
+                                  result.exit_code != 0
+                                      ? absl::StrCat("  nvcc exit code ", result.exit_code)
+                                      : "")),
+        "\n"));
   }
 
   RemoteCompiler& compiler_;
   ArchCheck& arch_;
+  BuildTrace& trace_;
   const CancelToken* cancel_;
   bool fallback_local_;
-  std::ostream& out_;
+  ProgressDisplay& display_;
   absl::Mutex mu_;
   SessionTally tally_ ABSL_GUARDED_BY(mu_);
 };
@@ -200,11 +216,12 @@ int ClusterSlots(const std::shared_ptr<grpc::Channel>& channel) {
   return slots;
 }
 
-// Starts the command with `environment` added; its stdin, stdout and stderr
-// are ours. The child gets the signals this process blocks (Ctrl-C) back.
+// Starts the command with `environment` added; its stdin is ours, and so are
+// its stdout and stderr unless `out_fd` / `err_fd` name others. The child
+// gets the signals this process blocks (Ctrl-C) back.
 absl::StatusOr<pid_t> StartCommand(
     const std::vector<std::string>& command,
-    const std::vector<std::pair<std::string, std::string>>& environment) {
+    const std::vector<std::pair<std::string, std::string>>& environment, int out_fd, int err_fd) {
   std::vector<char*> argv;
   for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
   argv.push_back(nullptr);
@@ -216,6 +233,8 @@ absl::StatusOr<pid_t> StartCommand(
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
+    if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
     for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
     execvp(argv[0], argv.data());
     int error = errno;
@@ -231,6 +250,42 @@ absl::StatusOr<pid_t> StartCommand(
     return absl::NotFoundError(absl::StrCat("cannot run ", command[0], ": ", strerror(error)));
   }
   return pid;
+}
+
+// Copies what the command writes to `fd` through `display`, whole lines at
+// a time, until the pipe closes or, once `ended`, stays quiet for 100 ms (a
+// grandchild that keeps it open does not hold the build).
+void ForwardLines(int fd, ProgressDisplay& display, bool to_stdout,
+                  const absl::Notification& ended) {
+  std::string pending;
+  char buffer[64 * 1024];
+  auto emit = [&](const std::string& text) {
+    if (to_stdout) {
+      display.PrintOut(text);
+    } else {
+      display.Print(text);
+    }
+  };
+  for (;;) {
+    pollfd ready{fd, POLLIN, 0};
+    int polled = poll(&ready, 1, 100);
+    if (polled > 0) {
+      ssize_t got = read(fd, buffer, sizeof(buffer));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      pending.append(buffer, static_cast<size_t>(got));
+      size_t last = pending.rfind('\n');
+      if (last != std::string::npos) {
+        emit(pending.substr(0, last + 1));
+        pending.erase(0, last + 1);
+      }
+      continue;
+    }
+    if (polled < 0 && errno != EINTR) break;
+    if (ended.HasBeenNotified()) break;
+  }
+  if (!pending.empty()) emit(pending + "\n");
+  close(fd);
 }
 
 std::string DescribeWaitStatus(int status) {
@@ -295,10 +350,14 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
 
   RemoteCompiler compiler(channel, address, UsableCores());
   ArchCheck arch(options.target_gpus, options.strict_arch);
-  Session session(compiler, arch, options.cancel,
+  BuildTrace trace;
+  // On a terminal, one status line at the bottom; the command's output then
+  // comes through here, above it.
+  ProgressDisplay display(out, std::cout, IsLiveTerminal(STDERR_FILENO));
+  Session session(compiler, arch, trace, options.cancel,
                   std::getenv("DISTCC_CUDA_FALLBACK") != nullptr &&
                       std::string(std::getenv("DISTCC_CUDA_FALLBACK")) == "local",
-                  out);
+                  display);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(session_address, grpc::InsecureServerCredentials());
   builder.RegisterService(&session);
@@ -313,13 +372,46 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       << "` with the launcher (PYTORCH_NVCC, CMAKE_CUDA_COMPILER_LAUNCHER; MAX_JOBS=" << max_jobs
       << " so that the cluster's " << slots << " slots and memory admission decide what runs)\n"
       << std::flush;
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  if (display.live() && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
+    server->Shutdown();
+    return absl::InternalError(absl::StrCat("pipe2 failed: ", strerror(errno)));
+  }
   absl::StatusOr<pid_t> child = StartCommand(
       options.command,
-      SessionEnvironment(SelfPath(), options.nvcc_path, session_address, build_id, max_jobs));
+      SessionEnvironment(SelfPath(), options.nvcc_path, session_address, build_id, max_jobs),
+      out_pipe[1], err_pipe[1]);
+  for (int fd : {out_pipe[1], err_pipe[1]}) {
+    if (fd >= 0) close(fd);
+  }
   if (!child.ok()) {
+    for (int fd : {out_pipe[0], err_pipe[0]}) {
+      if (fd >= 0) close(fd);
+    }
     server->Shutdown();
     return child.status();
   }
+  absl::Notification child_ended;
+  std::vector<std::thread> forwarders;
+  if (display.live()) {
+    forwarders.emplace_back(ForwardLines, out_pipe[0], std::ref(display), true,
+                            std::cref(child_ended));
+    forwarders.emplace_back(ForwardLines, err_pipe[0], std::ref(display), false,
+                            std::cref(child_ended));
+  }
+  // The status line, from the coordinator's view of the cluster, each second.
+  std::thread status_line([&] {
+    if (!display.live()) return;
+    auto stub = v1::BuildService::NewStub(channel);
+    while (!child_ended.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      v1::ClusterStatus cluster;
+      if (!stub->GetClusterStatus(&context, {}, &cluster).ok()) continue;
+      SessionTally now = session.tally();
+      display.SetStatus(StatusLine(now.remote + now.cached, absl::Now() - start, cluster));
+    }
+  });
   // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it.
   absl::Notification ended;
   std::thread stop([&] {
@@ -335,7 +427,11 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   while (waitpid(*child, &status, 0) < 0 && errno == EINTR) {
   }
   ended.Notify();
+  child_ended.Notify();
   stop.join();
+  status_line.join();
+  for (std::thread& forwarder : forwarders) forwarder.join();
+  display.Finish();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 
   SessionTally tally = session.tally();
@@ -368,6 +464,13 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
         << " units peaked within their predicted reservation\n";
   }
   if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
+  if (!options.trace_path.empty()) {
+    absl::Status written = trace.Write(options.trace_path);
+    out << "  trace     "
+        << (written.ok() ? options.trace_path + " (open it in ui.perfetto.dev)"
+                         : std::string(written.message()))
+        << "\n";
+  }
   out << std::flush;
   return status;
 }

@@ -29,6 +29,8 @@ struct CommandBuildOptions {
   int embedded_slots = 0;            // 0: the usable cores
   bool embedded_sandbox = true;
   absl::Duration connect_timeout = absl::Seconds(5);
+  // --trace: where to write the session's timeline (BuildTrace); empty: none.
+  std::string trace_path;
   // The GPUs that will load what the command builds (BuildOptions').
   std::vector<TargetGpu> target_gpus;
   bool strict_arch = false;

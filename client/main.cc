@@ -68,6 +68,10 @@ ABSL_FLAG(std::string, target_gpus, "",
           "the GPUs that will load what you build, e.g. sm_120,sm_100 (default: this machine's, "
           "from nvidia-smi); a build none of whose images one of them can run is warned about "
           "before anything compiles");
+ABSL_FLAG(std::string, trace, "",
+          "write the build's timeline to this file as Chrome trace-event JSON (open it in "
+          "ui.perfetto.dev): a track per worker slot with each unit's queue and compile, its "
+          "peak memory, and this machine's scans, uploads and downloads");
 ABSL_FLAG(bool, strict_arch, false,
           "refuse to build (instead of warning) when a GPU of --target-gpus cannot load the "
           "build's targets");
@@ -213,6 +217,7 @@ int main(int argc, char** argv) {
     if (!gpus.ok()) return Fail(gpus.status());
     options.target_gpus = *gpus;
     options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+    options.trace_path = absl::GetFlag(FLAGS_trace);
     distcc_cuda::CancelToken cancel;
     const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
     options.cancel = &cancel;
@@ -241,6 +246,7 @@ int main(int argc, char** argv) {
     if (!gpus.ok()) return Fail(gpus.status());
     options.target_gpus = *gpus;
     options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+    options.trace_path = absl::GetFlag(FLAGS_trace);
     options.state_dir = StateDir();
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
     options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);

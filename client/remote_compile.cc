@@ -42,6 +42,8 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
                                                             const RemoteCompilePlan& plan,
                                                             const CancelToken* cancel) {
   const std::string& directory = call.working_directory;
+  RemoteCompileResult compiled;
+  compiled.asked = absl::Now();
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc));
   RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source));
 
@@ -72,6 +74,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
     ++scans_free_;
   }
   RETURN_IF_ERROR(scanned);
+  compiled.scanned = absl::Now();
   if (closure.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
   }
@@ -130,6 +133,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
     }
     return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
   }
+  compiled.uploaded = absl::Now();
 
   grpc::ClientContext context;
   absl::Notification done;
@@ -147,7 +151,10 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   std::optional<v1::BuildEvent::UnitFinished> finished;
   std::string failure;
   while (reader->Read(&event)) {
-    if (event.has_unit_finished()) {
+    if (event.has_unit_started()) {
+      compiled.started = absl::Now();
+    } else if (event.has_unit_finished()) {
+      compiled.finished = absl::Now();
       finished = event.unit_finished();
     } else if (event.has_finished() && !event.finished().success() && !finished) {
       failure = event.finished().message();
@@ -179,7 +186,6 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
                                            result.toolchain_digest().substr(0, 12), "], not ",
                                            DescribeToolchain(toolchain), "; not using it"));
   }
-  RemoteCompileResult compiled;
   compiled.exit_code = result.exit_code();
   compiled.stdout_text = result.stdout_text();
   compiled.stderr_text = result.stderr_text();
@@ -198,6 +204,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
                                         AbsolutePath(plan.output, directory));
   if (absl::IsUnavailable(got)) return unreachable(std::string(got.message()));
   RETURN_IF_ERROR(Annotate(got, "downloading the object of " + plan.source));
+  compiled.downloaded = absl::Now();
   return compiled;
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/launcher.h"
 #include "common/cancellation.h"
 #include "distcc_cuda/v1/build.pb.h"
@@ -32,6 +33,15 @@ struct RemoteCompileResult {
   int64_t peak_bytes = 0;
   int64_t predicted_bytes = 0;
   std::string toolchain;  // DescribeToolchain of the nvcc it compiled with
+  // When each step ended, for --trace: the call came, its includes were
+  // scanned, its inputs uploaded, a worker started it (InfinitePast when it
+  // came from the cache), it finished, its object was written here.
+  absl::Time asked = absl::InfinitePast();
+  absl::Time scanned = absl::InfinitePast();
+  absl::Time uploaded = absl::InfinitePast();
+  absl::Time started = absl::InfinitePast();
+  absl::Time finished = absl::InfinitePast();
+  absl::Time downloaded = absl::InfinitePast();
 };
 
 class RemoteCompiler {

@@ -973,6 +973,12 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
   status.set_active_builds(builds_.size());
   status.set_queued_units(queue_.size());
   status.set_running_units(tasks_.size());
+  absl::Duration queued_work;
+  for (const auto& [build_id, index] : queue_) {
+    auto build = builds_.find(build_id);
+    if (build != builds_.end()) queued_work += build->second.units[index].planned.demand.wall;
+  }
+  status.set_queued_predicted_wall_ms(absl::ToInt64Milliseconds(queued_work));
   for (const auto& [task_id, task] : tasks_) {
     auto build = builds_.find(task.build_id);
     if (build == builds_.end()) continue;
@@ -983,6 +989,8 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     running->set_reserved_bytes(task.reserved_bytes);
     running->set_predicted_peak_bytes(planned.demand.peak_bytes);
     running->set_prediction_source(planned.demand.source);
+    running->set_predicted_wall_ms(absl::ToInt64Milliseconds(planned.demand.wall));
+    running->set_elapsed_ms(absl::ToInt64Milliseconds(now - task.leased_at));
   }
   return status;
 }

@@ -24,6 +24,7 @@
 #include "common/files.h"
 #include "common/host_resources.h"
 #include "common/subprocess.h"
+#include "tests/support/chrome_trace.h"
 #include "tests/support/cuda_sources.h"
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/process_tree.h"
@@ -321,9 +322,24 @@ TEST_F(LauncherTest, ACMakeProjectBuildsThroughTheLauncherWithNoCiccHere) {
   std::vector<pid_t> workers;
   for (auto& worker : cluster_->workers()) workers.push_back(worker->pid());
   LocalCompilerWatch watch(workers);
-  ProcessResult build = Session({"ninja", "-C", "cm/build", "-j", "64"}, proj_);
+  ProcessResult build =
+      Session({"ninja", "-C", "cm/build", "-j", "64"}, proj_, std::map<std::string, std::string>(),
+              {"--trace", root_ + "/trace.json"});
   watch.Stop();
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  // The timeline: each unit scanned here, compiled on a worker's one slot.
+  absl::StatusOr<std::vector<testing::TraceSpan>> trace =
+      testing::ReadChromeTrace(root_ + "/trace.json");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<testing::TraceSpan> compiles = testing::SpansOf(*trace, "compile");
+  EXPECT_EQ(compiles.size(), static_cast<size_t>(units));
+  for (const testing::TraceSpan& span : compiles) {
+    EXPECT_THAT(span.place, ::testing::StartsWith("worker l-"));
+    EXPECT_EQ(span.track, 0) << span.name << " on a second track of one-slot " << span.place;
+    EXPECT_TRUE(span.args.count("peak memory")) << span.name;
+  }
+  EXPECT_EQ(testing::SpansOf(*trace, "scan").size(), static_cast<size_t>(units));
+  EXPECT_EQ(testing::SpansOf(*trace, "download").size(), static_cast<size_t>(units));
   EXPECT_THAT(build.stderr_text,
               HasSubstr(absl::StrCat(units, " on the cluster (", units, " compiled")));
   EXPECT_TRUE(fs::exists(proj_ + "/cm/build/app"));
@@ -413,6 +429,43 @@ TEST_F(LauncherTest, CtrlCOfTheCommandLeavesNothingRunningHereOrOnTheWorkers) {
             << absl::FormatDuration(all_gone) << std::endl;
   EXPECT_TRUE(WIFSIGNALED(*ended) && WTERMSIG(*ended) == SIGINT) << *ended;
   EXPECT_THAT((*session)->Log(), HasSubstr("Ctrl-C: cancelling the build"));
+}
+
+// On a terminal (here a pseudo-terminal from script(1)): one status line
+// redrawn in place at the bottom, the build tool's own lines and each
+// finished unit printed above it.
+TEST_F(LauncherTest, OnATerminalOneStatusLineIsRedrawnBelowTheBuildsLines) {
+  if (!Have("script") || !Have("make")) GTEST_SKIP() << "needs script (util-linux) and make";
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(
+        WriteFileAtomically(absl::StrCat(proj_, "/live/s", i, ".cu"), testing::SlowUnit(3 + i))
+            .ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/live/Makefile",
+                                  "all: s0.o s1.o\n%.o: %.cu\n\t$(NVCC) -gencode "
+                                  "arch=compute_100,code=sm_100 -c $< -o $@\n")
+                  .ok());
+  const std::string session =
+      absl::StrCat(launcher_, " build --coordinator ", cluster_->address(), " --nvcc ", nvcc_,
+                   " -- make -j8 NVCC='", launcher_, " nvcc'");
+  ProcessResult ran = Run({"script", "-qfec", session, root_ + "/typescript"}, proj_ + "/live",
+                          {{"TERM", "xterm"}});
+  ASSERT_EQ(ran.exit_code, 0) << ran.stdout_text << ran.stderr_text;
+  absl::StatusOr<std::string> screen = ReadFile(root_ + "/typescript");
+  ASSERT_TRUE(screen.ok());
+  EXPECT_THAT(*screen, HasSubstr("\r\033[Kdistcc-cuda: ")) << "no line redrawn in place";
+  EXPECT_THAT(*screen, ::testing::ContainsRegex("distcc-cuda: [0-9]+ done, [0-9]+ compiling, "
+                                                "[0-9]+ queued \\| .* of .* reserved \\| [0-9]+s"));
+  EXPECT_THAT(*screen, HasSubstr("nvcc -gencode arch=compute_100,code=sm_100 -c s0.cu -o s0.o"))
+      << "make's own lines come through";
+  EXPECT_THAT(*screen, HasSubstr("[2 done, 0 on the cluster]"));
+  EXPECT_THAT(*screen, HasSubstr("2 on the cluster (2 compiled, 0 cached, 0 failed)"));
+  // Not a terminal: plain lines, nothing redrawn.
+  ProcessResult plain = Session({"make", "-B", "-j8", "NVCC=" + launcher_ + " nvcc"},
+                                proj_ + "/live", {{"TERM", "xterm"}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.stderr_text;
+  EXPECT_THAT(plain.stderr_text, Not(HasSubstr("\033[K")));
+  EXPECT_THAT(plain.stderr_text, HasSubstr("2 on the cluster (0 compiled, 2 cached"));
 }
 
 // The seeds' trap: a build for sm_100 alone (TORCH_CUDA_ARCH_LIST=10.0) on a

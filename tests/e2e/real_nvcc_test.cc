@@ -28,6 +28,7 @@
 #include "common/subprocess.h"
 #include "common/toolchain.h"
 #include "tests/support/background_process.h"
+#include "tests/support/chrome_trace.h"
 #include "tests/support/cuda_sources.h"
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/process_tree.h"
@@ -122,11 +123,31 @@ std::string DynamicSection(const std::string& library) {
 
 TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
   std::string out = root_ + "/out";
-  ProcessResult build = Client({"build", testing::SourceDir() + "/examples/attention/kernels.toml",
-                                "--coordinator", address_, "-o", out});
+  ProcessResult build =
+      Client({"build", testing::SourceDir() + "/examples/attention/kernels.toml", "--coordinator",
+              address_, "-o", out, "--trace", root_ + "/trace.json"});
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
   EXPECT_THAT(build.stdout_text, HasSubstr("units     25 (25 compiled, 0 cached, 0 failed)"));
   EXPECT_THAT(build.stdout_text, HasSubstr("workers   2 (e2e-a: "));
+
+  // The timeline: every unit's compile on a worker's one slot (one track:
+  // a one-slot worker never ran two at once), with its peak memory.
+  absl::StatusOr<std::vector<testing::TraceSpan>> trace =
+      testing::ReadChromeTrace(root_ + "/trace.json");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<testing::TraceSpan> compiles = testing::SpansOf(*trace, "compile");
+  EXPECT_EQ(compiles.size(), 25u);
+  std::set<std::string> places;
+  for (const testing::TraceSpan& span : compiles) {
+    places.insert(span.place);
+    EXPECT_EQ(span.track, 0) << span.name << " on a second track of " << span.place;
+    ASSERT_TRUE(span.args.count("peak memory")) << span.name;
+    EXPECT_THAT(span.args.at("peak memory"), ::testing::EndsWith("iB")) << span.name;
+  }
+  EXPECT_EQ(places, (std::set<std::string>{"worker e2e-a", "worker e2e-b"}));
+  EXPECT_EQ(testing::SpansOf(*trace, "queue").size(), 25u);
+  EXPECT_EQ(testing::SpansOf(*trace, "download").size(), 25u);
+  EXPECT_EQ(testing::SpansOf(*trace, "link").size(), 1u);
 
   std::string library = out + "/libattention_sm100.so";
   ProcessResult inspect = Client({"inspect", library});
