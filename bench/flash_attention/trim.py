@@ -61,9 +61,11 @@ switch.write_text(s)
 #include <cuda_runtime_api.h>
 #include "src/flash.h"
 #include "cutlass/numeric_types.h"
+namespace FLASH_NAMESPACE {
 template <> void run_mha_bwd_<cutlass::half_t, 64, false>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
 template <> void run_mha_bwd_<cutlass::half_t, 64, true>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
 template <> void run_mha_bwd_<cutlass::bfloat16_t, 64, false>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
 template <> void run_mha_bwd_<cutlass::bfloat16_t, 64, true>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
+}  // namespace FLASH_NAMESPACE
 """)
 print(f"kept {len(kept)} sources: " + ", ".join(pathlib.Path(k).name for k in kept))
