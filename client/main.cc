@@ -223,7 +223,22 @@ int main(int argc, char** argv) {
     options.cancel = &cancel;
     absl::StatusOr<int> status = distcc_cuda::client::RunCommandBuild(options, std::cerr);
     if (!status.ok()) return Fail(status.status());
-    if (cancelled_by != 0) distcc_cuda::ExitBySignal(cancelled_by);
+    // A Ctrl-C reaches the command and this process at once; the command may
+    // end before the signal thread has noted it. Die of it all the same.
+    int interrupted = cancelled_by;
+    const bool looks_interrupted =
+        (WIFSIGNALED(*status) && (WTERMSIG(*status) == SIGINT || WTERMSIG(*status) == SIGTERM)) ||
+        (WIFEXITED(*status) &&
+         (WEXITSTATUS(*status) == 128 + SIGINT || WEXITSTATUS(*status) == 128 + SIGTERM));
+    for (int i = 0; interrupted == 0 && looks_interrupted && i < 50; ++i) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGINT)) interrupted = SIGINT;
+      if (sigismember(&pending, SIGTERM)) interrupted = SIGTERM;
+      if (interrupted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (interrupted == 0) interrupted = cancelled_by;
+    }
+    if (interrupted != 0) distcc_cuda::ExitBySignal(interrupted);
     if (WIFSIGNALED(*status)) distcc_cuda::ExitBySignal(WTERMSIG(*status));
     return WIFEXITED(*status) ? WEXITSTATUS(*status) : 1;
   }
