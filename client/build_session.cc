@@ -199,12 +199,6 @@ std::string RandomId() {
   return absl::StrFormat("%08x%08x", random(), random());
 }
 
-std::string SelfPath() {
-  std::error_code error;
-  fs::path self = fs::read_symlink("/proc/self/exe", error);
-  return error ? "distcc-cuda" : self.string();
-}
-
 // The total slots of the workers the coordinator knows; 0 if it cannot say.
 int ClusterSlots(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ClientContext context;
@@ -377,10 +371,11 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
     server->Shutdown();
     return absl::InternalError(absl::StrCat("pipe2 failed: ", strerror(errno)));
   }
-  absl::StatusOr<pid_t> child = StartCommand(
-      options.command,
-      SessionEnvironment(SelfPath(), options.nvcc_path, session_address, build_id, max_jobs),
-      out_pipe[1], err_pipe[1]);
+  absl::StatusOr<pid_t> child =
+      StartCommand(options.command,
+                   SessionEnvironment(LauncherPath().empty() ? "distcc-cuda" : LauncherPath(),
+                                      options.nvcc_path, session_address, build_id, max_jobs),
+                   out_pipe[1], err_pipe[1]);
   for (int fd : {out_pipe[1], err_pipe[1]}) {
     if (fd >= 0) close(fd);
   }

@@ -39,12 +39,6 @@ std::string UnitNameFor(const std::string& source) {
   return name;
 }
 
-std::string SelfPath() {
-  std::error_code error;
-  fs::path self = fs::read_symlink("/proc/self/exe", error);
-  return error ? "" : self.string();
-}
-
 // A name for a call in messages, before (or without) parsing it.
 std::string WhatIsCompiled(const std::vector<std::string>& arguments) {
   std::string output;
@@ -149,6 +143,12 @@ LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments)
   return decision;
 }
 
+std::string LauncherPath() {
+  std::error_code error;
+  fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? "" : self.string();
+}
+
 bool LooksLikeNvcc(const std::string& word) { return fs::path(word).filename() == "nvcc"; }
 
 absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word) {
@@ -160,7 +160,7 @@ absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word) {
     return path;
   }
   std::error_code error;
-  const fs::path self = fs::canonical(SelfPath(), error);
+  const fs::path self = fs::canonical(LauncherPath(), error);
   std::vector<std::string> looked;
   for (absl::string_view folder : absl::StrSplit(Env("PATH"), ':', absl::SkipEmpty())) {
     std::string candidate = absl::StrCat(folder, "/", word);

@@ -47,6 +47,10 @@ struct LauncherDecision {
 // Decides from the arguments alone; nothing runs.
 LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments);
 
+// This program's absolute path (the launcher a session hands its command);
+// "" when /proc/self/exe cannot be read.
+std::string LauncherPath();
+
 // True when argv[1] of `distcc-cuda` names a compiler rather than one of
 // its commands: "nvcc", or a path whose file name is nvcc.
 bool LooksLikeNvcc(const std::string& word);
