@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -14,12 +15,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/compile_commands.h"
 #include "client/dependency_scan.h"
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
 #include "client/link_step.h"
+#include "client/scan_cache.h"
 #include "client/trace.h"
 #include "client/unit_request.h"
 #include "client/verify.h"
@@ -111,13 +114,20 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
     ASSIGN_OR_RETURN(plan.link, ParseLinkCommand(options.link_command));
   }
   std::set<std::string> names;
+  std::map<std::string, int> next_number;
   for (const CompileCommand& command : commands) {
     ASSIGN_OR_RETURN(NvccCommand parsed,
                      ParseNvccCommand({command.arguments.begin() + 1, command.arguments.end()}));
     LocalUnit unit;
-    unit.name = fs::path(command.file).filename().string();
-    for (int n = 2; !names.insert(unit.name).second; ++n) {
-      unit.name = absl::StrCat(fs::path(command.file).filename().string(), ".", n);
+    // k.cu, k.cu.2, k.cu.3...: each name remembers its next number, so
+    // 10,000 entries of one file are named in one pass, not 10,000.
+    const std::string base = fs::path(command.file).filename().string();
+    unit.name = base;
+    if (!names.insert(base).second) {
+      int& n = next_number.try_emplace(base, 2).first->second;
+      do {
+        unit.name = absl::StrCat(base, ".", n++);
+      } while (!names.insert(unit.name).second);
     }
     unit.directory = command.directory;
     unit.flags = parsed.FlagArguments();
@@ -143,40 +153,47 @@ absl::Status CheckPlanBeforeScan(const LocalPlan& plan) {
   return absl::OkStatus();
 }
 
-// Scans every unit's and set's closure, several nvcc -M at a time.
-absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc) {
+// Scans every unit's and set's closure, one nvcc -M per usable core at a
+// time, answers from `cache` where nothing changed.
+absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc, ScanCache* cache) {
   std::vector<std::string> excluded = ExcludedPrefixes(nvcc);
   std::vector<std::function<absl::Status()>> jobs;
   for (LocalUnit& unit : plan.units) {
-    jobs.push_back([&unit, &nvcc, &excluded]() -> absl::Status {
-      ASSIGN_OR_RETURN(unit.closure,
-                       ScanInputClosure(nvcc, unit.directory, unit.flags, unit.source, excluded));
+    jobs.push_back([&unit, &nvcc, &excluded, cache]() -> absl::Status {
+      ASSIGN_OR_RETURN(unit.closure, ScanInputClosure(nvcc, unit.directory, unit.flags, unit.source,
+                                                      excluded, cache));
       return absl::OkStatus();
     });
   }
   for (LocalSet& set : plan.sets) {
-    jobs.push_back([&set, &nvcc, &excluded]() -> absl::Status {
+    jobs.push_back([&set, &nvcc, &excluded, cache]() -> absl::Status {
       for (const std::string& header : set.set.headers()) {
         ASSIGN_OR_RETURN(std::vector<std::string> files,
-                         ScanInputClosure(nvcc, set.directory, set.flags, header, excluded));
+                         ScanInputClosure(nvcc, set.directory, set.flags, header, excluded, cache));
         set.closure.insert(set.closure.end(), files.begin(), files.end());
       }
       return absl::OkStatus();
     });
   }
-  size_t parallel = std::max(1, UsableCores());
-  for (size_t begin = 0; begin < jobs.size(); begin += parallel) {
-    std::vector<std::future<absl::Status>> running;
-    for (size_t i = begin; i < std::min(jobs.size(), begin + parallel); ++i) {
-      running.push_back(std::async(std::launch::async, jobs[i]));
+  // Each core takes the next scan as soon as its last one ends (scans differ
+  // in length by tens of times), and all stop at the first error.
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  absl::Status first_error;
+  auto scan = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      absl::Status status = jobs[i]();
+      if (status.ok()) continue;
+      absl::MutexLock lock(&mu);
+      if (first_error.ok()) first_error = status;
+      next = jobs.size();
     }
-    absl::Status first_error;
-    for (auto& future : running) {
-      absl::Status status = future.get();
-      if (first_error.ok() && !status.ok()) first_error = status;
-    }
-    RETURN_IF_ERROR(first_error);
-  }
+  };
+  std::vector<std::thread> scanners;
+  const size_t parallel = std::min<size_t>(std::max(1, UsableCores()), jobs.size());
+  for (size_t i = 0; i < parallel; ++i) scanners.emplace_back(scan);
+  for (std::thread& scanner : scanners) scanner.join();
+  RETURN_IF_ERROR(first_error);
   for (const LocalUnit& unit : plan.units) {
     if (unit.closure.empty()) {
       return absl::InvalidArgumentError(
@@ -339,7 +356,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       ConnectToCoordinator(address, embedded.get(), options.tls, options.connect_timeout));
 
   absl::Time scan_start = absl::Now();
-  RETURN_IF_ERROR(ScanClosures(plan, options.nvcc_path));
+  ScanCache scan_cache(ScanCache::FolderFor(options.state_dir), toolchain.digest());
+  RETURN_IF_ERROR(ScanClosures(plan, options.nvcc_path, &scan_cache));
   std::vector<std::string> anchors;
   std::vector<std::string> excluded = ExcludedPrefixes(options.nvcc_path);
   for (const LocalUnit& unit : plan.units) {
@@ -424,7 +442,13 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   trace.Add("this machine", absl::StrCat("upload (", uploaded, " files)"), "upload", upload_start,
             upload_start + upload_time);
   out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " (" << uploaded
-      << " uploaded), scanned in " << Seconds(scan_time) << "\n";
+      << " uploaded), scanned in " << Seconds(scan_time);
+  scan_cache.Trim(kScanCacheBytes);
+  if (scan_cache.hits() > 0) {
+    out << " (" << scan_cache.hits() << " of " << scan_cache.hits() + scan_cache.misses()
+        << " scans unchanged since the last build, from the scan cache)";
+  }
+  out << "\n";
 
   if (options.cancel != nullptr && options.cancel->cancelled()) {
     out << "distcc-cuda: cancelled (" << options.cancel->reason() << ") before anything compiled\n";
@@ -504,7 +528,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
             << ": " << split.reason() << "\n";
       } else if (event.has_unit_started()) {
         started.insert(event.unit_started().unit_name());
-        started_at[event.unit_started().unit_name()] = absl::Now();
+        started_at[event.unit_started().unit_name()] =
+            CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
       } else if (event.has_unit_requeued()) {
         started.erase(event.unit_requeued().unit_name());
         out << "  re-queued " << event.unit_requeued().unit_name() << ": "
@@ -519,7 +544,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         }
         have.insert(done.unit_name());
         const v1::TaskResult& result = done.result();
-        const absl::Time finished_at = absl::Now();
+        const absl::Time finished_at = CoordinatorTimeOrNow(done.finished_unix_micros());
         {
           auto it = started_at.find(done.unit_name());
           const absl::Time began = it == started_at.end() ? absl::InfinitePast() : it->second;

@@ -23,6 +23,7 @@
 #include "client/launcher.h"
 #include "client/progress.h"
 #include "client/remote_compile.h"
+#include "client/scan_cache.h"
 #include "client/trace.h"
 #include "common/byte_size.h"
 #include "common/files.h"
@@ -51,6 +52,7 @@ struct SessionTally {
   int64_t largest_peak = 0;
   std::string largest_name;
   int within_prediction = 0;
+  int scans_cached = 0;  // includes from the scan cache: no nvcc -M ran
   std::string toolchain;
 };
 
@@ -156,6 +158,7 @@ class Session final : public v1::LauncherSession::Service {
     trace_.Add("this machine", name, result.cached ? "download (cached)" : "download",
                result.finished, result.downloaded);
     tally_.toolchain = result.toolchain;
+    if (result.scan_cached) ++tally_.scans_cached;
     if (result.cached) {
       ++tally_.cached;
     } else {
@@ -342,7 +345,7 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   } remove_folder{folder};
   const std::string session_address = "unix:" + folder + "/session";
 
-  RemoteCompiler compiler(channel, address, UsableCores());
+  RemoteCompiler compiler(channel, address, UsableCores(), ScanCache::FolderFor(options.state_dir));
   ArchCheck arch(options.target_gpus, options.strict_arch);
   BuildTrace trace;
   // On a terminal, one status line at the bottom; the command's output then
@@ -430,6 +433,7 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 
   SessionTally tally = session.tally();
+  ScanCache(ScanCache::FolderFor(options.state_dir), "").Trim(kScanCacheBytes);
   int here = 0;
   std::vector<std::string> reasons;
   for (const auto& [reason, count] : tally.here) {
@@ -444,6 +448,10 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       << DescribeWaitStatus(status) << " after " << Seconds(absl::Now() - start) << "\n";
   out << absl::StrFormat("  units     %d on the cluster (%d compiled, %d cached, %d failed)\n",
                          tally.remote + tally.cached, tally.remote, tally.cached, tally.failed);
+  if (tally.scans_cached > 0) {
+    out << "  scans     " << tally.scans_cached
+        << " include scans unchanged since the last build, from the scan cache\n";
+  }
   if (here > 0)
     out << "  here      " << here << " calls ran nvcc here: " << absl::StrJoin(reasons, "; ")
         << "\n";

@@ -8,6 +8,7 @@
 #include "common/files.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "common/toolchain.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
@@ -15,8 +16,11 @@ namespace fs = std::filesystem;
 std::vector<std::string> ExcludedPrefixes(const std::string& nvcc) {
   std::vector<std::string> prefixes = {"/usr/include/", "/usr/lib/", "/usr/local/include/",
                                        "/usr/lib64/"};
-  fs::path root = fs::path(nvcc).parent_path().parent_path();
-  prefixes.push_back(AbsolutePath(root.string()) + "/");
+  // The toolkit as named (/usr/local/cuda) and as it is on disk
+  // (/usr/local/cuda-13.0). A wrapper script's own folder is not a toolkit:
+  // only the toolkit it runs is left out.
+  fs::path root = fs::path(ToolkitNvccOf(nvcc)).parent_path().parent_path();
+  prefixes.push_back(root.string() + "/");
   std::error_code error;
   fs::path real = fs::canonical(root, error);
   if (!error) prefixes.push_back(real.string() + "/");
@@ -60,44 +64,72 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text) {
 
 namespace {
 
-// Runs nvcc's dependency pass; `rule` gets the make rule (stdout, or the
-// -MF file the arguments name).
-absl::StatusOr<std::vector<std::string>> RunScan(
-    const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
-    const std::string& source, const std::vector<std::string>& dependency_arguments,
-    const std::string& dependency_file, const std::vector<std::string>& excluded) {
-  ProcessSpec spec;
-  spec.argv = {nvcc};
-  spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
-  std::string extension = fs::path(source).extension().string();
-  if (extension != ".cu" && extension != ".cpp" && extension != ".cc" && extension != ".c") {
-    spec.argv.push_back("-x");
-    spec.argv.push_back("cu");
-  }
-  spec.argv.insert(spec.argv.end(), dependency_arguments.begin(), dependency_arguments.end());
-  spec.argv.push_back(source);
-  spec.working_directory = directory;
-  spec.timeout = absl::Minutes(5);
-  ASSIGN_OR_RETURN(ProcessResult result, RunProcess(spec));
-  if (result.exit_code != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("nvcc could not scan the includes of ", source,
-                                                   " (", DescribeTermination(result), "):\n",
-                                                   result.stderr_text));
-  }
-  std::string rule = result.stdout_text;
-  if (!dependency_file.empty()) {
-    ASSIGN_OR_RETURN(rule, ReadFile(AbsolutePath(dependency_file, directory)));
-  }
-  // Only the first rule: -MP adds an empty rule per header after it.
+// The files of a make rule's first target: -MP adds an empty rule per
+// header after it.
+std::vector<std::string> FirstRuleFiles(std::string rule) {
   for (size_t i = 0; i < rule.size(); ++i) {
     if (rule[i] == '\n' && (i == 0 || rule[i - 1] != '\\')) {
       rule.resize(i + 1);
       break;
     }
   }
+  return ParseMakeDependencies(rule);
+}
+
+// Runs nvcc's dependency pass; the answer's files are the first rule's
+// (from stdout, or from the -MF file the arguments name).
+absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question,
+                                   const std::string& dependency_file) {
+  ProcessSpec spec;
+  spec.argv = {question.nvcc};
+  spec.argv.insert(spec.argv.end(), question.flags.begin(), question.flags.end());
+  std::string extension = fs::path(question.source).extension().string();
+  if (extension != ".cu" && extension != ".cpp" && extension != ".cc" && extension != ".c") {
+    spec.argv.push_back("-x");
+    spec.argv.push_back("cu");
+  }
+  spec.argv.insert(spec.argv.end(), question.dependency_arguments.begin(),
+                   question.dependency_arguments.end());
+  spec.argv.push_back(question.source);
+  spec.working_directory = question.directory;
+  spec.timeout = absl::Minutes(5);
+  ASSIGN_OR_RETURN(ProcessResult result, RunProcess(spec));
+  if (result.exit_code != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nvcc could not scan the includes of ", question.source, " (",
+                     DescribeTermination(result), "):\n", result.stderr_text));
+  }
+  ScanAnswer answer;
+  if (dependency_file.empty()) {
+    answer.files = FirstRuleFiles(result.stdout_text);
+  } else {
+    ASSIGN_OR_RETURN(answer.dependency_text,
+                     ReadFile(AbsolutePath(dependency_file, question.directory)));
+    answer.files = FirstRuleFiles(answer.dependency_text);
+  }
+  return answer;
+}
+
+// The answer from `cache` when it holds it (writing the dependency file as
+// nvcc would have), else from nvcc, remembered in `cache`; then the files
+// outside `excluded`, absolute.
+absl::StatusOr<std::vector<std::string>> Scan(const ScanQuestion& question,
+                                              const std::string& dependency_file,
+                                              const std::vector<std::string>& excluded,
+                                              ScanCache* cache) {
+  std::optional<ScanAnswer> answer = cache ? cache->Find(question) : std::nullopt;
+  if (answer.has_value() && !dependency_file.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(AbsolutePath(dependency_file, question.directory),
+                                        answer->dependency_text));
+  }
+  if (!answer.has_value()) {
+    const absl::Time began = absl::Now();
+    ASSIGN_OR_RETURN(answer, RunScan(question, dependency_file));
+    if (cache) cache->Remember(question, *answer, began);
+  }
   std::vector<std::string> files;
-  for (const std::string& file : ParseMakeDependencies(rule)) {
-    std::string absolute = AbsolutePath(file, directory);
+  for (const std::string& file : answer->files) {
+    std::string absolute = AbsolutePath(file, question.directory);
     bool system = false;
     for (const std::string& prefix : excluded) {
       if (absl::StartsWith(absolute, prefix)) system = true;
@@ -111,15 +143,17 @@ absl::StatusOr<std::vector<std::string>> RunScan(
 
 absl::StatusOr<std::vector<std::string>> ScanInputClosure(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
-    const std::string& source, const std::vector<std::string>& excluded) {
-  return RunScan(nvcc, directory, flags, source, {"-M"}, "", excluded);
+    const std::string& source, const std::vector<std::string>& excluded, ScanCache* cache) {
+  return Scan({nvcc, directory, flags, source, {"-M"}}, "", excluded, cache);
 }
 
 absl::StatusOr<std::vector<std::string>> ScanWritingDependencyFile(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
     const std::string& source, const std::vector<std::string>& dependency_arguments,
-    const std::string& dependency_file, const std::vector<std::string>& excluded) {
-  return RunScan(nvcc, directory, flags, source, dependency_arguments, dependency_file, excluded);
+    const std::string& dependency_file, const std::vector<std::string>& excluded,
+    ScanCache* cache) {
+  return Scan({nvcc, directory, flags, source, dependency_arguments}, dependency_file, excluded,
+              cache);
 }
 
 }  // namespace distcc_cuda::client

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/scan_cache.h"
 
 namespace distcc_cuda::client {
 
@@ -22,21 +23,26 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text);
 // Runs `nvcc FLAGS -M SOURCE` in `directory` (with `-x cu` when the source is
 // a header) and returns the absolute paths it reads outside `excluded`.
 // INVALID_ARGUMENT carrying nvcc's own message when the scan fails (a
-// missing header, a syntax error in an #if).
+// missing header, a syntax error in an #if). With `cache`, an answer it
+// holds for the same question with nothing changed is used and no nvcc
+// runs; a fresh answer is remembered there.
 absl::StatusOr<std::vector<std::string>> ScanInputClosure(const std::string& nvcc,
                                                           const std::string& directory,
                                                           const std::vector<std::string>& flags,
                                                           const std::string& source,
-                                                          const std::vector<std::string>& excluded);
+                                                          const std::vector<std::string>& excluded,
+                                                          ScanCache* cache = nullptr);
 
 // Runs `nvcc FLAGS DEPENDENCY_ARGUMENTS SOURCE` in `directory`, where the
 // dependency arguments write a make rule to `dependency_file` (relative to
 // `directory` or absolute) as the caller's compile would have (-M or -MM,
 // -MT, -MF, -MP), and returns the files of that rule's first target outside
-// `excluded`, as ScanInputClosure does. The file is nvcc's own, byte for byte.
+// `excluded`, as ScanInputClosure does. The file is nvcc's own, byte for
+// byte (from `cache`, the one nvcc wrote for the same question).
 absl::StatusOr<std::vector<std::string>> ScanWritingDependencyFile(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
     const std::string& source, const std::vector<std::string>& dependency_arguments,
-    const std::string& dependency_file, const std::vector<std::string>& excluded);
+    const std::string& dependency_file, const std::vector<std::string>& excluded,
+    ScanCache* cache = nullptr);
 
 }  // namespace distcc_cuda::client

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/embedded_cluster.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "common/cas_store.h"
 #include "common/certificates.h"
@@ -9,6 +11,13 @@
 #include "common/status.h"
 
 namespace distcc_cuda::client {
+
+std::string DefaultStateDir() {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  if (cache != nullptr && *cache != '\0') return std::string(cache) + "/distcc-cuda";
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr ? home : "") + "/.cache/distcc-cuda";
+}
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox) {

@@ -17,6 +17,10 @@
 
 namespace distcc_cuda::client {
 
+// Where the embedded default keeps its state when --state-dir does not say:
+// $XDG_CACHE_HOME/distcc-cuda, else ~/.cache/distcc-cuda.
+std::string DefaultStateDir();
+
 class EmbeddedCluster {
  public:
   // Starts both on 127.0.0.1 with state under `state_dir`, speaking mutual

@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/embedded_cluster.h"
 #include "client/remote_compile.h"
+#include "client/scan_cache.h"
 #include "common/files.h"
 #include "common/nvcc_args.h"
 #include "common/tls_credentials.h"
@@ -289,7 +291,8 @@ int RunLauncher(int argc, char** argv) {
               << " (DISTCC_CUDA_TLS_CA, DISTCC_CUDA_TLS_CERT, DISTCC_CUDA_TLS_KEY)\n";
     return 2;
   }
-  RemoteCompiler compiler(OpenChannel(coordinator, *tls), coordinator, 1);
+  RemoteCompiler compiler(OpenChannel(coordinator, *tls), coordinator, 1,
+                          ScanCache::FolderFor(DefaultStateDir()));
   LauncherOutcome outcome = CompileOrRunHere(compiler, call, decision, nullptr, fallback_local);
   if (verbose && outcome.remote) {
     std::cerr << "distcc-cuda: " << decision.plan.name << " compiled on " << outcome.remote->worker

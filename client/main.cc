@@ -17,6 +17,7 @@
 #include "client/build_command.h"
 #include "client/build_session.h"
 #include "client/commands.h"
+#include "client/embedded_cluster.h"
 #include "client/launcher.h"
 #include "client/verify.h"
 #include "common/cancellation.h"
@@ -147,9 +148,7 @@ absl::StatusOr<std::vector<distcc_cuda::TargetGpu>> TargetGpus(const std::string
 std::string StateDir() {
   std::string state_dir = absl::GetFlag(FLAGS_state_dir);
   if (!state_dir.empty()) return state_dir;
-  std::string cache = Env("XDG_CACHE_HOME");
-  if (cache.empty()) cache = Env("HOME") + "/.cache";
-  return cache + "/distcc-cuda";
+  return distcc_cuda::client::DefaultStateDir();
 }
 
 }  // namespace

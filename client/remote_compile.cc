@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/dependency_scan.h"
+#include "client/trace.h"
 #include "client/unit_request.h"
 #include "common/cas_client.h"
 #include "common/files.h"
@@ -21,10 +22,11 @@ namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 
 RemoteCompiler::RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address,
-                               int scan_slots)
+                               int scan_slots, std::string scan_cache_folder)
     : channel_(std::move(channel)),
       address_(std::move(address)),
-      scans_free_(std::max(1, scan_slots)) {}
+      scans_free_(std::max(1, scan_slots)),
+      scan_cache_folder_(std::move(scan_cache_folder)) {}
 
 absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::string& nvcc) {
   {
@@ -50,6 +52,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   // The scan: nvcc's front end, a few at a time, however many calls wait.
   std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc);
   std::vector<std::string> closure;
+  ScanCache scan_cache(scan_cache_folder_, toolchain.digest());
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
@@ -59,14 +62,15 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   absl::Status scanned = [&]() -> absl::Status {
     if (!plan.dependency_file.empty()) {
       // The dependency file the caller asked for, written as nvcc writes it.
-      ASSIGN_OR_RETURN(closure, ScanWritingDependencyFile(call.nvcc, directory, plan.flags,
-                                                          plan.source, plan.dependency_arguments,
-                                                          plan.dependency_file, excluded));
+      ASSIGN_OR_RETURN(closure,
+                       ScanWritingDependencyFile(call.nvcc, directory, plan.flags, plan.source,
+                                                 plan.dependency_arguments, plan.dependency_file,
+                                                 excluded, &scan_cache));
       if (!plan.nonsystem_dependencies) return absl::OkStatus();
     }
     // -MMD leaves out headers of -isystem folders, which may be ours to ship.
-    ASSIGN_OR_RETURN(closure,
-                     ScanInputClosure(call.nvcc, directory, plan.flags, plan.source, excluded));
+    ASSIGN_OR_RETURN(closure, ScanInputClosure(call.nvcc, directory, plan.flags, plan.source,
+                                               excluded, &scan_cache));
     return absl::OkStatus();
   }();
   {
@@ -75,6 +79,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   }
   RETURN_IF_ERROR(scanned);
   compiled.scanned = absl::Now();
+  compiled.scan_cached = scan_cache.hits() > 0 && scan_cache.misses() == 0;
   if (closure.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
   }
@@ -152,9 +157,9 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   std::string failure;
   while (reader->Read(&event)) {
     if (event.has_unit_started()) {
-      compiled.started = absl::Now();
+      compiled.started = CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
     } else if (event.has_unit_finished()) {
-      compiled.finished = absl::Now();
+      compiled.finished = CoordinatorTimeOrNow(event.unit_finished().finished_unix_micros());
       finished = event.unit_finished();
     } else if (event.has_finished() && !event.finished().success() && !finished) {
       failure = event.finished().message();

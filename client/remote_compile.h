@@ -32,7 +32,8 @@ struct RemoteCompileResult {
   int64_t wall_ms = 0;
   int64_t peak_bytes = 0;
   int64_t predicted_bytes = 0;
-  std::string toolchain;  // DescribeToolchain of the nvcc it compiled with
+  std::string toolchain;     // DescribeToolchain of the nvcc it compiled with
+  bool scan_cached = false;  // its includes came from the scan cache: no nvcc -M ran
   // When each step ended, for --trace: the call came, its includes were
   // scanned, its inputs uploaded, a worker started it (InfinitePast when it
   // came from the cache), it finished, its object was written here.
@@ -48,7 +49,10 @@ class RemoteCompiler {
  public:
   // `address` only names the coordinator in messages. At most `scan_slots`
   // dependency passes (nvcc -M) run here at once, however many calls wait.
-  RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address, int scan_slots);
+  // Scans are answered from the scan cache in `scan_cache_folder` where
+  // nothing changed ("": no scan cache).
+  RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address, int scan_slots,
+                 std::string scan_cache_folder);
 
   // Compiles `call` (planned by DecideWhereToCompile) on the cluster. Returns
   // nvcc's exit code and output; on exit code 0 the object is at the call's
@@ -70,6 +74,7 @@ class RemoteCompiler {
   absl::Mutex mu_;
   std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
   int scans_free_ ABSL_GUARDED_BY(mu_);
+  const std::string scan_cache_folder_;
 };
 
 // A launcher call's answer, and the remote result when it compiled there.

@@ -8,6 +8,10 @@
 
 namespace distcc_cuda::client {
 
+absl::Time CoordinatorTimeOrNow(int64_t unix_micros) {
+  return unix_micros > 0 ? absl::FromUnixMicros(unix_micros) : absl::Now();
+}
+
 void BuildTrace::Add(const std::string& place, const std::string& name, const std::string& category,
                      absl::Time start, absl::Time end, std::map<std::string, std::string> args) {
   if (end < start || start == absl::InfinitePast()) return;

@@ -15,6 +15,12 @@
 
 namespace distcc_cuda::client {
 
+// The time the coordinator stamped on an event (`unix_micros`, by its
+// clock), or now for a coordinator that stamps none. A worker slot's spans
+// come from the coordinator's stamps: timed by when each event reached a
+// client, one slot's back-to-back compiles could overlap by the delivery lag.
+absl::Time CoordinatorTimeOrNow(int64_t unix_micros);
+
 class BuildTrace {
  public:
   BuildTrace() : origin_(absl::Now()) {}

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/toolchain.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -33,15 +36,43 @@ struct ToolkitFiles {
   std::string nvcc, cicc, ptxas, cuda_h;
 };
 
+bool IsElfProgram(const std::string& path) {
+  char magic[4] = {};
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t got = read(fd, magic, sizeof(magic));
+  close(fd);
+  return got == 4 && memcmp(magic,
+                            "\x7f"
+                            "ELF",
+                            4) == 0;
+}
+
 ToolkitFiles ToolkitFilesOf(const std::string& nvcc_path) {
   std::error_code error;
-  fs::path real = fs::weakly_canonical(nvcc_path, error);
+  fs::path real = fs::weakly_canonical(ToolkitNvccOf(nvcc_path), error);
   fs::path root = real.parent_path().parent_path();
   return {real.string(), (root / "nvvm/bin/cicc").string(), (root / "bin/ptxas").string(),
           (root / "include/cuda.h").string()};
 }
 
 }  // namespace
+
+std::string ToolkitNvccOf(const std::string& nvcc_path) {
+  const std::string named = AbsolutePath(nvcc_path);
+  if (IsElfProgram(named)) return named;
+  ProcessSpec spec;
+  spec.argv = {nvcc_path, "--dryrun", "-x", "cu", "-E", "/dev/null"};
+  spec.timeout = absl::Seconds(30);
+  absl::StatusOr<ProcessResult> dry_run = RunProcess(spec);
+  if (!dry_run.ok()) return named;
+  static const std::regex kHere("(^|\n)#\\$ _HERE_=([^\n]+)");
+  std::smatch match;
+  const std::string text = dry_run->stdout_text + dry_run->stderr_text;
+  if (!std::regex_search(text, match, kHere)) return named;
+  const std::string toolkit_nvcc = AbsolutePath(match[2].str() + "/nvcc");
+  return IsElfProgram(toolkit_nvcc) ? toolkit_nvcc : named;
+}
 
 absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
                                         const std::string& cuda_home) {
@@ -116,7 +147,7 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
 std::string ToolchainFilesSignature(const std::string& nvcc_path) {
   ToolkitFiles files = ToolkitFilesOf(nvcc_path);
   std::string signature;
-  for (const std::string& file : {files.nvcc, files.cicc, files.ptxas}) {
+  for (const std::string& file : {nvcc_path, files.nvcc, files.cicc, files.ptxas}) {
     struct stat info;
     if (stat(file.c_str(), &info) != 0) {
       absl::StrAppend(&signature, "missing;");

@@ -25,6 +25,16 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
 absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
                                   const std::string& required);
 
+// The nvcc program of the toolkit that `nvcc_path` runs, absolute, named as
+// the toolkit names it (symlinks kept): usually the path itself. Some images put a wrapper script
+// on PATH
+// (/usr/local/bin/nvcc: `exec /usr/local/cuda-13.0/bin/nvcc "$@"`) whose
+// folder is not a toolkit; the wrapper is asked, since nvcc's dry run
+// prints the folder it runs from (`#$ _HERE_=/usr/local/cuda-13.0/bin`). A
+// program that does not answer so (the tests' fake compiler) is its own
+// toolkit's nvcc.
+std::string ToolkitNvccOf(const std::string& nvcc_path);
+
 // A cheap signature of the files the fingerprint hashes (nvcc, cicc, ptxas:
 // inode, size and modification time), to notice a toolkit replaced under a
 // running process without hashing it again.

@@ -314,6 +314,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     started->set_worker_name(worker.info.name());
     started->set_attempt(unit.attempts);
     started->set_reserved_bytes(*reservation);
+    started->set_leased_unix_micros(absl::ToUnixMicros(absl::Now()));
     deferred.events.emplace_back(build.sink, std::move(event));
     return task;
   }
@@ -622,6 +623,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   *finished->mutable_unit() = unit.planned.unit;
   finished->set_predicted_peak_bytes(unit.planned.demand.peak_bytes);
   finished->set_prediction_source(unit.planned.demand.source);
+  finished->set_finished_unix_micros(absl::ToUnixMicros(absl::Now()));
   deferred.events.emplace_back(build.sink, std::move(event));
   if (--build.remaining > 0) return;
 

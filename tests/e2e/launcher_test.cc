@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -91,12 +93,14 @@ class LauncherTest : public ::testing::Test {
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.push_back("--");
     argv.insert(argv.end(), command.begin(), command.end());
+    environment.try_emplace("DISTCC_CUDA_SCAN_CACHE", root_ + "/scan");
     return Run(argv, directory, std::move(environment));
   }
 
   // The launcher's environment for a cluster it uses directly.
   std::map<std::string, std::string> Direct() {
-    return {{"DISTCC_CUDA_COORDINATOR", cluster_->address()}};
+    return {{"DISTCC_CUDA_COORDINATOR", cluster_->address()},
+            {"DISTCC_CUDA_SCAN_CACHE", root_ + "/scan"}};
   }
 
   std::string nvcc_;
@@ -121,6 +125,9 @@ TEST_F(LauncherTest, ACompileRunsOnAWorkerAndWritesNvccsObjectAndDependencyFile)
                                             "obj/k.o"};
   std::vector<std::string> command = {launcher_, nvcc_};
   command.insert(command.end(), compile.begin(), compile.end());
+  // Files written less than 100 ms before a scan are too new for the scan
+  // cache to remember.
+  absl::SleepFor(absl::Milliseconds(250));
   ProcessResult session = Session(command, proj_);
   ASSERT_EQ(session.exit_code, 0) << session.stderr_text;
   EXPECT_THAT(session.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
@@ -145,10 +152,15 @@ TEST_F(LauncherTest, ACompileRunsOnAWorkerAndWritesNvccsObjectAndDependencyFile)
   ASSERT_TRUE(remote_fatbin.ok() && local_fatbin.ok());
   EXPECT_TRUE(*remote_fatbin == *local_fatbin) << ".nv_fatbin differs from a local nvcc's";
 
-  // Again: the result cache answers, and the object is the same.
+  // Again: the result cache answers, and the object is the same; the scan
+  // cache answers the include scan and writes nvcc's dependency file.
+  fs::remove(proj_ + "/obj/k.d");
   ProcessResult again = Session(command, proj_);
   ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
   EXPECT_THAT(again.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
+  EXPECT_THAT(again.stderr_text,
+              HasSubstr("scans     1 include scans unchanged since the last build"));
+  EXPECT_EQ(ReadFile(proj_ + "/obj/k.d").value_or("missing"), *local_deps);
   absl::StatusOr<std::string> cached_object = ReadFile(proj_ + "/obj/k.o");
   ASSERT_TRUE(cached_object.ok());
   EXPECT_TRUE(*cached_object == *remote_object);
@@ -188,8 +200,10 @@ TEST_F(LauncherTest, WhatCannotGoToTheClusterRunsNvccHereAndSaysWhy) {
   ProcessResult real_version = Run({nvcc_, "--version"}, proj_);
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.stdout_text, real_version.stdout_text);
-  EXPECT_THAT(version.stderr_text, HasSubstr("distcc-cuda: compiling here with " + nvcc_ +
-                                             ": nvcc option --version is not allowed"));
+  // Bare `nvcc` is the first on PATH: /usr/local/cuda/bin/nvcc, or a
+  // wrapper of it that some images put in /usr/local/bin.
+  EXPECT_THAT(version.stderr_text, HasSubstr("distcc-cuda: compiling here with /"));
+  EXPECT_THAT(version.stderr_text, HasSubstr("/nvcc: nvcc option --version is not allowed"));
   // Preprocessing: byte for byte what nvcc prints.
   ProcessResult preprocessed =
       Run({launcher_, nvcc_, "-E", "-Iinclude", "src/k.cu"}, proj_, verbose);
@@ -250,8 +264,12 @@ class LocalCompilerWatch {
   // Whether `pid` runs under one of the workers, judged by its own chain of
   // parents at the moment (a snapshot of the workers' trees races new
   // processes).
-  bool OnWorker(pid_t pid) const {
-    for (const testing::ProcessId& parent : testing::AncestorsOf(pid)) {
+  // Unknown (nullopt) when it ended after the listing: /proc no longer says
+  // whose it was.
+  std::optional<bool> OnWorker(pid_t pid) const {
+    std::vector<testing::ProcessId> chain = testing::AncestorsOf(pid);
+    if (chain.empty() && !fs::exists(absl::StrCat("/proc/", pid))) return std::nullopt;
+    for (const testing::ProcessId& parent : chain) {
       if (std::find(workers_.begin(), workers_.end(), parent.pid) != workers_.end()) return true;
     }
     return false;
@@ -262,7 +280,9 @@ class LocalCompilerWatch {
       int local_nvcc = 0;
       for (const testing::ProcessId& p : testing::DescendantsOf(1)) {
         if (p.command != "nvcc" && p.command != "cicc") continue;
-        const bool on_worker = OnWorker(p.pid);
+        const std::optional<bool> known = OnWorker(p.pid);
+        if (!known.has_value()) continue;
+        const bool on_worker = *known;
         if (p.command == "nvcc" && !on_worker) ++local_nvcc;
         if (p.command == "cicc" && on_worker) ++remote_cicc_;
         if (p.command == "cicc" && !on_worker) {
@@ -363,8 +383,16 @@ TEST_F(LauncherTest, AMakefileBuildUsesTheLauncherThroughNvccVariable) {
                                   "\t$(NVCC) -Iinclude -gencode arch=compute_100,code=sm_100 "
                                   "-c src/k.cu -o obj/k.o\n")
                   .ok());
+  // Bare `nvcc` found on PATH is a wrapper script, as some images have in
+  // /usr/local/bin: its units must still match the workers' toolkit.
+  const std::string wrapper = root_ + "/wrapper-bin/nvcc";
+  ASSERT_TRUE(
+      WriteFileAtomically(wrapper, absl::StrCat("#!/bin/sh\nexec ", nvcc_, " \"$@\"\n")).ok());
+  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  const char* path = getenv("PATH");
   ProcessResult build =
-      Session({"sh", "-c", "make -j64 NVCC=\"$CMAKE_CUDA_COMPILER_LAUNCHER nvcc\""}, proj_);
+      Session({"sh", "-c", "make -j64 NVCC=\"$CMAKE_CUDA_COMPILER_LAUNCHER nvcc\""}, proj_,
+              {{"PATH", absl::StrCat(root_, "/wrapper-bin:", path ? path : "/usr/bin:/bin")}});
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
   EXPECT_THAT(build.stderr_text, HasSubstr("1 on the cluster (1 compiled"));
   EXPECT_TRUE(fs::exists(proj_ + "/obj/k.o"));

@@ -229,6 +229,13 @@ long SumAfter(const std::string& text, const std::string& name) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // FAKE_NVCC_LOG=FILE: each call's arguments, one line per call, so a test
+  // can count what ran.
+  if (const char* log = std::getenv("FAKE_NVCC_LOG")) {
+    std::ofstream out(log, std::ios::app);
+    for (const std::string& arg : args) out << arg << " ";
+    out << "\n";
+  }
   if (args.size() == 1 && args[0] == "--version") {
     const char* release = std::getenv("FAKE_NVCC_RELEASE");
     std::string r = release ? release : "13.0";

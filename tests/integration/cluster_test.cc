@@ -15,6 +15,7 @@
 #include <future>
 #include <iostream>
 #include <optional>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -189,7 +190,8 @@ class ClusterTest : public ::testing::Test {
   // `output_dir` as libproj.so, with the fake compiler, on this cluster.
   absl::Status BuildCompileCommands(const std::string& plan, const std::string& output_dir,
                                     std::string* output, const std::string& objects_dir = "",
-                                    const std::string& link_command = "") {
+                                    const std::string& link_command = "",
+                                    const std::string& state_dir = "") {
     client::BuildOptions options;
     options.plan_path = root_ + "/" + plan;
     options.coordinator_address = coordinator_->address();
@@ -198,6 +200,7 @@ class ClusterTest : public ::testing::Test {
     options.nvcc_path = testing::FakeNvccPath();
     options.objects_dir = objects_dir;
     options.link_command = link_command;
+    options.state_dir = state_dir;
     std::ostringstream out;
     absl::Status status = client::RunBuild(options, out);
     *output = out.str();
@@ -391,6 +394,59 @@ TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
                                 "cc -shared -o {output}");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("{objects}"));
+}
+
+// ccache's direct mode for include scans: a rebuild with nothing changed
+// runs no nvcc -M; an edited header is scanned again.
+TEST_F(ClusterTest, ANoOpRebuildAnswersEveryScanFromTheScanCache) {
+  const std::string log = root_ + "/fake_nvcc.log";
+  setenv("FAKE_NVCC_LOG", log.c_str(), 1);
+  unsetenv("DISTCC_CUDA_SCAN_CACHE");
+  Write("proj/include/util.h", "// util\n");
+  Write("proj/a.cu", "#include \"util.h\"\nint a();\n");
+  Write("proj/b.cu", "#include \"util.h\"\nint b();\n");
+  const std::string nvcc = testing::FakeNvccPath();
+  Write(
+      "proj/build/compile_commands.json",
+      absl::StrCat(R"([{"directory": ")", root_, R"(/proj/build", "file": "../a.cu", "command": ")",
+                   nvcc, R"( -I../include -c ../a.cu -o a.o"},
+                      {"directory": ")",
+                   root_, R"(/proj/build", "file": "../b.cu", "command": ")", nvcc,
+                   R"( -I../include -c ../b.cu -o b.o"}])"));
+  auto scans = [&] {
+    int count = 0;
+    for (absl::string_view line : absl::StrSplit(ReadFile(log).value_or(""), '\n')) {
+      if (absl::StrContains(line, " -M ")) ++count;
+    }
+    return count;
+  };
+  // Files written less than 100 ms before a scan are too new to remember.
+  absl::SleepFor(absl::Milliseconds(250));
+  const std::string state = root_ + "/client-state";
+  std::string out;
+  ASSERT_TRUE(
+      BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out, "", "", state)
+          .ok())
+      << out;
+  EXPECT_EQ(scans(), 2);
+  EXPECT_THAT(out, Not(HasSubstr("from the scan cache")));
+
+  ASSERT_TRUE(
+      BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out, "", "", state)
+          .ok())
+      << out;
+  EXPECT_EQ(scans(), 2) << "nvcc -M ran although nothing changed";
+  EXPECT_THAT(out, HasSubstr("(2 of 2 scans unchanged since the last build, from the scan cache)"));
+  EXPECT_THAT(out, HasSubstr(" (0 compiled, 2 cached"));
+
+  Write("proj/include/util.h", "// util, edited\n");
+  ASSERT_TRUE(
+      BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out, "", "", state)
+          .ok())
+      << out;
+  EXPECT_EQ(scans(), 4) << "an edited header must be scanned again";
+  EXPECT_THAT(*ReadFile(root_ + "/proj/build/a.o"), HasSubstr("// util, edited"));
+  unsetenv("FAKE_NVCC_LOG");
 }
 
 // Units of three targets with --threads 3 compile one target per unit on
@@ -901,9 +957,14 @@ TEST(CoordinatorRestartTest, ABuildRidesOutACoordinatorKilledAndRestarted) {
   // Every unit the client had before the restart came back cached.
   const std::string text = out.str();
   const std::string before = text.substr(0, text.find("distcc-cuda: lost the coordinator"));
-  const int had = static_cast<int>(std::count(before.begin(), before.end(), '['));
-  EXPECT_GE(had, 3) << text;
-  EXPECT_THAT(text, HasSubstr(absl::StrCat(had,
+  EXPECT_GE(std::count(before.begin(), before.end(), '['), 3) << text;
+  // The units whose objects were here when the coordinator went (one whose
+  // download the kill cut short is not among them).
+  std::smatch kept;
+  ASSERT_TRUE(std::regex_search(text, kept, std::regex("\\(([0-9]+) finished units are kept\\)")))
+      << text;
+  EXPECT_GE(std::stoi(kept[1]), 2) << text;
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(kept[1].str(),
                                            " units that had finished came back from the "
                                            "result cache, 0 were compiled again")));
   std::cout << text;

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/dependency_scan.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -81,6 +84,20 @@ TEST(ExcludedPrefixesTest, HoldsTheToolkitsRealFolder) {
   // /usr/local/cuda is usually a link to /usr/local/cuda-MAJOR.MINOR.
   std::string real = std::filesystem::canonical("/usr/local/cuda").string() + "/";
   EXPECT_THAT(prefixes, Contains(real));
+}
+
+TEST(ExcludedPrefixesTest, AWrapperScriptsFolderIsNotAToolkit) {
+  const std::string nvcc = RealNvccPath();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc at /usr/local/cuda/bin/nvcc";
+  const std::string dir = NewTempDir("wrapper-");
+  const std::string wrapper = dir + "/bin/nvcc";
+  ASSERT_TRUE(
+      WriteFileAtomically(wrapper, absl::StrCat("#!/bin/sh\nexec ", nvcc, " \"$@\"\n")).ok());
+  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  std::vector<std::string> prefixes = ExcludedPrefixes(wrapper);
+  EXPECT_THAT(prefixes, Contains(std::filesystem::canonical("/usr/local/cuda").string() + "/"));
+  EXPECT_THAT(prefixes, Not(Contains(dir + "/")))
+      << "a project beside the wrapper would be taken for the toolkit's own files";
 }
 
 class ScanInputClosureTest : public ::testing::Test {

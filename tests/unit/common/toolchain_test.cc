@@ -3,7 +3,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -68,6 +71,29 @@ TEST(ToolchainFingerprintTest, ReadsReleaseVersionAndPathAndDiffersByRelease) {
   EXPECT_NE(a->digest(), b->digest());
   EXPECT_TRUE(CheckRequiredRelease(*a, "12.8").ok());
   EXPECT_FALSE(CheckRequiredRelease(*b, "12.8").ok());
+}
+
+// Some images put `exec /usr/local/cuda-13.0/bin/nvcc "$@"` in
+// /usr/local/bin/nvcc. A launcher that finds that wrapper first on PATH must
+// fingerprint the same toolkit as a worker given the real nvcc, or no worker
+// takes its units.
+TEST(ToolchainFingerprintTest, AWrapperScriptHasTheFingerprintOfTheToolkitItRuns) {
+  const std::string nvcc = testing::RealNvccPath();
+  if (nvcc.empty()) GTEST_SKIP() << "needs a real nvcc at /usr/local/cuda/bin/nvcc";
+  std::string dir = testing::NewTempDir("toolchain-wrapper-");
+  const std::string wrapper = dir + "/bin/nvcc";
+  ASSERT_TRUE(
+      WriteFileAtomically(wrapper, absl::StrCat("#!/bin/sh\nexec ", nvcc, " \"$@\"\n")).ok());
+  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  auto real = ComputeToolchainFingerprint(nvcc);
+  auto wrapped = ComputeToolchainFingerprint(wrapper);
+  ASSERT_TRUE(real.ok()) << real.status();
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  EXPECT_NE(wrapped->cicc_sha256(), "missing");
+  EXPECT_EQ(wrapped->cicc_sha256(), real->cicc_sha256());
+  EXPECT_EQ(wrapped->nvcc_sha256(), real->nvcc_sha256());
+  EXPECT_EQ(wrapped->digest(), real->digest());
+  EXPECT_EQ(wrapped->nvcc_path(), wrapper) << "the path is the one the user named";
 }
 
 TEST(ToolchainFingerprintTest, MissingNvccIsNamed) {

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/scan_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/unit_request.h"
+#include "common/digest.h"
+#include "common/files.h"
+#include "distcc_cuda/v1/scan_cache.pb.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+namespace {
+
+// A file that changed this close to the scan's start may have changed
+// during it, within one tick of the file system's clock.
+constexpr absl::Duration kTooNew = absl::Milliseconds(100);
+
+// How many folders of an include name ("cutlass/gemm/collective/x.hpp")
+// are watched under each include folder.
+constexpr int kDeepestIncludeName = 6;
+
+// Environment variables nvcc or its host compiler read that change what a
+// scan finds.
+constexpr const char* kEnvironment[] = {"NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
+                                        "NVCC_CCBIN",         "CPATH",
+                                        "C_INCLUDE_PATH",     "CPLUS_INCLUDE_PATH"};
+
+int64_t Nanos(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+void SetStat(const struct stat& info, v1::ScanCacheEntry::File* file) {
+  file->set_size(info.st_size);
+  file->set_mtime_ns(Nanos(info.st_mtim));
+  file->set_ctime_ns(Nanos(info.st_ctim));
+  file->set_inode(info.st_ino);
+  file->set_device(info.st_dev);
+}
+
+bool SameStat(const struct stat& info, const v1::ScanCacheEntry::File& file) {
+  return file.size() == info.st_size && file.mtime_ns() == Nanos(info.st_mtim) &&
+         file.ctime_ns() == Nanos(info.st_ctim) && file.inode() == info.st_ino &&
+         file.device() == info.st_dev;
+}
+
+// The digest of a folder's sorted entry names: a file replaced by one of
+// the same name (an editor's save, a checkout) leaves it as it was.
+std::string NamesDigest(const std::string& path) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
+    names.push_back(it->path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return DigestOf(absl::StrJoin(names, std::string(1, '\0'))).hash;
+}
+
+v1::ScanCacheEntry::Folder FolderNow(const std::string& path, bool with_names) {
+  v1::ScanCacheEntry::Folder folder;
+  folder.set_path(path);
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    folder.set_exists(true);
+    folder.set_mtime_ns(Nanos(info.st_mtim));
+    folder.set_inode(info.st_ino);
+    if (with_names) folder.set_names_sha256(NamesDigest(path));
+  }
+  return folder;
+}
+
+}  // namespace
+
+std::vector<std::string> FoldersToWatch(const ScanQuestion& question,
+                                        const std::vector<std::string>& files) {
+  std::set<std::string> folders;
+  std::set<std::string> names;  // folder parts of include names: "", "cute", "cute/atom"...
+  for (const std::string& file : files) {
+    fs::path path = fs::path(AbsolutePath(file, question.directory)).lexically_normal();
+    folders.insert(path.parent_path().string());
+    std::vector<std::string> parts;
+    for (fs::path folder = path.parent_path();
+         folder.has_relative_path() && static_cast<int>(parts.size()) < kDeepestIncludeName - 1;
+         folder = folder.parent_path()) {
+      parts.insert(parts.begin(), folder.filename().string());
+    }
+    names.insert("");
+    for (size_t first = 0; first < parts.size(); ++first) {
+      std::vector<std::string> tail(parts.begin() + first, parts.end());
+      names.insert(absl::StrJoin(tail, "/"));
+    }
+  }
+  for (const std::string& include : IncludeFolders(question.directory, question.flags, {})) {
+    for (const std::string& name : names) {
+      folders.insert(
+          (name.empty() ? fs::path(include) : fs::path(include) / name).lexically_normal());
+    }
+  }
+  return {folders.begin(), folders.end()};
+}
+
+ScanCache::ScanCache(std::string folder, std::string toolchain_digest)
+    : folder_(std::move(folder)), toolchain_digest_(std::move(toolchain_digest)) {}
+
+std::string ScanCache::FolderFor(const std::string& state_dir) {
+  const char* named = std::getenv("DISTCC_CUDA_SCAN_CACHE");
+  if (named != nullptr && *named != '\0') {
+    return std::string(named) == "off" ? "" : std::string(named);
+  }
+  return state_dir.empty() ? "" : state_dir + "/scan";
+}
+
+std::string ScanCache::QuestionText(const ScanQuestion& question) const {
+  std::string text =
+      absl::StrCat("distcc-cuda scan 1\ntoolchain ", toolchain_digest_, "\nnvcc ", question.nvcc,
+                   "\ndirectory ", question.directory, "\nsource ", question.source, "\n");
+  for (const std::string& flag : question.flags) absl::StrAppend(&text, "flag ", flag, "\n");
+  for (const std::string& argument : question.dependency_arguments) {
+    absl::StrAppend(&text, "dependency ", argument, "\n");
+  }
+  for (const char* name : kEnvironment) {
+    const char* value = std::getenv(name);
+    if (value != nullptr) absl::StrAppend(&text, "env ", name, "=", value, "\n");
+  }
+  return text;
+}
+
+std::string ScanCache::EntryPath(const std::string& question) const {
+  const std::string key = DigestOf(question).hash;
+  return absl::StrCat(folder_, "/", key.substr(0, 2), "/", key);
+}
+
+std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
+  if (folder_.empty()) return std::nullopt;
+  const std::string text = QuestionText(question);
+  const std::string path = EntryPath(text);
+  v1::ScanCacheEntry entry;
+  absl::StatusOr<std::string> stored = ReadFile(path);
+  if (!stored.ok() || !entry.ParseFromString(*stored) || entry.question() != text) {
+    ++misses_;
+    return std::nullopt;
+  }
+  bool restat = false;
+  for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
+    struct stat info;
+    if (stat(file.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      ++misses_;
+      return std::nullopt;
+    }
+    if (SameStat(info, file)) continue;
+    // Touched or rewritten: the same content still gives the same answer.
+    absl::StatusOr<Digest> digest = DigestOfFile(file.path());
+    if (!digest.ok() || digest->hash != file.sha256()) {
+      ++misses_;
+      return std::nullopt;
+    }
+    SetStat(info, &file);
+    restat = true;
+  }
+  for (v1::ScanCacheEntry::Folder& folder : *entry.mutable_folders()) {
+    v1::ScanCacheEntry::Folder now = FolderNow(folder.path(), false);
+    if (now.exists() != folder.exists()) {
+      ++misses_;
+      return std::nullopt;
+    }
+    if (now.mtime_ns() == folder.mtime_ns() && now.inode() == folder.inode()) continue;
+    // Written to: only a new name can hide a header.
+    now = FolderNow(folder.path(), true);
+    if (now.names_sha256() != folder.names_sha256()) {
+      ++misses_;
+      return std::nullopt;
+    }
+    folder = std::move(now);
+    restat = true;
+  }
+  if (restat) {
+    (void)WriteFileAtomically(path, entry.SerializeAsString());
+  } else {
+    utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used, for Trim
+  }
+  ++hits_;
+  ScanAnswer answer;
+  for (const v1::ScanCacheEntry::File& file : entry.files()) answer.files.push_back(file.path());
+  answer.dependency_text = entry.dependency_text();
+  return answer;
+}
+
+void ScanCache::Remember(const ScanQuestion& question, const ScanAnswer& answer,
+                         absl::Time scan_began) {
+  if (folder_.empty()) return;
+  const int64_t too_new = absl::ToUnixNanos(scan_began - kTooNew);
+  v1::ScanCacheEntry entry;
+  entry.set_question(QuestionText(question));
+  entry.set_dependency_text(answer.dependency_text);
+  // Folders first: a header added while the files are hashed then shows as
+  // a changed folder at the next Find.
+  for (const std::string& path : FoldersToWatch(question, answer.files)) {
+    v1::ScanCacheEntry::Folder folder = FolderNow(path, true);
+    if (folder.exists() && folder.mtime_ns() >= too_new) return;
+    *entry.add_folders() = std::move(folder);
+  }
+  std::set<std::string> seen;
+  for (const std::string& listed : answer.files) {
+    const std::string path = AbsolutePath(listed, question.directory);
+    if (!seen.insert(path).second) continue;
+    struct stat before, after;
+    if (stat(path.c_str(), &before) != 0 || !S_ISREG(before.st_mode)) return;
+    if (Nanos(before.st_mtim) >= too_new || Nanos(before.st_ctim) >= too_new) return;
+    absl::StatusOr<Digest> digest = DigestOfFile(path);
+    if (!digest.ok() || stat(path.c_str(), &after) != 0) return;
+    v1::ScanCacheEntry::File* file = entry.add_files();
+    file->set_path(path);
+    SetStat(before, file);
+    if (!SameStat(after, *file)) return;  // changed while it was hashed
+    file->set_sha256(digest->hash);
+  }
+  const std::string path = EntryPath(entry.question());
+  if (!MakeDirectories(fs::path(path).parent_path().string()).ok()) return;
+  (void)WriteFileAtomically(path, entry.SerializeAsString());
+}
+
+int ScanCache::Trim(int64_t max_bytes) {
+  if (folder_.empty()) return 0;
+  struct Entry {
+    int64_t mtime_ns;
+    int64_t bytes;
+    std::string path;
+  };
+  std::vector<Entry> entries;
+  int64_t total = 0;
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(folder_, error), end; !error && it != end;
+       it.increment(error)) {
+    struct stat info;
+    if (stat(it->path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    entries.push_back({Nanos(info.st_mtim), static_cast<int64_t>(info.st_size), it->path()});
+    total += info.st_size;
+  }
+  if (total <= max_bytes) return 0;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.mtime_ns < b.mtime_ns; });
+  int removed = 0;
+  for (const Entry& entry : entries) {
+    if (total <= max_bytes) break;
+    if (unlink(entry.path.c_str()) == 0) {
+      total -= entry.bytes;
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace distcc_cuda::client

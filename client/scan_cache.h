@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// ccache's direct mode for include scans. A scan (`nvcc -M`) answers which
+// files a compile reads; the answer depends only on the question (nvcc,
+// flags, source, folder, the environment nvcc reads) and on the files and
+// folders the preprocessor looked at. The cache keeps, per question, the
+// files nvcc listed (size, times, inode and SHA-256 of each) and the folders
+// in which a new header would change the answer (every includer's folder,
+// and each include path's folder of the same relative name as a header
+// found). When none of them changed (a stat each; a digest only where the
+// stat differs), the answer is reused and no nvcc runs.
+//
+// Limits, as ccache's: a header that starts to exist where a
+// `__has_include` or a computed #include would find it in a folder not
+// watched is not noticed; files changed less than 100 ms before the scan
+// began are too new to trust, and such a scan is not remembered.
+#pragma once
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace distcc_cuda::client {
+
+struct ScanQuestion {
+  std::string nvcc;
+  std::string directory;
+  std::vector<std::string> flags;
+  std::string source;
+  std::vector<std::string> dependency_arguments;  // -M, or what the caller's -MD became
+};
+
+struct ScanAnswer {
+  std::vector<std::string> files;  // the first rule's files, absolute, none left out
+  std::string dependency_text;     // the -MF file nvcc wrote; empty when it wrote none
+};
+
+// How much the scan cache keeps: about 1,000 entries of a CUTLASS-sized
+// closure (700 headers each).
+inline constexpr int64_t kScanCacheBytes = int64_t{256} << 20;
+
+class ScanCache {
+ public:
+  // Entries under `folder`, for the toolchain of digest `toolchain_digest`
+  // only (a different nvcc or host compiler asks different questions).
+  ScanCache(std::string folder, std::string toolchain_digest);
+
+  // The folder of the scan cache: $DISTCC_CUDA_SCAN_CACHE if set ("off":
+  // none, ""), else `state_dir`/scan.
+  static std::string FolderFor(const std::string& state_dir);
+
+  // The remembered answer if nothing it depends on changed. An answer whose
+  // files changed in stat only (a checkout that rewrote equal content) is
+  // remembered again with the new stats.
+  std::optional<ScanAnswer> Find(const ScanQuestion& question);
+
+  // Remembers `answer`, found by a scan that began at `scan_began`. Not
+  // remembered when a file or folder changed since shortly before then.
+  void Remember(const ScanQuestion& question, const ScanAnswer& answer, absl::Time scan_began);
+
+  // Removes the least recently used entries until the folder holds at most
+  // `max_bytes`; returns how many it removed. A build calls it once, at its
+  // end.
+  int Trim(int64_t max_bytes);
+
+  int hits() const { return hits_; }
+  int misses() const { return misses_; }
+
+ private:
+  std::string EntryPath(const std::string& question) const;
+  std::string QuestionText(const ScanQuestion& question) const;
+
+  const std::string folder_;
+  const std::string toolchain_digest_;
+  std::atomic<int> hits_{0};
+  std::atomic<int> misses_{0};
+};
+
+// The folders to watch for `answer`: each file's own folder, and for each
+// file under one of the question's include folders (-I, -isystem, -iquote,
+// -idirafter, the toolkit's include folders) at a relative path, the folder
+// of that relative path under every include folder of the question.
+std::vector<std::string> FoldersToWatch(const ScanQuestion& question,
+                                        const std::vector<std::string>& files);
+
+}  // namespace distcc_cuda::client

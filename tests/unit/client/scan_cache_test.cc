@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scan cache with the real nvcc: what must rescan, and that nothing runs
+// nvcc when nothing changed. nvcc is called through a wrapper that logs each
+// call, so "no scan ran" is read from the log, not assumed.
+#include "client/scan_cache.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/dependency_scan.h"
+#include "common/files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda::client {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Contains;
+using ::testing::Not;
+
+class ScanCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string real = testing::RealNvccPath();
+    if (real.empty()) GTEST_SKIP() << "no nvcc at /usr/local/cuda/bin/nvcc";
+    dir_ = AbsolutePath(testing::NewTempDir("scan_cache-"));
+    log_ = dir_ + "/nvcc.log";
+    nvcc_ = dir_ + "/bin/nvcc";
+    ASSERT_TRUE(WriteFileAtomically(nvcc_, absl::StrCat("#!/bin/sh\necho \"$@\" >> ", log_,
+                                                        "\nexec ", real, " \"$@\"\n"))
+                    .ok());
+    ASSERT_EQ(chmod(nvcc_.c_str(), 0755), 0);
+    proj_ = dir_ + "/proj";
+    Write("src/k.cu", "#include \"a.h\"\n__global__ void k() { a(); }\n");
+    // <sub/b.h>: found through the include path only, not beside a.h.
+    Write("inc1/a.h", "#pragma once\n#include <sub/b.h>\n__device__ inline void a() { b(); }\n");
+    Write("inc1/sub/b.h", "#pragma once\n__device__ inline void b() {}\n");
+    fs::create_directories(proj_ + "/inc2");  // searched first, empty for now
+    flags_ = {"-Iinc2", "-Iinc1", "-std=c++17"};
+    Settle();
+  }
+
+  void Write(const std::string& name, const std::string& content) {
+    ASSERT_TRUE(WriteFileAtomically(proj_ + "/" + name, content).ok()) << name;
+  }
+
+  // Files changed within 100 ms of a scan are too new to remember; a test
+  // waits that long after writing before the scan it wants remembered.
+  static void Settle() { std::this_thread::sleep_for(std::chrono::milliseconds(250)); }
+
+  // The closure of src/k.cu through `cache`, and how many nvcc -M ran.
+  std::vector<std::string> Scan(ScanCache& cache, int* scans) {
+    const int before = Scans();
+    absl::StatusOr<std::vector<std::string>> files =
+        ScanInputClosure(nvcc_, proj_, flags_, "src/k.cu", ExcludedPrefixes(nvcc_), &cache);
+    EXPECT_TRUE(files.ok()) << files.status();
+    *scans = Scans() - before;
+    return files.ok() ? *files : std::vector<std::string>{};
+  }
+
+  int Scans() const {
+    absl::StatusOr<std::string> log = ReadFile(log_);
+    if (!log.ok()) return 0;
+    int scans = 0;
+    for (absl::string_view line : absl::StrSplit(*log, '\n')) {
+      if (absl::StrContains(line, " -M ") || absl::EndsWith(line, " -M")) ++scans;
+    }
+    return scans;
+  }
+
+  ScanCache Cache(const std::string& toolchain = "toolchain-a") {
+    return ScanCache(dir_ + "/scan", toolchain);
+  }
+
+  std::string dir_, log_, nvcc_, proj_;
+  std::vector<std::string> flags_;
+};
+
+TEST_F(ScanCacheTest, NothingChangedRunsNoNvcc) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  std::vector<std::string> first = Scan(cache, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_THAT(first, Contains(proj_ + "/inc1/sub/b.h"));
+  std::vector<std::string> second = Scan(cache, &scans);
+  EXPECT_EQ(scans, 0) << "nvcc -M ran although nothing changed";
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), 1);
+}
+
+TEST_F(ScanCacheTest, AnEditedHeaderIsScannedAgain) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  Write("inc1/sub/c.h", "#pragma once\n");
+  Write("inc1/sub/b.h", "#pragma once\n#include \"c.h\"\n__device__ inline void b() {}\n");
+  std::vector<std::string> files = Scan(cache, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_THAT(files, Contains(proj_ + "/inc1/sub/c.h"));
+}
+
+TEST_F(ScanCacheTest, AHeaderAddedAheadOnTheIncludePathIsScannedAgain) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  // inc2 comes before inc1: a new inc2/a.h hides inc1/a.h.
+  Write("inc2/a.h", "#pragma once\n__device__ inline void a() {}\n");
+  std::vector<std::string> files = Scan(cache, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_THAT(files, Contains(proj_ + "/inc2/a.h"));
+  EXPECT_THAT(files, Not(Contains(proj_ + "/inc1/a.h")));
+}
+
+TEST_F(ScanCacheTest, AHeaderAddedAheadInASubfolderIsScannedAgain) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  // The folder first; then the header in it ("sub/b.h").
+  fs::create_directories(proj_ + "/inc2/sub");
+  Settle();
+  EXPECT_EQ(Scan(cache, &scans).size(), 3u);
+  EXPECT_EQ(scans, 1) << "a new folder where an include name could be found";
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 0);
+  Write("inc2/sub/b.h", "#pragma once\n__device__ inline void b() {}\n");
+  std::vector<std::string> files = Scan(cache, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_THAT(files, Contains(proj_ + "/inc2/sub/b.h"));
+}
+
+TEST_F(ScanCacheTest, AChangedFlagOrToolchainIsADifferentQuestion) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  flags_.push_back("-DWIDE=1");
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 1) << "a new flag";
+  ScanCache other = Cache("toolchain-b");
+  Scan(other, &scans);
+  EXPECT_EQ(scans, 1) << "another toolchain";
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 0) << "the first flags again, remembered";
+}
+
+TEST_F(ScanCacheTest, AFileRewrittenWithTheSameContentIsStillAHit) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  // What a branch switch and back does: new times and inode, same bytes.
+  absl::StatusOr<std::string> header = ReadFile(proj_ + "/inc1/a.h");
+  ASSERT_TRUE(header.ok());
+  fs::remove(proj_ + "/inc1/a.h");
+  Write("inc1/a.h", *header);
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 0);
+  EXPECT_EQ(cache.hits(), 1);
+}
+
+TEST_F(ScanCacheTest, FilesChangedJustBeforeTheScanAreNotRemembered) {
+  ScanCache cache = Cache();
+  Write("inc1/a.h", "#pragma once\n#include \"sub/b.h\"\n__device__ inline void a() {}\n");
+  int scans = 0;
+  Scan(cache, &scans);
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 1) << "an answer from files written just now was trusted";
+}
+
+TEST_F(ScanCacheTest, TheDependencyFileIsWrittenAgainAsNvccWroteIt) {
+  ScanCache cache = Cache();
+  const std::vector<std::string> arguments = {"-M", "-MT", "obj/k.o", "-MF", "obj/k.d"};
+  fs::create_directories(proj_ + "/obj");
+  const int before = Scans();
+  ASSERT_TRUE(ScanWritingDependencyFile(nvcc_, proj_, flags_, "src/k.cu", arguments, "obj/k.d",
+                                        ExcludedPrefixes(nvcc_), &cache)
+                  .ok());
+  absl::StatusOr<std::string> written = ReadFile(proj_ + "/obj/k.d");
+  ASSERT_TRUE(written.ok());
+  fs::remove(proj_ + "/obj/k.d");
+  absl::StatusOr<std::vector<std::string>> again = ScanWritingDependencyFile(
+      nvcc_, proj_, flags_, "src/k.cu", arguments, "obj/k.d", ExcludedPrefixes(nvcc_), &cache);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Scans() - before, 1);
+  EXPECT_EQ(ReadFile(proj_ + "/obj/k.d").value_or("missing"), *written);
+  EXPECT_THAT(*again, Contains(proj_ + "/inc1/a.h"));
+}
+
+TEST_F(ScanCacheTest, TrimKeepsTheMostRecentlyUsedEntries) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  flags_.push_back("-DOTHER=1");
+  Scan(cache, &scans);
+  flags_.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Scan(cache, &scans);  // the first question, used again: the most recent
+  ASSERT_EQ(scans, 0);
+  int64_t total = 0;
+  for (const auto& file : fs::recursive_directory_iterator(dir_ + "/scan")) {
+    if (file.is_regular_file()) total += static_cast<int64_t>(file.file_size());
+  }
+  EXPECT_EQ(cache.Trim(total), 0) << "within the limit";
+  EXPECT_EQ(cache.Trim(total - 1), 1);
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 0) << "the most recently used entry was removed";
+  flags_.push_back("-DOTHER=1");
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 1) << "the least recently used entry was kept";
+}
+
+TEST(ScanCacheFolderTest, FollowsTheStateDirUnlessTheEnvironmentSays) {
+  unsetenv("DISTCC_CUDA_SCAN_CACHE");
+  EXPECT_EQ(ScanCache::FolderFor("/state"), "/state/scan");
+  setenv("DISTCC_CUDA_SCAN_CACHE", "off", 1);
+  EXPECT_EQ(ScanCache::FolderFor("/state"), "");
+  setenv("DISTCC_CUDA_SCAN_CACHE", "/elsewhere", 1);
+  EXPECT_EQ(ScanCache::FolderFor("/state"), "/elsewhere");
+  unsetenv("DISTCC_CUDA_SCAN_CACHE");
+}
+
+TEST(FoldersToWatchTest, EachIncludeFolderWithTheFoldersOfTheNamesFound) {
+  ScanQuestion question;
+  question.directory = "/p";
+  question.flags = {"-Iinc2", "-Iinc1"};
+  std::vector<std::string> folders = FoldersToWatch(question, {"/p/src/k.cu", "/p/inc1/cute/x.h"});
+  EXPECT_THAT(folders, Contains("/p/src"));
+  EXPECT_THAT(folders, Contains("/p/inc1/cute"));
+  EXPECT_THAT(folders, Contains("/p/inc2"));
+  EXPECT_THAT(folders, Contains("/p/inc2/cute"));
+  EXPECT_THAT(folders, Contains("/p/inc2/inc1/cute")) << "names of every depth are watched";
+}
+
+}  // namespace
+}  // namespace distcc_cuda::client
