@@ -298,7 +298,7 @@ absl::Status MergePartObjects(const std::string& whole, const PartObjects& parts
 absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   ComputeToolchainFingerprint(options.nvcc_path));
+                   ComputeToolchainFingerprint(options.nvcc_path, "g++", options.state_dir));
   RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
   bool is_compdb = absl::EndsWith(options.plan_path, ".json");
   if (!is_compdb && !absl::EndsWith(options.plan_path, ".toml")) {

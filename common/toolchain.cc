@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/status.h"
@@ -91,7 +92,8 @@ absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
 }
 
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
-    const std::string& nvcc_path, const std::string& host_compiler) {
+    const std::string& nvcc_path, const std::string& host_compiler,
+    const std::string& hash_cache_dir) {
   if (!IsExecutableFile(nvcc_path)) {
     return absl::NotFoundError(absl::StrCat("nvcc not found or not executable at ", nvcc_path));
   }
@@ -118,9 +120,31 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   }
   fingerprint.set_nvcc_path(AbsolutePath(nvcc_path));
   ToolkitFiles files = ToolkitFilesOf(nvcc_path);
-  fingerprint.set_nvcc_sha256(HashOrMissing(files.nvcc));
-  fingerprint.set_cicc_sha256(HashOrMissing(files.cicc));
-  fingerprint.set_ptxas_sha256(HashOrMissing(files.ptxas));
+  // The hashes, remembered under the files' signature.
+  const std::string signature = ToolchainFilesSignature(nvcc_path);
+  const std::string remembered =
+      hash_cache_dir.empty()
+          ? ""
+          : absl::StrCat(hash_cache_dir, "/toolchain-",
+                         DigestOf(AbsolutePath(nvcc_path)).hash.substr(0, 16), ".hashes");
+  std::vector<std::string> hashes;
+  if (!remembered.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(remembered);
+    if (text.ok()) hashes = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+    if (hashes.size() != 4 || hashes[0] != signature) hashes.clear();
+  }
+  if (hashes.empty()) {
+    hashes = {signature, HashOrMissing(files.nvcc), HashOrMissing(files.cicc),
+              HashOrMissing(files.ptxas)};
+    // Only a signature taken before the hashing and still true after it.
+    if (!remembered.empty() && ToolchainFilesSignature(nvcc_path) == signature &&
+        MakeDirectories(hash_cache_dir).ok()) {
+      (void)WriteFileAtomically(remembered, absl::StrJoin(hashes, "\n") + "\n");
+    }
+  }
+  fingerprint.set_nvcc_sha256(hashes[1]);
+  fingerprint.set_cicc_sha256(hashes[2]);
+  fingerprint.set_ptxas_sha256(hashes[3]);
   absl::StatusOr<std::string> cuda_h = ReadFile(files.cuda_h);
   if (cuda_h.ok()) {
     static const std::regex kCudaVersion("#define CUDA_VERSION ([0-9]+)");
@@ -154,7 +178,7 @@ std::string ToolchainFilesSignature(const std::string& nvcc_path) {
       continue;
     }
     absl::StrAppend(&signature, info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
-                    info.st_mtim.tv_nsec, ";");
+                    info.st_mtim.tv_nsec, ":", info.st_ctim.tv_sec, ".", info.st_ctim.tv_nsec, ";");
   }
   return signature;
 }

@@ -15,8 +15,15 @@ namespace distcc_cuda {
 // folder above its bin/) and of its host compiler `host_compiler` (looked up
 // in PATH). NOT_FOUND naming the path if nvcc is missing; FAILED_PRECONDITION
 // if `nvcc --version` does not say which release it is.
+//
+// Hashing nvcc, cicc and ptxas (150 MB) takes a quarter of a second; with a
+// `hash_cache_dir` the hashes are kept there and reused while
+// ToolchainFilesSignature is unchanged (ccache checks its compiler by
+// modification time the same way). `nvcc --version` and the host
+// compiler's version are asked every time.
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
-    const std::string& nvcc_path, const std::string& host_compiler = "g++");
+    const std::string& nvcc_path, const std::string& host_compiler = "g++",
+    const std::string& hash_cache_dir = "");
 
 // OK if `required` is empty or names the fingerprint's release: "12.8"
 // matches any 12.8.x, "12.8.93" only that version. Else FAILED_PRECONDITION
@@ -36,8 +43,8 @@ absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
 std::string ToolkitNvccOf(const std::string& nvcc_path);
 
 // A cheap signature of the files the fingerprint hashes (nvcc, cicc, ptxas:
-// inode, size and modification time), to notice a toolkit replaced under a
-// running process without hashing it again.
+// inode, size, modification and change time), to notice a toolkit replaced
+// under a running process without hashing it again.
 std::string ToolchainFilesSignature(const std::string& nvcc_path);
 
 // One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest

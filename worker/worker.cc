@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                                                         "another distcc-cuda-worker"));
   worker->work_dir_lock_ = std::make_unique<FolderLock>(std::move(lock));
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   ComputeToolchainFingerprint(options.nvcc_path));
+                   ComputeToolchainFingerprint(options.nvcc_path, "g++", options.work_dir));
   RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
   {
     absl::MutexLock lock(&worker->toolchain_mu_);
@@ -278,7 +278,8 @@ void Worker::RefreshToolchainIfChanged() {
   absl::MutexLock lock(&toolchain_mu_);
   if (files == toolchain_files_) return;
   toolchain_files_ = files;
-  absl::StatusOr<v1::ToolchainFingerprint> fresh = ComputeToolchainFingerprint(options_.nvcc_path);
+  absl::StatusOr<v1::ToolchainFingerprint> fresh =
+      ComputeToolchainFingerprint(options_.nvcc_path, "g++", options_.work_dir);
   if (!fresh.ok()) {
     spdlog::error("worker {}: the toolchain at {} changed and cannot be fingerprinted: {}",
                   options_.name, options_.nvcc_path, fresh.status().ToString());

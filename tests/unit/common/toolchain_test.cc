@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
+#include "common/digest.h"
 #include "common/files.h"
 #include "tests/support/test_paths.h"
 
@@ -94,6 +97,39 @@ TEST(ToolchainFingerprintTest, AWrapperScriptHasTheFingerprintOfTheToolkitItRuns
   EXPECT_EQ(wrapped->nvcc_sha256(), real->nvcc_sha256());
   EXPECT_EQ(wrapped->digest(), real->digest());
   EXPECT_EQ(wrapped->nvcc_path(), wrapper) << "the path is the one the user named";
+}
+
+TEST(ToolchainFingerprintTest, HashesAreRememberedUntilAToolkitFileChanges) {
+  std::string dir = testing::NewTempDir("toolchain-cache-");
+  const std::string nvcc = testing::FakeNvccWithRelease(dir, "12.8");
+  const std::string cicc = dir + "/cuda-12.8/nvvm/bin/cicc";
+  ASSERT_TRUE(WriteFileAtomically(cicc, "cicc one").ok());
+  const std::string cache = dir + "/cache";
+  auto first = ComputeToolchainFingerprint(nvcc, "g++", cache);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->cicc_sha256(), DigestOf("cicc one").hash);
+  // What is read back is the remembered hash: replace it in the cache file.
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(cache)) {
+    files.push_back(entry.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  absl::StatusOr<std::string> text = ReadFile(files[0]);
+  ASSERT_TRUE(text.ok());
+  std::string edited = *text;
+  edited.replace(edited.find(first->cicc_sha256()), 64, std::string(64, 'a'));
+  ASSERT_TRUE(WriteFileAtomically(files[0], edited).ok());
+  auto second = ComputeToolchainFingerprint(nvcc, "g++", cache);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->cicc_sha256(), std::string(64, 'a')) << "the hashes were computed again";
+  // A toolkit file changed: its signature differs, so it is hashed again.
+  ASSERT_TRUE(WriteFileAtomically(cicc, "cicc two").ok());
+  auto third = ComputeToolchainFingerprint(nvcc, "g++", cache);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->cicc_sha256(), DigestOf("cicc two").hash);
+  EXPECT_NE(third->digest(), first->digest());
+  // Without a cache folder nothing is remembered.
+  EXPECT_EQ(ComputeToolchainFingerprint(nvcc)->cicc_sha256(), DigestOf("cicc two").hash);
 }
 
 TEST(ToolchainFingerprintTest, MissingNvccIsNamed) {
