@@ -12,6 +12,7 @@
 # on 2 cores (the cold compiles, ours and ccache's). Results:
 # build/bench-rebuild/results.txt; the last line is the summary.
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 REPO=$PWD
 UNITS=${UNITS:-2}
@@ -65,8 +66,10 @@ seconds() { python3 -c "import time; print(f'{time.time() - $1:.2f}')"; }
 build() {  # build NAME [ENV...]: one distcc-cuda build, timed
   local name=$1; shift
   local start; start=$(python3 -c "import time; print(time.time())")
-  env "$@" "$BIN/distcc-cuda" build "$SRC/compile_commands.json" --library libfa.so \
-    --output-dir "$WORK/out" --state-dir "$WORK/state" --nvcc "$NVCC" > "$WORK/$name.log" 2>&1
+  if ! env "$@" "$BIN/distcc-cuda" build "$SRC/compile_commands.json" --library libfa.so \
+    -o "$WORK/out" --state-dir "$WORK/state" --nvcc "$NVCC" > "$WORK/$name.log" 2>&1; then
+    cat "$WORK/$name.log" >&2; echo "bench: the $name build failed" >&2; return 1
+  fi
   local wall; wall=$(seconds "$start")
   printf '%-14s %8s s   %s\n' "$name" "$wall" \
     "$(grep -o 'scanned in [^)]*)*' "$WORK/$name.log" | head -1)" | tee -a "$RESULTS" >&2
