@@ -37,8 +37,9 @@ struct ScanAnswer {
   std::string dependency_text;     // the -MF file nvcc wrote; empty when it wrote none
 };
 
-// How much the scan cache keeps: about 1,000 entries of a CUTLASS-sized
-// closure (700 headers each).
+// How much the scan cache keeps: about 3,000 entries of flash-attention's
+// size (an entry of its 1,169 files and 2,136 watched folders is 88 KB as a
+// zstd frame, 420 KB raw).
 inline constexpr int64_t kScanCacheBytes = int64_t{256} << 20;
 
 class ScanCache {

@@ -216,6 +216,23 @@ TEST_F(ScanCacheTest, TrimKeepsTheMostRecentlyUsedEntries) {
   EXPECT_EQ(scans, 1) << "the least recently used entry was kept";
 }
 
+TEST_F(ScanCacheTest, ADamagedEntryIsAMissAndIsWrittenAgain) {
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  int damaged = 0;
+  for (const auto& file : fs::recursive_directory_iterator(dir_ + "/scan")) {
+    if (!file.is_regular_file()) continue;
+    ASSERT_TRUE(WriteFileAtomically(file.path().string(), "not a scan cache entry").ok());
+    ++damaged;
+  }
+  ASSERT_EQ(damaged, 1);
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 1) << "a damaged entry was trusted";
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 0) << "the entry was not written again";
+}
+
 TEST(ScanCacheFolderTest, FollowsTheStateDirUnlessTheEnvironmentSays) {
   unsetenv("DISTCC_CUDA_SCAN_CACHE");
   EXPECT_EQ(ScanCache::FolderFor("/state"), "/state/scan");
