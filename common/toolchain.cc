@@ -57,6 +57,21 @@ ToolkitFiles ToolkitFilesOf(const std::string& nvcc_path) {
           (root / "include/cuda.h").string()};
 }
 
+// ToolchainFilesSignature of `files`, the toolkit of `nvcc_path`.
+std::string SignatureOf(const std::string& nvcc_path, const ToolkitFiles& files) {
+  std::string signature;
+  for (const std::string& file : {nvcc_path, files.nvcc, files.cicc, files.ptxas}) {
+    struct stat info;
+    if (stat(file.c_str(), &info) != 0) {
+      absl::StrAppend(&signature, "missing;");
+      continue;
+    }
+    absl::StrAppend(&signature, info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
+                    info.st_mtim.tv_nsec, ":", info.st_ctim.tv_sec, ".", info.st_ctim.tv_nsec, ";");
+  }
+  return signature;
+}
+
 }  // namespace
 
 std::string ToolkitNvccOf(const std::string& nvcc_path) {
@@ -121,7 +136,7 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   fingerprint.set_nvcc_path(AbsolutePath(nvcc_path));
   ToolkitFiles files = ToolkitFilesOf(nvcc_path);
   // The hashes, remembered under the files' signature.
-  const std::string signature = ToolchainFilesSignature(nvcc_path);
+  const std::string signature = SignatureOf(nvcc_path, files);
   const std::string remembered =
       hash_cache_dir.empty()
           ? ""
@@ -137,7 +152,7 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     hashes = {signature, HashOrMissing(files.nvcc), HashOrMissing(files.cicc),
               HashOrMissing(files.ptxas)};
     // Only a signature taken before the hashing and still true after it.
-    if (!remembered.empty() && ToolchainFilesSignature(nvcc_path) == signature &&
+    if (!remembered.empty() && SignatureOf(nvcc_path, files) == signature &&
         MakeDirectories(hash_cache_dir).ok()) {
       (void)WriteFileAtomically(remembered, absl::StrJoin(hashes, "\n") + "\n");
     }
@@ -169,18 +184,7 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
 }
 
 std::string ToolchainFilesSignature(const std::string& nvcc_path) {
-  ToolkitFiles files = ToolkitFilesOf(nvcc_path);
-  std::string signature;
-  for (const std::string& file : {nvcc_path, files.nvcc, files.cicc, files.ptxas}) {
-    struct stat info;
-    if (stat(file.c_str(), &info) != 0) {
-      absl::StrAppend(&signature, "missing;");
-      continue;
-    }
-    absl::StrAppend(&signature, info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
-                    info.st_mtim.tv_nsec, ":", info.st_ctim.tv_sec, ".", info.st_ctim.tv_nsec, ";");
-  }
-  return signature;
+  return SignatureOf(nvcc_path, ToolkitFilesOf(nvcc_path));
 }
 
 absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,

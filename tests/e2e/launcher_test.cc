@@ -385,10 +385,7 @@ TEST_F(LauncherTest, AMakefileBuildUsesTheLauncherThroughNvccVariable) {
                   .ok());
   // Bare `nvcc` found on PATH is a wrapper script, as some images have in
   // /usr/local/bin: its units must still match the workers' toolkit.
-  const std::string wrapper = root_ + "/wrapper-bin/nvcc";
-  ASSERT_TRUE(
-      WriteFileAtomically(wrapper, absl::StrCat("#!/bin/sh\nexec ", nvcc_, " \"$@\"\n")).ok());
-  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  testing::WriteNvccWrapper(root_ + "/wrapper-bin/nvcc", nvcc_);
   const char* path = getenv("PATH");
   ProcessResult build =
       Session({"sh", "-c", "make -j64 NVCC=\"$CMAKE_CUDA_COMPILER_LAUNCHER nvcc\""}, proj_,

@@ -43,6 +43,16 @@ std::string FakeNvccWithRelease(const std::string& dir, const std::string& relea
   return nvcc;
 }
 
+std::string WriteNvccWrapper(const std::string& path, const std::string& nvcc,
+                             const std::string& before) {
+  absl::Status written =
+      WriteFileAtomically(path, absl::StrCat("#!/bin/sh\n", before, "exec ", nvcc, " \"$@\"\n"));
+  if (!written.ok() || chmod(path.c_str(), 0755) != 0) {
+    ADD_FAILURE() << "cannot write " << path << ": " << written;
+  }
+  return path;
+}
+
 std::string RealNvccPath() {
   const std::string nvcc = "/usr/local/cuda/bin/nvcc";
   return IsExecutableFile(nvcc) ? nvcc : "";

@@ -19,6 +19,11 @@ std::string FakeNvccPath();
 std::string FakeNvccWithRelease(const std::string& dir, const std::string& release);
 // /usr/local/cuda/bin/nvcc if it exists, else "".
 std::string RealNvccPath();
+// Writes an executable script at `path` that runs `before` (shell lines)
+// and then execs `nvcc` with its arguments, as some images put in
+// /usr/local/bin/nvcc. Returns `path`; a test failure if it cannot.
+std::string WriteNvccWrapper(const std::string& path, const std::string& nvcc,
+                             const std::string& before = "");
 // A new empty folder for one test, under the test temp dir; removed when the
 // test program's tests are done.
 std::string NewTempDir(const std::string& prefix);

@@ -90,10 +90,7 @@ TEST(ExcludedPrefixesTest, AWrapperScriptsFolderIsNotAToolkit) {
   const std::string nvcc = RealNvccPath();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc at /usr/local/cuda/bin/nvcc";
   const std::string dir = NewTempDir("wrapper-");
-  const std::string wrapper = dir + "/bin/nvcc";
-  ASSERT_TRUE(
-      WriteFileAtomically(wrapper, absl::StrCat("#!/bin/sh\nexec ", nvcc, " \"$@\"\n")).ok());
-  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  const std::string wrapper = ::distcc_cuda::testing::WriteNvccWrapper(dir + "/bin/nvcc", nvcc);
   std::vector<std::string> prefixes = ExcludedPrefixes(wrapper);
   EXPECT_THAT(prefixes, Contains(std::filesystem::canonical("/usr/local/cuda").string() + "/"));
   EXPECT_THAT(prefixes, Not(Contains(dir + "/")))

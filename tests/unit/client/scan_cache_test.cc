@@ -33,11 +33,8 @@ class ScanCacheTest : public ::testing::Test {
     if (real.empty()) GTEST_SKIP() << "no nvcc at /usr/local/cuda/bin/nvcc";
     dir_ = AbsolutePath(testing::NewTempDir("scan_cache-"));
     log_ = dir_ + "/nvcc.log";
-    nvcc_ = dir_ + "/bin/nvcc";
-    ASSERT_TRUE(WriteFileAtomically(nvcc_, absl::StrCat("#!/bin/sh\necho \"$@\" >> ", log_,
-                                                        "\nexec ", real, " \"$@\"\n"))
-                    .ok());
-    ASSERT_EQ(chmod(nvcc_.c_str(), 0755), 0);
+    nvcc_ = testing::WriteNvccWrapper(dir_ + "/bin/nvcc", real,
+                                      absl::StrCat("echo \"$@\" >> ", log_, "\n"));
     proj_ = dir_ + "/proj";
     Write("src/k.cu", "#include \"a.h\"\n__global__ void k() { a(); }\n");
     // <sub/b.h>: found through the include path only, not beside a.h.

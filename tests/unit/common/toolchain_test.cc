@@ -84,10 +84,7 @@ TEST(ToolchainFingerprintTest, AWrapperScriptHasTheFingerprintOfTheToolkitItRuns
   const std::string nvcc = testing::RealNvccPath();
   if (nvcc.empty()) GTEST_SKIP() << "needs a real nvcc at /usr/local/cuda/bin/nvcc";
   std::string dir = testing::NewTempDir("toolchain-wrapper-");
-  const std::string wrapper = dir + "/bin/nvcc";
-  ASSERT_TRUE(
-      WriteFileAtomically(wrapper, absl::StrCat("#!/bin/sh\nexec ", nvcc, " \"$@\"\n")).ok());
-  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  const std::string wrapper = testing::WriteNvccWrapper(dir + "/bin/nvcc", nvcc);
   auto real = ComputeToolchainFingerprint(nvcc);
   auto wrapped = ComputeToolchainFingerprint(wrapper);
   ASSERT_TRUE(real.ok()) << real.status();
