@@ -409,6 +409,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     }
     unit->set_workspace_root(root);
     RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
+    RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files));
     local_objects[local.name] = local.local_object;
   }
   for (LocalSet& local : plan.sets) {
@@ -429,12 +430,16 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       if (!seen.insert(path).second) continue;
       ASSIGN_OR_RETURN(*set->add_inputs(), InputFor(path, root, files));
     }
+    RETURN_IF_ERROR(MoveIntoInputTree(*set->mutable_inputs(), *set->mutable_input_root(), files));
   }
   absl::Duration scan_time = absl::Now() - scan_start;
 
   absl::Time upload_start = absl::Now();
   CasClient cas(v1::ContentStore::NewStub(channel));
   ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
+  // The folders after the files they name.
+  RETURN_IF_ERROR(cas.UploadMissing(files.folders).status());
+  RETURN_IF_ERROR(CheckSubmissionSize(request));
   absl::Duration upload_time = absl::Now() - upload_start;
   BuildTrace trace;
   trace.Add("this machine", absl::StrCat("scan (", plan.units.size() + plan.sets.size(), ")"),
@@ -680,6 +685,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     }
     // A coordinator restarted with an empty store needs the inputs again.
     ASSIGN_OR_RETURN(int reuploaded, cas.UploadMissing(files.blobs));
+    RETURN_IF_ERROR(cas.UploadMissing(files.folders).status());
     ++resubmissions;
     out << "distcc-cuda: the coordinator is back after " << Seconds(absl::Now() - lost_at)
         << "; submitting the build again (" << reuploaded << " inputs uploaded again)\n";

@@ -123,6 +123,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
   RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
+  RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files));
 
   auto unreachable = [&](const std::string& what) {
     return absl::UnavailableError(
@@ -131,7 +132,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
                      "when it cannot be reached"));
   };
   CasClient cas(v1::ContentStore::NewStub(channel_));
-  absl::StatusOr<int> uploaded = cas.UploadMissing(files.blobs);
+  absl::StatusOr<int> uploaded = cas.UploadMissing(files.AllBlobs());
   if (!uploaded.ok()) {
     if (absl::IsUnavailable(uploaded.status())) {
       return unreachable(std::string(uploaded.status().message()));

@@ -6,11 +6,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/forwarded_flags.h"
+#include "common/input_tree.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
 
@@ -131,6 +133,39 @@ absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::strin
   files.by_path[path] = input;
   files.blobs.push_back(BlobSource{digest, path, ""});
   return input;
+}
+
+std::vector<BlobSource> WorkspaceFiles::AllBlobs() const {
+  std::vector<BlobSource> all = blobs;
+  all.insert(all.end(), folders.begin(), folders.end());
+  return all;
+}
+
+absl::Status CheckSubmissionSize(const v1::SubmitBuildRequest& request) {
+  const int64_t bytes = request.ByteSizeLong();
+  if (bytes <= kMaxMessageBytes) return absl::OkStatus();
+  int64_t arguments = 0;
+  for (const v1::CompileUnit& unit : request.units()) {
+    for (const std::string& argument : unit.arguments()) arguments += argument.size() + 2;
+  }
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the build's description is %.1f MiB (%d units, %.1f MiB of them nvcc arguments), over "
+      "the %d MiB a coordinator takes in one message; build fewer units at once (split the "
+      "compile_commands.json or manifest)",
+      bytes / 1048576.0, request.units_size(), arguments / 1048576.0, kMaxMessageBytes >> 20));
+}
+
+absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>& inputs,
+                               v1::Digest& root, WorkspaceFiles& files) {
+  ASSIGN_OR_RETURN(InputTree tree, BuildInputTree(inputs));
+  for (auto& [digest, bytes] : tree.directories) {
+    if (files.folders_seen.insert(digest).second) {
+      files.folders.push_back(BlobSource{digest, "", std::move(bytes)});
+    }
+  }
+  root = ToProto(tree.root);
+  inputs.Clear();
+  return absl::OkStatus();
 }
 
 absl::Status CheckClosure(const std::string& name, const std::vector<std::string>& closure) {

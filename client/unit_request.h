@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,23 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
 struct WorkspaceFiles {
   std::map<std::string, v1::InputFile> by_path;  // absolute path -> input
   std::vector<BlobSource> blobs;
+  // The Directory blobs of the units' input trees, each once.
+  std::vector<BlobSource> folders;
+  std::set<Digest> folders_seen;
+
+  // Everything to upload: the files, then the folders that name them.
+  std::vector<BlobSource> AllBlobs() const;
 };
+
+// Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,
+// adds the tree's folders to `files` and empties `inputs`. A header every
+// unit includes is then described once per build, not once per unit.
+// OK if the coordinator will take `request` in one message (it accepts
+// kMaxMessageBytes); else RESOURCE_EXHAUSTED saying what to do.
+absl::Status CheckSubmissionSize(const v1::SubmitBuildRequest& request);
+
+absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>& inputs,
+                               v1::Digest& root, WorkspaceFiles& files);
 
 // The input for the file at absolute `path`, relative to `root`; hashed and
 // added to `files` the first time.

@@ -26,6 +26,8 @@ struct BlobSource {
   std::string bytes;  // used when path is empty
 };
 
+// The largest gRPC message a coordinator accepts (a build's submission).
+inline constexpr int64_t kMaxMessageBytes = 8 << 20;
 // The most bytes one chunk of a streamed blob carries.
 inline constexpr int64_t kMaxChunkBytes = 1 << 20;
 // Blobs up to this size travel in BatchUpdateBlobs calls.

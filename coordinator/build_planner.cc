@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/input_tree.h"
 #include "common/instantiation.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
@@ -302,6 +303,62 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
                 "the build reads more than the operator expects; check what the scan found");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
+                                                        CasStore& cas, const BuildLimits& limits) {
+  InputTreeExpander expander([&cas](const Digest& digest) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> bytes = cas.Get(digest);
+    if (bytes.ok() && DigestOf(*bytes) == digest) return bytes;
+    if (bytes.ok()) cas.Discard(digest, "a folder of an input tree read back damaged");
+    return absl::FailedPreconditionError(
+        absl::StrCat("its folder ", digest.ToString(),
+                     " is not in the content store; upload the tree's folders before submitting"));
+  });
+  InputTreeLimits tree_limits;
+  tree_limits.max_files = limits.max_inputs_per_unit;
+  tree_limits.max_folders = limits.max_inputs_per_unit;
+  int64_t listed = 0;
+  auto expand = [&](const std::string& owner, const v1::Digest& root,
+                    google::protobuf::RepeatedPtrField<v1::InputFile>& inputs) -> absl::Status {
+    if (!inputs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          owner, " gives both an input list and an input tree; send one or the other"));
+    }
+    absl::StatusOr<std::vector<v1::InputFile>> files =
+        expander.Expand(FromProto(root), tree_limits);
+    if (!files.ok()) {
+      return absl::Status(files.status().code(),
+                          absl::StrCat(owner, ": ", files.status().message()));
+    }
+    listed += files->size();
+    if (listed > limits.max_input_listings) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the build's units list more than ", limits.max_input_listings,
+          " input files in all (a header every unit includes counts once per unit); this "
+          "coordinator allows ",
+          limits.max_input_listings,
+          " (--max-input-listings-per-build); split the build, or ask the operator to raise the "
+          "limit"));
+    }
+    inputs.Reserve(files->size());
+    for (v1::InputFile& file : *files) *inputs.Add() = std::move(file);
+    return absl::OkStatus();
+  };
+  v1::SubmitBuildRequest expanded = request;
+  for (v1::CompileUnit& unit : *expanded.mutable_units()) {
+    if (!unit.has_input_root()) continue;
+    RETURN_IF_ERROR(expand(absl::StrCat("unit ", unit.name().substr(0, 200)), unit.input_root(),
+                           *unit.mutable_inputs()));
+    unit.clear_input_root();
+  }
+  for (v1::InstantiationSet& set : *expanded.mutable_instantiation_sets()) {
+    if (!set.has_input_root()) continue;
+    RETURN_IF_ERROR(expand(absl::StrCat("instantiation set ", set.name().substr(0, 200)),
+                           set.input_root(), *set.mutable_inputs()));
+    set.clear_input_root();
+  }
+  return expanded;
 }
 
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,

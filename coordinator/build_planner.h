@@ -23,7 +23,20 @@ struct BuildLimits {
   int64_t max_argument_bytes = 64 << 10;  // --max-argument-length: bytes in one argument
   int64_t max_inputs_per_unit = 50000;    // --max-inputs-per-unit
   int64_t max_input_bytes = int64_t{64} << 30;  // --max-build-input-size: distinct inputs' bytes
+  // --max-input-listings-per-build: input files summed over a build's units
+  // and sets, a header every unit includes counted once per unit. Input
+  // trees make a build small to send however many units share a closure;
+  // this bounds what the coordinator expands them into.
+  int64_t max_input_listings = 20000000;
 };
+
+// The request with every unit's and set's `input_root` replaced by the
+// files of its tree (common/input_tree.h), read from `cas`. Folders that
+// several units share are read and checked once. INVALID_ARGUMENT for a
+// unit that gives both `inputs` and `input_root`, a malformed tree or one
+// past the limits; FAILED_PRECONDITION for a folder the store lacks.
+absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
+                                                        CasStore& cas, const BuildLimits& limits);
 
 // OK if `request` stays within `limits` (checked before anything is
 // expanded or stored); RESOURCE_EXHAUSTED naming the limit, its flag, the

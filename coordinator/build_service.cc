@@ -45,8 +45,14 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
 
   // Plans the build and hands it to the scheduler. Runs on the planning
   // executor, not in a reactor; the call cannot end before it returns.
-  void Start(const v1::SubmitBuildRequest& request, CasStore* cas, ResultCache* results,
+  void Start(const v1::SubmitBuildRequest& submitted, CasStore* cas, ResultCache* results,
              const PeakHistory* history, UnitSizeChoices* unit_sizes, const BuildLimits& limits) {
+    absl::StatusOr<v1::SubmitBuildRequest> expanded = ExpandInputTrees(submitted, *cas, limits);
+    if (!expanded.ok()) {
+      StartDone("", expanded.status());
+      return;
+    }
+    const v1::SubmitBuildRequest& request = *expanded;
     std::vector<Digest> inputs;
     for (const v1::CompileUnit& unit : request.units()) {
       for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/cas_client.h"
 #include "common/cas_store.h"
 #include "common/files.h"
 #include "common/status.h"
@@ -96,7 +97,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   builder.RegisterService(coordinator->cas_service_.get());
   builder.RegisterService(coordinator->build_service_.get());
   builder.RegisterService(coordinator->worker_service_.get());
-  builder.SetMaxReceiveMessageSize(8 << 20);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   coordinator->server_ = builder.BuildAndStart();
   if (coordinator->server_ == nullptr || coordinator->port_ == 0) {
     return absl::UnavailableError(

@@ -46,6 +46,9 @@ ABSL_FLAG(int64_t, max_grid_points, 100000,
 ABSL_FLAG(int64_t, max_arguments_per_unit, 4096, "refuse a unit with more nvcc arguments");
 ABSL_FLAG(std::string, max_argument_length, "64KiB", "refuse a unit with a longer nvcc argument");
 ABSL_FLAG(int64_t, max_inputs_per_unit, 50000, "refuse a unit with more input files");
+ABSL_FLAG(int64_t, max_input_listings_per_build, 20000000,
+          "refuse a build whose units list more input files than this in all (a header every "
+          "unit includes counts once per unit)");
 ABSL_FLAG(std::string, max_build_input_size, "64GiB",
           "refuse a build whose distinct input files add up to more");
 ABSL_FLAG(std::string, max_blob_size, "4GiB", "refuse to store a larger blob (input or object)");
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
   options.limits.max_grid_points = absl::GetFlag(FLAGS_max_grid_points);
   options.limits.max_arguments_per_unit = absl::GetFlag(FLAGS_max_arguments_per_unit);
   options.limits.max_inputs_per_unit = absl::GetFlag(FLAGS_max_inputs_per_unit);
+  options.limits.max_input_listings = absl::GetFlag(FLAGS_max_input_listings_per_build);
   for (auto [flag, value, into] :
        {std::make_tuple("--max-argument-length", absl::GetFlag(FLAGS_max_argument_length),
                         &options.limits.max_argument_bytes),

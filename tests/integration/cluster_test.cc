@@ -20,12 +20,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/build_command.h"
 #include "client/commands.h"
 #include "client/embedded_cluster.h"
 #include "common/cancellation.h"
+#include "common/cas_client.h"
 #include "common/digest.h"
 #include "common/fatbin.h"
 #include "common/files.h"
@@ -447,6 +449,59 @@ TEST_F(ClusterTest, ANoOpRebuildAnswersEveryScanFromTheScanCache) {
   EXPECT_EQ(scans(), 4) << "an edited header must be scanned again";
   EXPECT_THAT(*ReadFile(root_ + "/proj/build/a.o"), HasSubstr("// util, edited"));
   unsetenv("FAKE_NVCC_LOG");
+}
+
+// A CUTLASS-like build: every unit includes the same large header closure.
+// Listed per unit, 32 units of 900 headers with CUTLASS-length names are
+// about 9 MB of file names
+// and digests, over the 8 MiB a coordinator takes in one message; as input
+// trees the shared folders are described once, in the CAS, and each unit
+// sends only its root digest.
+TEST_F(ClusterTest, UnitsSharingThousandsOfHeadersFitOneSubmission) {
+  constexpr int kHeaders = 900;
+  constexpr int kUnits = 32;
+  std::string all;
+  int64_t listed_bytes = 0;  // what the closure costs each unit as a list
+  for (int i = 0; i < kHeaders; ++i) {
+    std::string name = absl::StrFormat(
+        "cute/arch/detail/folder_%02d/"
+        "cutlass3x_sm100_tensorop_gemm_f16_f16_f32_void_f16_128x256x64_2x1x1_0_tnn_align8_2sm_"
+        "warpspecialized_cooperative_epilogue_tma_with_a_header_named_as_long_as_the_"
+        "generator_writes_them_%04d.hpp",
+        i % 40, i);
+    std::string text = absl::StrFormat("// h%d\n", i);
+    Write("proj/include/" + name, text);
+    absl::StrAppend(&all, "#include \"", name, "\"\n");
+    v1::InputFile input;
+    input.set_path("include/" + name);
+    *input.mutable_digest() = ToProto(DigestOf(text));
+    listed_bytes += input.ByteSizeLong() + 3;
+  }
+  ASSERT_GT(listed_bytes * kUnits, kMaxMessageBytes);
+  Write("proj/include/all.h", all);
+  const std::string nvcc = testing::FakeNvccPath();
+  std::string db = "[";
+  for (int k = 0; k < kUnits; ++k) {
+    Write(absl::StrFormat("proj/gemm_%02d.cu", k),
+          absl::StrFormat("#include \"all.h\"\nint gemm_%d();\n", k));
+    absl::StrAppend(&db, k == 0 ? "" : ",", R"({"directory": ")", root_,
+                    absl::StrFormat(R"(/proj/build", "file": "../gemm_%02d.cu", "command": ")", k),
+                    nvcc,
+                    absl::StrFormat(R"( -I../include -c ../gemm_%02d.cu -o gemm_%02d.o"})", k, k));
+  }
+  Write("proj/build/compile_commands.json", db + "]");
+  std::string out;
+  absl::Status status =
+      BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("units     ", kUnits, " (", kUnits, " compiled")));
+  // Each object holds its unit's source and every header, as the fake
+  // compiler writes them: the workers had the whole closure.
+  absl::StatusOr<std::string> object = ReadFile(root_ + "/proj/build/gemm_27.o");
+  ASSERT_TRUE(object.ok());
+  EXPECT_THAT(*object, HasSubstr("int gemm_27();"));
+  EXPECT_THAT(*object, HasSubstr("// h0\n"));
+  EXPECT_THAT(*object, HasSubstr(absl::StrFormat("// h%d\n", kHeaders - 1)));
 }
 
 // Units of three targets with --threads 3 compile one target per unit on

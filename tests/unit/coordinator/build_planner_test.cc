@@ -8,6 +8,8 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "common/input_tree.h"
 #include "common/instantiation.h"
 #include "coordinator/result_cache.h"
 #include "tests/support/test_paths.h"
@@ -86,6 +88,65 @@ TEST_F(BuildPlannerTest, InputMissingFromTheStoreIsNamed) {
       PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   EXPECT_EQ(units.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(units.status().message(), HasSubstr("kernels/other.h"));
+}
+
+// A set (or unit) sent as an input tree plans exactly as its list: the
+// same units, inputs and action digests, so results cached from a list
+// serve a tree.
+TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
+  v1::SubmitBuildRequest as_tree = request_;
+  v1::InstantiationSet* set = as_tree.mutable_instantiation_sets(0);
+  absl::StatusOr<InputTree> tree = BuildInputTree(set->inputs());
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  for (const auto& [digest, bytes] : tree->directories) ASSERT_TRUE(cas_->Put(digest, bytes).ok());
+  *set->mutable_input_root() = ToProto(tree->root);
+  set->clear_inputs();
+  absl::StatusOr<v1::SubmitBuildRequest> expanded = ExpandInputTrees(as_tree, *cas_, {});
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  EXPECT_FALSE(expanded->instantiation_sets(0).has_input_root());
+  auto from_list = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  auto from_tree = PlanBuild(*expanded, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(from_list.ok() && from_tree.ok());
+  ASSERT_EQ(from_list->size(), from_tree->size());
+  for (size_t i = 0; i < from_list->size(); ++i) {
+    EXPECT_EQ((*from_list)[i].action_digest, (*from_tree)[i].action_digest);
+    EXPECT_EQ((*from_list)[i].unit.SerializeAsString(), (*from_tree)[i].unit.SerializeAsString());
+  }
+
+  // Both forms at once: which one is meant is unclear.
+  v1::SubmitBuildRequest both = as_tree;
+  *both.mutable_instantiation_sets(0)->mutable_inputs() = request_.instantiation_sets(0).inputs();
+  EXPECT_THAT(ExpandInputTrees(both, *cas_, {}).status().message(),
+              HasSubstr("instantiation set k gives both an input list and an input tree"));
+
+  // A root the store lacks is named, and the client told to upload it.
+  v1::SubmitBuildRequest lacking = as_tree;
+  *lacking.mutable_instantiation_sets(0)->mutable_input_root() =
+      ToProto(DigestOf("never uploaded"));
+  absl::Status missing = ExpandInputTrees(lacking, *cas_, {}).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(missing.message(), HasSubstr("instantiation set k: its folder "));
+  EXPECT_THAT(missing.message(), HasSubstr("upload the tree's folders"));
+
+  // A tree small to send may list many files: the build's total is bounded.
+  BuildLimits limits;
+  limits.max_input_listings = 3;
+  for (int i = 0; i < 3; ++i) {
+    v1::CompileUnit* unit = as_tree.add_units();
+    unit->set_name(absl::StrCat("u", i));
+    *unit->mutable_input_root() = ToProto(tree->root);
+  }
+  absl::Status listings = ExpandInputTrees(as_tree, *cas_, limits).status();
+  EXPECT_EQ(listings.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(listings.message(), HasSubstr("--max-input-listings-per-build"));
+  limits.max_input_listings = 4;
+  EXPECT_TRUE(ExpandInputTrees(as_tree, *cas_, limits).ok());
+
+  // A damaged folder in the store is dropped and reported missing.
+  ASSERT_TRUE(WriteFileAtomically(cas_->PathOf(tree->directories.back().first), "rot").ok());
+  EXPECT_EQ(ExpandInputTrees(as_tree, *cas_, {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(cas_->Contains(tree->directories.back().first));
 }
 
 TEST_F(BuildPlannerTest, UnitThatWritesOutsideTheSandboxIsRejected) {

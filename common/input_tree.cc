@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/input_tree.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+
+namespace distcc_cuda {
+namespace {
+
+// One path component: not empty, not "." or "..", no '/' and no NUL.
+bool IsPlainName(absl::string_view name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(absl::string_view("/\0", 2)) == absl::string_view::npos;
+}
+
+// A folder being built, its entries sorted by name as std::map keeps them.
+struct Folder {
+  std::map<std::string, v1::FileNode> files;
+  std::map<std::string, std::unique_ptr<Folder>> folders;
+};
+
+// Serializes `folder` below its sub-folders, adding each Directory blob to
+// `tree` once; returns the folder's digest.
+Digest Store(const Folder& folder, InputTree& tree, std::map<Digest, bool>& stored) {
+  v1::Directory directory;
+  for (const auto& [name, file] : folder.files) *directory.add_files() = file;
+  for (const auto& [name, child] : folder.folders) {
+    v1::DirectoryNode* node = directory.add_directories();
+    node->set_name(name);
+    *node->mutable_digest() = ToProto(Store(*child, tree, stored));
+  }
+  std::string bytes = directory.SerializeAsString();
+  Digest digest = DigestOf(bytes);
+  if (stored.emplace(digest, true).second) tree.directories.emplace_back(digest, std::move(bytes));
+  return digest;
+}
+
+}  // namespace
+
+absl::StatusOr<InputTree> BuildInputTree(
+    const google::protobuf::RepeatedPtrField<v1::InputFile>& inputs) {
+  Folder root;
+  for (const v1::InputFile& input : inputs) {
+    std::vector<absl::string_view> parts = absl::StrSplit(input.path(), '/');
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", absl::CHexEscape(input.path()), "' ", why));
+    };
+    for (absl::string_view part : parts) {
+      if (!IsPlainName(part)) return bad("is not a relative path of plain names");
+    }
+    Folder* folder = &root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      std::string name(parts[i]);
+      if (folder->files.count(name) != 0) return bad("lies under a file of the same name");
+      std::unique_ptr<Folder>& child = folder->folders[name];
+      if (child == nullptr) child = std::make_unique<Folder>();
+      folder = child.get();
+    }
+    std::string name(parts.back());
+    if (folder->folders.count(name) != 0) return bad("is also a folder of inputs");
+    v1::FileNode node;
+    node.set_name(name);
+    *node.mutable_digest() = input.digest();
+    node.set_is_executable(input.is_executable());
+    if (!folder->files.emplace(name, std::move(node)).second) return bad("is listed twice");
+  }
+  InputTree tree;
+  std::map<Digest, bool> stored;
+  tree.root = Store(root, tree, stored);
+  return tree;
+}
+
+struct InputTreeExpander::Walk {
+  const InputTreeLimits& limits;
+  std::vector<v1::InputFile> files;
+  int64_t folders = 0;
+};
+
+absl::StatusOr<const v1::Directory*> InputTreeExpander::Read(const Digest& digest,
+                                                             const std::string& where,
+                                                             const InputTreeLimits& limits) {
+  auto it = checked_.find(digest);
+  if (it != checked_.end()) return it->second.get();
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input tree: folder '", where, "' (", digest.ToString(), ") ", why));
+  };
+  RETURN_IF_ERROR(ValidateDigest(digest));
+  if (digest.size_bytes > limits.max_folder_bytes) {
+    return bad(absl::StrCat("is a blob of ", digest.size_bytes, " bytes; a folder may take ",
+                            limits.max_folder_bytes));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, fetch_(digest));
+  auto directory = std::make_unique<v1::Directory>();
+  if (!directory->ParseFromString(bytes)) return bad("is not a Directory message");
+  const std::string* last = nullptr;
+  for (const v1::FileNode& file : directory->files()) {
+    if (!IsPlainName(file.name())) {
+      return bad(absl::StrCat("names a file '", absl::CHexEscape(file.name()),
+                              "', which is not a plain name"));
+    }
+    if (last != nullptr && !(*last < file.name())) {
+      return bad(absl::StrCat("lists its files out of order or twice (at '", file.name(), "')"));
+    }
+    last = &file.name();
+    if (absl::Status valid = ValidateDigest(FromProto(file.digest())); !valid.ok()) {
+      return bad(absl::StrCat("file '", file.name(), "': ", valid.message()));
+    }
+  }
+  last = nullptr;
+  for (const v1::DirectoryNode& folder : directory->directories()) {
+    if (!IsPlainName(folder.name())) {
+      return bad(absl::StrCat("names a folder '", absl::CHexEscape(folder.name()),
+                              "', which is not a plain name"));
+    }
+    if (last != nullptr && !(*last < folder.name())) {
+      return bad(
+          absl::StrCat("lists its folders out of order or twice (at '", folder.name(), "')"));
+    }
+    last = &folder.name();
+    auto same = std::lower_bound(
+        directory->files().begin(), directory->files().end(), folder.name(),
+        [](const v1::FileNode& file, const std::string& name) { return file.name() < name; });
+    if (same != directory->files().end() && same->name() == folder.name()) {
+      return bad(absl::StrCat("has both a file and a folder named '", folder.name(), "'"));
+    }
+  }
+  const v1::Directory* kept = directory.get();
+  checked_.emplace(digest, std::move(directory));
+  return kept;
+}
+
+absl::Status InputTreeExpander::Visit(const Digest& digest, const std::string& prefix, int depth,
+                                      Walk& walk) {
+  const std::string where = prefix.empty() ? "." : prefix.substr(0, prefix.size() - 1);
+  if (depth > walk.limits.max_depth) {
+    return absl::InvalidArgumentError(absl::StrCat("input tree: folder '", where, "' lies ", depth,
+                                                   " folders deep; at most ", walk.limits.max_depth,
+                                                   " are allowed"));
+  }
+  if (++walk.folders > walk.limits.max_folders) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input tree: more than ", walk.limits.max_folders, " folders (at '", where, "')"));
+  }
+  ASSIGN_OR_RETURN(const v1::Directory* directory, Read(digest, where, walk.limits));
+  if (static_cast<int64_t>(walk.files.size()) + directory->files_size() > walk.limits.max_files) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input tree: more than ", walk.limits.max_files, " files (at '", where, "')"));
+  }
+  for (const v1::FileNode& file : directory->files()) {
+    v1::InputFile& input = walk.files.emplace_back();
+    input.set_path(prefix + file.name());
+    *input.mutable_digest() = file.digest();
+    input.set_is_executable(file.is_executable());
+  }
+  for (const v1::DirectoryNode& folder : directory->directories()) {
+    RETURN_IF_ERROR(
+        Visit(FromProto(folder.digest()), prefix + folder.name() + "/", depth + 1, walk));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::InputFile>> InputTreeExpander::Expand(
+    const Digest& root, const InputTreeLimits& limits) {
+  Walk walk{limits, {}, 0};
+  RETURN_IF_ERROR(Visit(root, "", 0, walk));
+  std::sort(walk.files.begin(), walk.files.end(),
+            [](const v1::InputFile& a, const v1::InputFile& b) { return a.path() < b.path(); });
+  return std::move(walk.files);
+}
+
+std::vector<Digest> InputTreeExpander::FoldersRead() const {
+  std::vector<Digest> folders;
+  for (const auto& [digest, directory] : checked_) folders.push_back(digest);
+  return folders;
+}
+
+}  // namespace distcc_cuda

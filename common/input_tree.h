@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// A compile unit's inputs as a Merkle tree (the Remote Execution API's
+// model): one Directory blob per folder, naming its files by digest and its
+// sub-folders by their own Directory's digest, so a tree is named by its
+// root's digest. Units that include the same headers share those folders'
+// blobs, which are stored and sent once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/digest.h"
+#include "distcc_cuda/v1/build.pb.h"
+#include "distcc_cuda/v1/cas.pb.h"
+
+namespace distcc_cuda {
+
+struct InputTree {
+  Digest root;
+  // Every Directory blob of the tree (the root's among them), each once.
+  std::vector<std::pair<Digest, std::string>> directories;
+};
+
+// The tree of `inputs` (paths relative to the tree's root). INVALID_ARGUMENT
+// for a path that is empty, absolute or has an empty, "." or ".." part, a
+// path given twice, or a name that is both a file and a folder. The same
+// files give the same root, in whatever order they are listed.
+absl::StatusOr<InputTree> BuildInputTree(
+    const google::protobuf::RepeatedPtrField<v1::InputFile>& inputs);
+
+// What expanding one tree may cost: a tree names folders by digest, so a
+// few small blobs can describe a folder listed under itself many times over
+// (a "tree bomb"); the walk stops at these bounds instead.
+struct InputTreeLimits {
+  int64_t max_files = 50000;           // files listed, counted over the whole walk
+  int64_t max_folders = 50000;         // folders visited, the same folder again counted again
+  int max_depth = 64;                  // folders within folders
+  int64_t max_folder_bytes = 4 << 20;  // one Directory blob
+};
+
+// Returns a Directory blob's bytes, or an error that names what is missing.
+using FetchDirectory = std::function<absl::StatusOr<std::string>(const Digest& digest)>;
+
+// Expands trees into their files. Every Directory it reads is checked (its
+// names are single path components, each list is sorted with no name twice,
+// no name is both a file and a folder, every digest is well formed), and
+// kept, so trees that share folders read and parse each folder once.
+class InputTreeExpander {
+ public:
+  explicit InputTreeExpander(FetchDirectory fetch) : fetch_(std::move(fetch)) {}
+
+  // The files of the tree at `root`, sorted by path. INVALID_ARGUMENT for a
+  // malformed folder or a walk past `limits`, naming the folder; the fetch's
+  // own error for a folder it cannot find.
+  absl::StatusOr<std::vector<v1::InputFile>> Expand(const Digest& root,
+                                                    const InputTreeLimits& limits = {});
+
+  // The Directory blobs read so far, distinct.
+  std::vector<Digest> FoldersRead() const;
+
+ private:
+  struct Walk;
+  absl::StatusOr<const v1::Directory*> Read(const Digest& digest, const std::string& where,
+                                            const InputTreeLimits& limits);
+  absl::Status Visit(const Digest& digest, const std::string& prefix, int depth, Walk& walk);
+
+  FetchDirectory fetch_;
+  std::map<Digest, std::unique_ptr<v1::Directory>> checked_;
+};
+
+}  // namespace distcc_cuda
