@@ -433,13 +433,13 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     RETURN_IF_ERROR(MoveIntoInputTree(*set->mutable_inputs(), *set->mutable_input_root(), files));
   }
   absl::Duration scan_time = absl::Now() - scan_start;
+  RETURN_IF_ERROR(CheckSubmissionSize(request));
 
   absl::Time upload_start = absl::Now();
   CasClient cas(v1::ContentStore::NewStub(channel));
   ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
   // The folders after the files they name.
   RETURN_IF_ERROR(cas.UploadMissing(files.folders).status());
-  RETURN_IF_ERROR(CheckSubmissionSize(request));
   absl::Duration upload_time = absl::Now() - upload_start;
   BuildTrace trace;
   trace.Add("this machine", absl::StrCat("scan (", plan.units.size() + plan.sets.size(), ")"),
