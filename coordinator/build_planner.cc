@@ -14,6 +14,7 @@
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "coordinator/result_cache.h"
+#include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -239,6 +240,37 @@ absl::Status AppendWithRememberedSplits(PlannedUnit plan, const UnitSizeChoices*
   return absl::OkStatus();
 }
 
+int64_t UnitsOf(size_t points, int per_unit) {
+  return (static_cast<int64_t>(points) + per_unit - 1) / std::max(per_unit, 1);
+}
+
+// Whether a set whose kept unit size is `kept` should be planned with
+// `today`'s instead: when that makes more than 1.5 times fewer units, and
+// no unit of the kept grouping is in the result cache (a header every unit
+// includes, a flag or the toolchain changed), so the regroup costs no
+// cached result. One unit fixed after a compile error, or one edited
+// source, keeps the grouping and the other units' results. Units of the
+// kept grouping that were split in an earlier build (by halves or by
+// target) count as cached: their results are their parts', which this does
+// not look up.
+absl::StatusOr<bool> RegroupPays(const v1::InstantiationSet& set, const std::string& workspace_root,
+                                 const std::string& toolchain,
+                                 const std::vector<GeneratedUnit>& points, int kept, int today,
+                                 CasStore& cas, const UnitSizeChoices* choices,
+                                 const IsCached& is_cached) {
+  if (!is_cached || choices == nullptr || kept == today) return false;
+  if (UnitsOf(points.size(), kept) * 2 <= UnitsOf(points.size(), today) * 3) return false;
+  for (GeneratedUnit& group : GroupInstantiations(set, points, kept)) {
+    ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, workspace_root, group, cas));
+    const std::string digest = ActionDigest(toolchain, unit);
+    if (choices->Find(SplitKey(digest)) || choices->Find(ArchitectureSplitKey(digest)) == 1 ||
+        is_cached(digest)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits) {
@@ -365,7 +397,8 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
                                                    CasStore& cas, const PeakHistory* history,
                                                    const ClusterCapacity& capacity,
                                                    UnitSizeChoices* choices,
-                                                   const BuildLimits& limits) {
+                                                   const BuildLimits& limits,
+                                                   const IsCached& is_cached) {
   RETURN_IF_ERROR(CheckBuildLimits(request, limits));
   const std::string& toolchain = request.toolchain().digest();
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
@@ -396,11 +429,23 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
       std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
       int fits = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
                                              /*total_slots=*/1);
+      const int today = ChooseInstantiationsPerUnit(
+          points.size(), peak, capacity.smallest_usable_cap, capacity.total_slots);
       if (kept && (*kept == 1 || *kept <= fits)) {
         per_unit = *kept;
+        ASSIGN_OR_RETURN(bool regroup, RegroupPays(set, request.workspace_root(), toolchain, points,
+                                                   *kept, today, cas, choices, is_cached));
+        if (regroup) {
+          spdlog::info(
+              "set {}: regrouped from {} to {} instantiations per unit ({} units instead "
+              "of {}); none of its kept units was in the result cache",
+              set.name(), *kept, today, UnitsOf(points.size(), today),
+              UnitsOf(points.size(), *kept));
+          per_unit = today;
+          choices->Remember(key, per_unit);
+        }
       } else {
-        per_unit = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
-                                               capacity.total_slots);
+        per_unit = today;
         // With no worker there is nothing to size for: do not remember.
         if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, per_unit);
       }

@@ -4,6 +4,8 @@
 // action digest.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,10 +58,22 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
 // CheckBuildLimits runs first.
+// Whether the result cache holds a unit's result, by its action digest.
+using IsCached = std::function<bool(const std::string& action_digest)>;
+
+// Plans `request` into units. An instantiation set's unit size (grid points
+// per unit) is chosen from the predicted cost per instantiation and the
+// workers' caps and kept in `choices`, so a rebuild makes the same units and
+// finds them cached. A kept size is planned again (regrouped) only when it
+// pays and costs nothing: today's choice makes more than 1.5 times fewer
+// units, and `is_cached` says no unit of the kept grouping is cached (a
+// header they all include, a flag or the toolchain changed). Without
+// `is_cached` a kept size stays.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
                                                    CasStore& cas, const PeakHistory* history,
                                                    const ClusterCapacity& capacity,
                                                    UnitSizeChoices* choices,
-                                                   const BuildLimits& limits = {});
+                                                   const BuildLimits& limits = {},
+                                                   const IsCached& is_cached = nullptr);
 
 }  // namespace distcc_cuda::coordinator

@@ -63,7 +63,9 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     handle_->pin = cas->Pin(inputs);
     absl::StatusOr<std::vector<PlannedUnit>> units =
         PlanBuild(request, *cas, history, scheduler_->Capacity(request.toolchain().digest()),
-                  unit_sizes, limits);
+                  unit_sizes, limits, [results](const std::string& action_digest) {
+                    return results->Lookup(action_digest).has_value();
+                  });
     if (!units.ok()) {
       StartDone("", units.status());
       return;

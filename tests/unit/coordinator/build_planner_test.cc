@@ -262,6 +262,62 @@ TEST_F(UnitSizeTest, ChoiceSticksWhileItFitsSoCachedUnitsKeepTheirNames) {
   ASSERT_EQ(Plan({4 * gib, 4}, choices->get())->size(), 8u);
 }
 
+// Item 5 of issue 13: a size chosen from the cold default (one point per
+// unit on small workers) is not kept forever when bigger units would do;
+// it is planned again on a build whose kept units miss the cache anyway.
+TEST_F(UnitSizeTest, AKeptSizeIsRegroupedWhenItPaysAndCostsNoCachedResult) {
+  const int64_t gib = int64_t{1} << 30;
+  std::string hit;  // with `cached` false, the one unit the cache holds
+  auto plan = [&](ClusterCapacity capacity, UnitSizeChoices* choices, bool cached) {
+    return PlanBuild(request_, *cas_, nullptr, capacity, choices, {},
+                     [cached, &hit](const std::string& digest) { return cached || digest == hit; });
+  };
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> choices = UnitSizeChoices::Open("");
+  ASSERT_TRUE(choices.ok());
+  // 4 GiB workers hold one 2 GiB instantiation per unit.
+  absl::StatusOr<std::vector<PlannedUnit>> first = plan({4 * gib, 4}, choices->get(), false);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 8u);
+  // Bigger workers would take 4 per unit (2 units, 4x fewer); an unchanged
+  // rebuild keeps its 8 cached units.
+  EXPECT_EQ(plan({64 * gib, 1}, choices->get(), true)->size(), 8u);
+  // One unit missing (a compile error fixed, one source edited) keeps the
+  // other units' results.
+  hit = (*first)[5].action_digest;
+  EXPECT_EQ(plan({64 * gib, 1}, choices->get(), false)->size(), 8u);
+  hit.clear();
+  // A build whose units all miss the cache anyway regroups, and the new
+  // size sticks for the builds after it.
+  absl::StatusOr<std::vector<PlannedUnit>> regrouped = plan({64 * gib, 1}, choices->get(), false);
+  ASSERT_TRUE(regrouped.ok());
+  ASSERT_EQ(regrouped->size(), 2u);
+  EXPECT_EQ((*regrouped)[0].unit.name(), "k_1of2");
+  EXPECT_EQ((*regrouped)[0].instantiations, 4);
+  EXPECT_EQ(plan({64 * gib, 1}, choices->get(), true)->size(), 2u);
+  EXPECT_EQ(plan({64 * gib, 1}, choices->get(), false)->size(), 2u);
+
+  // Without the cache's answer (or without kept choices) nothing regroups.
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> unasked = UnitSizeChoices::Open("");
+  ASSERT_EQ(PlanBuild(request_, *cas_, nullptr, {4 * gib, 4}, unasked->get())->size(), 8u);
+  EXPECT_EQ(PlanBuild(request_, *cas_, nullptr, {64 * gib, 1}, unasked->get())->size(), 8u);
+
+  // 1.5x fewer units is not enough: 3 per unit (3 units) stays against 4
+  // per unit (2 units).
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> threes = UnitSizeChoices::Open("");
+  ASSERT_EQ(plan({12 * gib, 1}, threes->get(), false)->size(), 3u);
+  EXPECT_EQ(plan({64 * gib, 1}, threes->get(), false)->size(), 3u);
+
+  // Kept units that an earlier build split by target hold their results
+  // in their parts: they count as cached, and nothing regroups.
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> split = UnitSizeChoices::Open("");
+  first = plan({4 * gib, 4}, split->get(), false);
+  ASSERT_TRUE(first.ok());
+  for (const PlannedUnit& unit : *first) {
+    (*split)->Remember(absl::StrCat("architectures:", unit.action_digest), 1);
+  }
+  EXPECT_EQ(plan({64 * gib, 1}, split->get(), false)->size(), 8u);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator
 
