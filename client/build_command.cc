@@ -409,7 +409,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     }
     unit->set_workspace_root(root);
     RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
-    RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files));
+    RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files,
+                                      Relative(AbsolutePath(local.source, local.directory), root)));
     local_objects[local.name] = local.local_object;
   }
   for (LocalSet& local : plan.sets) {
@@ -433,13 +434,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     RETURN_IF_ERROR(MoveIntoInputTree(*set->mutable_inputs(), *set->mutable_input_root(), files));
   }
   absl::Duration scan_time = absl::Now() - scan_start;
-  RETURN_IF_ERROR(CheckSubmissionSize(request));
+  PackLargeBuild(request, files);
 
   absl::Time upload_start = absl::Now();
   CasClient cas(v1::ContentStore::NewStub(channel));
-  ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
-  // The folders after the files they name.
-  RETURN_IF_ERROR(cas.UploadMissing(files.folders).status());
+  ASSIGN_OR_RETURN(int uploaded, UploadWorkspace(cas, files));
   absl::Duration upload_time = absl::Now() - upload_start;
   BuildTrace trace;
   trace.Add("this machine", absl::StrCat("scan (", plan.units.size() + plan.sets.size(), ")"),
@@ -669,10 +668,24 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     out << "distcc-cuda: lost the coordinator at " << address << " (" << status.error_message()
         << "); reconnecting for up to " << absl::FormatDuration(options.reconnect_timeout) << " ("
         << have.size() << " finished units are kept)\n";
+    // Back means the inputs went up again: a channel can still look
+    // connected for a moment after its coordinator died.
     bool back = false;
+    int reuploaded = 0;
     while (!back && absl::Now() - lost_at < options.reconnect_timeout &&
            !(options.cancel != nullptr && options.cancel->cancelled())) {
-      back = channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1))) {
+        continue;
+      }
+      // A coordinator restarted with an empty store needs the inputs again.
+      absl::StatusOr<int> uploaded = UploadWorkspace(cas, files);
+      if (absl::IsUnavailable(uploaded.status())) {
+        absl::SleepFor(absl::Milliseconds(200));
+        continue;
+      }
+      RETURN_IF_ERROR(uploaded.status());
+      reuploaded = *uploaded;
+      back = true;
     }
     if (!back) {
       if (options.cancel != nullptr && options.cancel->cancelled()) break;
@@ -683,9 +696,6 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
           " units that finished are in its result cache: run the same command "
           "again once it is back"));
     }
-    // A coordinator restarted with an empty store needs the inputs again.
-    ASSIGN_OR_RETURN(int reuploaded, cas.UploadMissing(files.blobs));
-    RETURN_IF_ERROR(cas.UploadMissing(files.folders).status());
     ++resubmissions;
     out << "distcc-cuda: the coordinator is back after " << Seconds(absl::Now() - lost_at)
         << "; submitting the build again (" << reuploaded << " inputs uploaded again)\n";

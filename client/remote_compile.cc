@@ -123,7 +123,8 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
   RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
-  RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files));
+  RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files,
+                                    Relative(AbsolutePath(plan.source, directory), root)));
 
   auto unreachable = [&](const std::string& what) {
     return absl::UnavailableError(

@@ -6,7 +6,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/digest.h"
@@ -138,33 +137,46 @@ absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::strin
 std::vector<BlobSource> WorkspaceFiles::AllBlobs() const {
   std::vector<BlobSource> all = blobs;
   all.insert(all.end(), folders.begin(), folders.end());
+  all.insert(all.end(), plan.begin(), plan.end());
   return all;
 }
 
-absl::Status CheckSubmissionSize(const v1::SubmitBuildRequest& request) {
-  const int64_t bytes = request.ByteSizeLong();
-  if (bytes <= kMaxMessageBytes) return absl::OkStatus();
-  int64_t arguments = 0;
-  for (const v1::CompileUnit& unit : request.units()) {
-    for (const std::string& argument : unit.arguments()) arguments += argument.size() + 2;
-  }
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "the build's description is %.1f MiB (%d units, %.1f MiB of them nvcc arguments), over "
-      "the %d MiB a coordinator takes in one message; build fewer units at once (split the "
-      "compile_commands.json or manifest)",
-      bytes / 1048576.0, request.units_size(), arguments / 1048576.0, kMaxMessageBytes >> 20));
+bool PackLargeBuild(v1::SubmitBuildRequest& request, WorkspaceFiles& files) {
+  if (static_cast<int64_t>(request.ByteSizeLong()) <= kInlineBuildBytes) return false;
+  v1::BuildPlan plan;
+  plan.mutable_units()->Swap(request.mutable_units());
+  plan.mutable_instantiation_sets()->Swap(request.mutable_instantiation_sets());
+  std::string bytes = plan.SerializeAsString();
+  Digest digest = DigestOf(bytes);
+  *request.mutable_plan() = ToProto(digest);
+  files.plan.push_back(BlobSource{digest, "", std::move(bytes)});
+  return true;
+}
+
+absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files) {
+  ASSIGN_OR_RETURN(int uploaded, cas.UploadMissing(files.blobs));
+  // The folders after the files they name, the plan after the folders.
+  RETURN_IF_ERROR(cas.UploadMissing(files.folders).status());
+  RETURN_IF_ERROR(cas.UploadMissing(files.plan).status());
+  return uploaded;
 }
 
 absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>& inputs,
-                               v1::Digest& root, WorkspaceFiles& files) {
-  ASSIGN_OR_RETURN(InputTree tree, BuildInputTree(inputs));
+                               v1::Digest& root, WorkspaceFiles& files,
+                               const std::string& own_path) {
+  google::protobuf::RepeatedPtrField<v1::InputFile> own;
+  google::protobuf::RepeatedPtrField<v1::InputFile> shared;
+  for (v1::InputFile& input : inputs) {
+    *(input.path() == own_path ? own.Add() : shared.Add()) = std::move(input);
+  }
+  ASSIGN_OR_RETURN(InputTree tree, BuildInputTree(shared));
   for (auto& [digest, bytes] : tree.directories) {
     if (files.folders_seen.insert(digest).second) {
       files.folders.push_back(BlobSource{digest, "", std::move(bytes)});
     }
   }
   root = ToProto(tree.root);
-  inputs.Clear();
+  inputs.Swap(&own);
   return absl::OkStatus();
 }
 

@@ -60,20 +60,35 @@ struct WorkspaceFiles {
   // The Directory blobs of the units' input trees, each once.
   std::vector<BlobSource> folders;
   std::set<Digest> folders_seen;
+  // The BuildPlan blob of a build too large for one message (PackLargeBuild).
+  std::vector<BlobSource> plan;
 
-  // Everything to upload: the files, then the folders that name them.
+  // Everything to upload: the files, the folders that name them, the plan.
   std::vector<BlobSource> AllBlobs() const;
 };
+
+// Uploads what the coordinator lacks of `files`, in the order AllBlobs
+// gives; returns how many input files (not folders or plan) were uploaded.
+absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files);
 
 // Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,
 // adds the tree's folders to `files` and empties `inputs`. A header every
 // unit includes is then described once per build, not once per unit.
-// OK if the coordinator will take `request` in one message (it accepts
-// kMaxMessageBytes); else RESOURCE_EXHAUSTED saying what to do.
-absl::Status CheckSubmissionSize(const v1::SubmitBuildRequest& request);
+// A request larger than kInlineBuildBytes sends its units and sets as a
+// BuildPlan blob (added to `files.plan`) and names it, so no count of units
+// meets the limit on one message (kMaxMessageBytes). Returns whether it did.
+inline constexpr int64_t kInlineBuildBytes = 1 << 20;
+bool PackLargeBuild(v1::SubmitBuildRequest& request, WorkspaceFiles& files);
 
+// Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,
+// adds the tree's folders to `files` and leaves in `inputs` only the file
+// at `own_path` (the unit's source; "": none). A header every unit includes
+// is then described once per build, not once per unit, and units that
+// include the same headers share one root: their own sources, which no
+// other unit reads, stay beside it instead of making a tree each.
 absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>& inputs,
-                               v1::Digest& root, WorkspaceFiles& files);
+                               v1::Digest& root, WorkspaceFiles& files,
+                               const std::string& own_path = "");
 
 // The input for the file at absolute `path`, relative to `root`; hashed and
 // added to `files` the first time.

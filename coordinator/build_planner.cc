@@ -19,12 +19,18 @@
 namespace distcc_cuda::coordinator {
 namespace {
 
-absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas) {
+// `present`: digests already found in the store during this plan; the
+// headers every unit includes are looked up once, not once per unit.
+absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
+                       std::set<Digest>& present) {
   RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
-    if (!cas.Contains(digest)) {
+    if (present.count(digest) != 0) continue;
+    if (cas.Contains(digest)) {
+      present.insert(std::move(digest));
+    } else {
       return absl::FailedPreconditionError(
           absl::StrCat("unit ", unit.name(), ": input ", input.path(), " (", digest.ToString(),
                        ") is not in the content store; upload it before submitting"));
@@ -337,6 +343,34 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
+                                                     const CasStore& cas) {
+  if (!request.has_plan()) return request;
+  if (request.units_size() > 0 || request.instantiation_sets_size() > 0) {
+    return absl::InvalidArgumentError(
+        "the build gives both a plan blob and units of its own; send one or the other");
+  }
+  const Digest digest = FromProto(request.plan());
+  RETURN_IF_ERROR(ValidateDigest(digest));
+  absl::StatusOr<std::string> bytes = cas.Get(digest);
+  if (!bytes.ok() || DigestOf(*bytes) != digest) {
+    if (bytes.ok()) cas.Discard(digest, "a build plan read back damaged");
+    return absl::FailedPreconditionError(
+        absl::StrCat("the build's plan ", digest.ToString(),
+                     " is not in the content store; upload it before submitting"));
+  }
+  v1::BuildPlan plan;
+  if (!plan.ParseFromString(*bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the build's plan ", digest.ToString(), " is not a BuildPlan message"));
+  }
+  v1::SubmitBuildRequest read = request;
+  read.clear_plan();
+  read.mutable_units()->Swap(plan.mutable_units());
+  read.mutable_instantiation_sets()->Swap(plan.mutable_instantiation_sets());
+  return read;
+}
+
 absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
                                                         CasStore& cas, const BuildLimits& limits) {
   InputTreeExpander expander([&cas](const Digest& digest) -> absl::StatusOr<std::string> {
@@ -353,17 +387,13 @@ absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildReq
   int64_t listed = 0;
   auto expand = [&](const std::string& owner, const v1::Digest& root,
                     google::protobuf::RepeatedPtrField<v1::InputFile>& inputs) -> absl::Status {
-    if (!inputs.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          owner, " gives both an input list and an input tree; send one or the other"));
-    }
     absl::StatusOr<std::vector<v1::InputFile>> files =
         expander.Expand(FromProto(root), tree_limits);
     if (!files.ok()) {
       return absl::Status(files.status().code(),
                           absl::StrCat(owner, ": ", files.status().message()));
     }
-    listed += files->size();
+    listed += files->size() + inputs.size();
     if (listed > limits.max_input_listings) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the build's units list more than ", limits.max_input_listings,
@@ -466,8 +496,9 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
   std::vector<PlannedUnit> planned;
   const size_t units_in_build = units.size();
   const v1::ArchitectureSplit mode = request.architecture_split();
+  std::set<Digest> present;
   for (size_t i = 0; i < units.size(); ++i) {
-    RETURN_IF_ERROR(CheckUnit(units[i], cas));
+    RETURN_IF_ERROR(CheckUnit(units[i], cas, present));
     PlannedUnit plan =
         Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history);
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {

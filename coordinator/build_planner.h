@@ -32,11 +32,19 @@ struct BuildLimits {
   int64_t max_input_listings = 20000000;
 };
 
+// The request with the units and sets of its `plan` blob (a BuildPlan in
+// `cas`) in place of the digest; a request without one, as it is.
+// INVALID_ARGUMENT for a plan beside units or sets, or one that does not
+// parse; FAILED_PRECONDITION for a plan the store lacks.
+absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
+                                                     const CasStore& cas);
+
 // The request with every unit's and set's `input_root` replaced by the
-// files of its tree (common/input_tree.h), read from `cas`. Folders that
-// several units share are read and checked once. INVALID_ARGUMENT for a
-// unit that gives both `inputs` and `input_root`, a malformed tree or one
-// past the limits; FAILED_PRECONDITION for a folder the store lacks.
+// files of its tree (common/input_tree.h), read from `cas`, after the files
+// it lists itself (a unit's own source; a path in both is refused when the
+// unit is checked). Folders that several units share are read and checked
+// once. INVALID_ARGUMENT for a malformed tree or one past the limits;
+// FAILED_PRECONDITION for a folder the store lacks.
 absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
                                                         CasStore& cas, const BuildLimits& limits);
 

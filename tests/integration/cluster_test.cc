@@ -512,6 +512,34 @@ TEST_F(ClusterTest, UnitsSharingThousandsOfHeadersFitOneSubmission) {
   EXPECT_THAT(*object, HasSubstr(absl::StrFormat("// h%d\n", kHeaders - 1)));
 }
 
+// No count of units meets the 8 MiB limit on one message: 48 units of
+// 180 KB of nvcc arguments each (8.6 MB) go as a BuildPlan blob.
+TEST_F(ClusterTest, ABuildLargerThanOneMessageTravelsAsAPlanBlob) {
+  constexpr int kUnits = 48;
+  const std::string nvcc = testing::FakeNvccPath();
+  std::string defines;
+  for (int i = 0; i < 3; ++i) {
+    absl::StrAppend(&defines, " -DCUTLASS_LONG_OPTION_", i, "=", std::string(60000, 'x'));
+  }
+  std::string db = "[";
+  for (int k = 0; k < kUnits; ++k) {
+    Write(absl::StrFormat("proj/u_%02d.cu", k), absl::StrFormat("int u_%d();\n", k));
+    absl::StrAppend(&db, k == 0 ? "" : ",", R"({"directory": ")", root_,
+                    absl::StrFormat(R"(/proj/build", "file": "../u_%02d.cu", "command": ")", k),
+                    nvcc, defines, absl::StrFormat(R"( -c ../u_%02d.cu -o u_%02d.o"})", k, k));
+  }
+  Write("proj/build/compile_commands.json", db + "]");
+  ASSERT_GT(static_cast<int64_t>(kUnits) * 180000, kMaxMessageBytes);
+  std::string out;
+  absl::Status status =
+      BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &out);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out.substr(0, 4000);
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("units     ", kUnits, " (", kUnits, " compiled")));
+  absl::StatusOr<std::string> object = ReadFile(root_ + "/proj/build/u_47.o");
+  ASSERT_TRUE(object.ok());
+  EXPECT_THAT(*object, HasSubstr("int u_47();"));
+}
+
 // Units of three targets with --threads 3 compile one target per unit on
 // the workers; the client merges each unit's parts into the object the
 // build system expects, and links that, not the parts.

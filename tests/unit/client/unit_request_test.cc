@@ -4,9 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/cas_client.h"
 #include "common/digest.h"
 
 namespace distcc_cuda::client {
@@ -28,7 +30,9 @@ v1::CompileUnit UnitIncluding(int unit, int headers) {
   return compile;
 }
 
-// Each unit names its root; the folders every unit shares are uploaded once.
+// The folders every unit shares are uploaded once; with each unit's own
+// source beside its tree, units that include the same headers share the
+// whole tree.
 TEST(UnitRequestTest, UnitsThatShareHeadersShareTheirFolders) {
   WorkspaceFiles files;
   for (int unit = 0; unit < 5; ++unit) {
@@ -41,28 +45,58 @@ TEST(UnitRequestTest, UnitsThatShareHeadersShareTheirFolders) {
   // Five roots, one include/ and one include/cutlass/.
   EXPECT_EQ(files.folders.size(), 7u);
   EXPECT_EQ(files.AllBlobs().size(), 7u);
+
+  WorkspaceFiles shared;
+  std::set<std::string> roots;
+  for (int unit = 0; unit < 5; ++unit) {
+    v1::CompileUnit compile = UnitIncluding(unit, 100);
+    const std::string own = absl::StrCat("gemm_", unit, ".cu");
+    ASSERT_TRUE(
+        MoveIntoInputTree(*compile.mutable_inputs(), *compile.mutable_input_root(), shared, own)
+            .ok());
+    ASSERT_EQ(compile.inputs_size(), 1);
+    EXPECT_EQ(compile.inputs(0).path(), own);
+    roots.insert(compile.input_root().hash());
+  }
+  EXPECT_EQ(roots.size(), 1u);
+  EXPECT_EQ(shared.folders.size(), 3u);
 }
 
-TEST(UnitRequestTest, ABuildTooLargeForOneMessageSaysWhatToDo) {
+// No count of units meets the 8 MiB limit on one message: a large build
+// sends its units as a blob.
+TEST(UnitRequestTest, ALargeBuildTravelsAsAPlanBlob) {
   v1::SubmitBuildRequest request;
-  for (int unit = 0; unit < 2000; ++unit) {
-    v1::CompileUnit* compile = request.add_units();
-    compile->set_name(absl::StrCat("gemm_", unit));
-    for (int i = 0; i < 100; ++i)
-      compile->add_arguments(absl::StrCat("-DCUTLASS_OPTION_", i, "=1"));
-  }
-  EXPECT_TRUE(CheckSubmissionSize(request).ok()) << "about 5 MiB fits";
-  for (int unit = 0; unit < 2000; ++unit) {
-    v1::CompileUnit* compile = request.add_units();
-    compile->set_name(absl::StrCat("more_", unit));
-    for (int i = 0; i < 100; ++i)
-      compile->add_arguments(absl::StrCat("-DCUTLASS_OPTION_", i, "=1"));
-  }
-  absl::Status status = CheckSubmissionSize(request);
-  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(status.message(), HasSubstr("(4000 units, "));
-  EXPECT_THAT(status.message(), HasSubstr("MiB of them nvcc arguments), over the 8 MiB"));
-  EXPECT_THAT(status.message(), HasSubstr("build fewer units at once"));
+  request.set_build_name("cutlass");
+  auto add_units = [&](int count) {
+    for (int unit = 0; unit < count; ++unit) {
+      v1::CompileUnit* compile = request.add_units();
+      compile->set_name(absl::StrCat("gemm_", request.units_size()));
+      for (int i = 0; i < 100; ++i) {
+        compile->add_arguments(absl::StrCat("-DCUTLASS_OPTION_", i, "=1"));
+      }
+    }
+  };
+  WorkspaceFiles files;
+  add_units(10);
+  EXPECT_FALSE(PackLargeBuild(request, files)) << "a small build stays in its message";
+  EXPECT_EQ(request.units_size(), 10);
+  EXPECT_TRUE(files.plan.empty());
+
+  add_units(20000);  // about 40 MiB of arguments
+  const std::string units = request.SerializeAsString();
+  ASSERT_GT(static_cast<int64_t>(units.size()), kMaxMessageBytes);
+  ASSERT_TRUE(PackLargeBuild(request, files));
+  EXPECT_EQ(request.units_size(), 0);
+  EXPECT_EQ(request.build_name(), "cutlass");
+  EXPECT_LT(static_cast<int64_t>(request.ByteSizeLong()), 1024);
+  ASSERT_EQ(files.plan.size(), 1u);
+  EXPECT_EQ(FromProto(request.plan()), files.plan[0].digest);
+  EXPECT_EQ(DigestOf(files.plan[0].bytes), files.plan[0].digest);
+  v1::BuildPlan plan;
+  ASSERT_TRUE(plan.ParseFromString(files.plan[0].bytes));
+  EXPECT_EQ(plan.units_size(), 20010);
+  EXPECT_EQ(plan.units(20009).name(), "gemm_20010");
+  EXPECT_EQ(files.AllBlobs().size(), 1u);
 }
 
 }  // namespace

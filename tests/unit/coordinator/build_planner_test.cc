@@ -113,11 +113,15 @@ TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
     EXPECT_EQ((*from_list)[i].unit.SerializeAsString(), (*from_tree)[i].unit.SerializeAsString());
   }
 
-  // Both forms at once: which one is meant is unclear.
+  // A tree beside a list (a unit's own source) gives both; a path in both
+  // is refused when the units are checked.
   v1::SubmitBuildRequest both = as_tree;
   *both.mutable_instantiation_sets(0)->mutable_inputs() = request_.instantiation_sets(0).inputs();
-  EXPECT_THAT(ExpandInputTrees(both, *cas_, {}).status().message(),
-              HasSubstr("instantiation set k gives both an input list and an input tree"));
+  absl::StatusOr<v1::SubmitBuildRequest> doubled = ExpandInputTrees(both, *cas_, {});
+  ASSERT_TRUE(doubled.ok()) << doubled.status();
+  EXPECT_EQ(doubled->instantiation_sets(0).inputs_size(), 2);
+  EXPECT_THAT(PlanBuild(*doubled, *cas_, nullptr, ClusterCapacity{}, nullptr).status().message(),
+              HasSubstr("input 'kernels/k.cuh' is listed twice"));
 
   // A root the store lacks is named, and the client told to upload it.
   v1::SubmitBuildRequest lacking = as_tree;
@@ -147,6 +151,43 @@ TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
   EXPECT_EQ(ExpandInputTrees(as_tree, *cas_, {}).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(cas_->Contains(tree->directories.back().first));
+}
+
+TEST_F(BuildPlannerTest, ABuildPlanBlobIsReadInPlaceOfItsDigest) {
+  v1::BuildPlan plan;
+  *plan.mutable_instantiation_sets() = request_.instantiation_sets();
+  v1::CompileUnit* unit = plan.add_units();
+  unit->set_name("api");
+  absl::StatusOr<Digest> stored = cas_->PutBytes(plan.SerializeAsString());
+  ASSERT_TRUE(stored.ok());
+  v1::SubmitBuildRequest packed;
+  packed.set_build_name("b");
+  *packed.mutable_toolchain() = request_.toolchain();
+  *packed.mutable_plan() = ToProto(*stored);
+  absl::StatusOr<v1::SubmitBuildRequest> read = ReadBuildPlan(packed, *cas_);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_FALSE(read->has_plan());
+  EXPECT_EQ(read->build_name(), "b");
+  ASSERT_EQ(read->units_size(), 1);
+  EXPECT_EQ(read->units(0).name(), "api");
+  EXPECT_EQ(read->instantiation_sets(0).SerializeAsString(),
+            request_.instantiation_sets(0).SerializeAsString());
+  // A request without a plan is as it was.
+  EXPECT_EQ(ReadBuildPlan(request_, *cas_)->SerializeAsString(), request_.SerializeAsString());
+
+  v1::SubmitBuildRequest both = packed;
+  both.add_units()->set_name("x");
+  EXPECT_THAT(ReadBuildPlan(both, *cas_).status().message(),
+              HasSubstr("both a plan blob and units of its own"));
+  v1::SubmitBuildRequest lacking = packed;
+  *lacking.mutable_plan() = ToProto(DigestOf("never uploaded"));
+  EXPECT_EQ(ReadBuildPlan(lacking, *cas_).status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<Digest> junk = cas_->PutBytes("\xff\xff not a plan");
+  ASSERT_TRUE(junk.ok());
+  v1::SubmitBuildRequest garbled = packed;
+  *garbled.mutable_plan() = ToProto(*junk);
+  EXPECT_THAT(ReadBuildPlan(garbled, *cas_).status().message(),
+              HasSubstr("is not a BuildPlan message"));
 }
 
 TEST_F(BuildPlannerTest, UnitThatWritesOutsideTheSandboxIsRejected) {
