@@ -314,6 +314,12 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit) {
 
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                                  const std::vector<std::string>& system_prefixes) {
+  return ValidateCompileUnit(unit, system_prefixes, nullptr);
+}
+
+absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
+                                 const std::vector<std::string>& system_prefixes,
+                                 CheckedInputPaths* checked) {
   RETURN_IF_ERROR(ValidateUnitName(unit.name()));
   std::string where = absl::StrCat("unit ", unit.name());
   const std::string& root = unit.workspace_root();
@@ -362,9 +368,22 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                        "output lie in its workspace"));
     }
   }
-  std::set<std::string> inputs;
+  std::unordered_set<std::string> inputs;
+  inputs.reserve(unit.inputs_size());
+  std::unordered_set<std::string>* known = checked != nullptr ? &(*checked)[root] : nullptr;
   for (const auto& input : unit.inputs()) {
     const std::string& path = input.path();
+    if (!inputs.insert(path).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": input '", absl::CHexEscape(path), "' is listed twice"));
+    }
+    if (path == output) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": its output '", command.output,
+                       "' is also one of its inputs; write the object "
+                       "elsewhere"));
+    }
+    if (known != nullptr && known->count(path) != 0) continue;
     if (path.empty() || path[0] == '/' || !StaysInside(path) || !CheckShellInert(path, "").ok() ||
         std::filesystem::path(path).lexically_normal() != path ||
         IsHostPrivatePath((std::filesystem::path(root.empty() ? "/" : root) / path).string())) {
@@ -378,16 +397,7 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
           " would lie among the toolchain's own files on the worker; the toolkit's and the "
           "system's files are never inputs"));
     }
-    if (!inputs.insert(path).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": input '", path, "' is listed twice"));
-    }
-    if (path == output) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": its output '", command.output,
-                       "' is also one of its inputs; write the object "
-                       "elsewhere"));
-    }
+    if (known != nullptr) known->insert(path);
   }
   return absl::OkStatus();
 }

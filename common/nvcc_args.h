@@ -6,7 +6,9 @@
 // before its local scan, in the coordinator and in the worker before it forks.
 #pragma once
 
+#include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -104,6 +106,16 @@ absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                                  const std::vector<std::string>& system_prefixes);
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit);
+
+// Input paths already found plain, inside and outside the reserved folders,
+// per workspace root, for one list of system prefixes: a build's units
+// share most of their inputs, whose paths are then checked once per build,
+// not once per unit. Each unit still checks its own list for repeats and
+// for its output.
+using CheckedInputPaths = std::map<std::string, std::unordered_set<std::string>>;
+absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
+                                 const std::vector<std::string>& system_prefixes,
+                                 CheckedInputPaths* checked);
 
 // OK for a unit name that is safe as a file name and in a terminal: 1 to 200
 // of letters, digits and _ . + @ = -, not starting with '.'.

@@ -19,11 +19,13 @@
 namespace distcc_cuda::coordinator {
 namespace {
 
-// `present`: digests already found in the store during this plan; the
-// headers every unit includes are looked up once, not once per unit.
+// `checked_paths` and `present`: input paths already checked and digests
+// already found in the store during this plan; the headers every unit
+// includes are checked and looked up once, not once per unit.
 absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
-                       std::set<Digest>& present) {
-  RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
+                       const std::vector<std::string>& system_prefixes,
+                       CheckedInputPaths& checked_paths, std::set<Digest>& present) {
+  RETURN_IF_ERROR(ValidateCompileUnit(unit, system_prefixes, &checked_paths));
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
@@ -497,8 +499,10 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
   const size_t units_in_build = units.size();
   const v1::ArchitectureSplit mode = request.architecture_split();
   std::set<Digest> present;
+  CheckedInputPaths checked_paths;
+  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (size_t i = 0; i < units.size(); ++i) {
-    RETURN_IF_ERROR(CheckUnit(units[i], cas, present));
+    RETURN_IF_ERROR(CheckUnit(units[i], cas, system_prefixes, checked_paths, present));
     PlannedUnit plan =
         Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history);
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {

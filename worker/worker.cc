@@ -239,6 +239,7 @@ absl::Status Worker::Register() {
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status),
                            absl::StrCat("registering with ", options_.coordinator_address)));
   worker_id_ = response.worker_id();
+  registered_toolchain_ = request.toolchain().digest();
   return absl::OkStatus();
 }
 
@@ -284,6 +285,8 @@ void Worker::RefreshToolchainIfChanged() {
     spdlog::error("worker {}: the toolchain at {} changed and cannot be fingerprinted: {}",
                   options_.name, options_.nvcc_path, fresh.status().ToString());
     toolchain_.set_digest("unusable toolchain: " + std::string(fresh.status().message()));
+    // Caught mid-upgrade, perhaps: look again at the next heartbeat.
+    toolchain_files_.clear();
     return;
   }
   if (fresh->digest() == toolchain_.digest()) return;
@@ -308,6 +311,34 @@ void Worker::HeartbeatLoop() {
   if (!RegisterUntilStopped()) return;
   int failures = 0;
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    // A toolkit upgraded (or broken) under an idle worker: the coordinator
+    // must know it by what it has now, not only after its next unit.
+    RefreshToolchainIfChanged();
+    const std::string digest = toolchain().digest();
+    std::string stale_id;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!worker_id_.empty() && digest != registered_toolchain_) {
+        stale_id = worker_id_;
+        worker_id_.clear();
+      }
+    }
+    if (!stale_id.empty()) {
+      spdlog::warn("worker {}: its toolchain is now {}; registering again with it", options_.name,
+                   DescribeToolchain(toolchain()));
+      v1::DeregisterWorkerRequest gone;
+      gone.set_worker_id(stale_id);
+      v1::DeregisterWorkerResponse answer;
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineIn(absl::Seconds(2)));
+      {
+        StoppableCall call(this, context);
+        stub_->DeregisterWorker(&context, gone, &answer);
+      }
+      if (!RegisterUntilStopped()) return;
+      failures = 0;
+      continue;
+    }
     v1::HeartbeatRequest request;
     {
       absl::MutexLock lock(&mu_);

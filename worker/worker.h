@@ -134,6 +134,8 @@ class Worker {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // The fingerprint the coordinator knows this worker by (its last Register).
+  std::string registered_toolchain_ ABSL_GUARDED_BY(mu_);
   absl::Status refused_ ABSL_GUARDED_BY(mu_);
   // Running tasks by id, each with what kills it.
   std::map<std::string, std::shared_ptr<CancelToken>> running_ ABSL_GUARDED_BY(mu_);

@@ -708,6 +708,37 @@ TEST_F(ClusterTest, WorkerWhoseNvccIsReplacedRegistersAgainAndItsUnitsRunElsewhe
   EXPECT_TRUE(again) << status_text();
 }
 
+// An idle worker whose toolkit breaks (caught halfway through an upgrade)
+// and is then upgraded registers again each time, by what it has now, not
+// only when its next unit reports it: with nothing matching its broken
+// toolchain no unit would ever come to tell it.
+TEST_F(ClusterTest, AnIdleWorkerRegistersAgainWhenItsToolkitBreaksAndIsMended) {
+  workers_.clear();
+  const std::string nvcc = testing::FakeNvccWithRelease(root_ + "/upgraded", "13.0");
+  AddWorker("upgraded", nvcc);
+  auto status_shows = [&](const std::string& text) {
+    for (int i = 0; i < 100; ++i) {
+      std::ostringstream status;
+      client::RunStatus(coordinator_->address(), absl::Seconds(5), status).IgnoreError();
+      if (absl::StrContains(status.str(), text)) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  };
+  ASSERT_TRUE(status_shows("nvcc 13.0"));
+  // Half-written: not an nvcc at all.
+  ASSERT_TRUE(WriteFileAtomically(nvcc + ".partial", "#!/bin/sh\nexit 1\n").ok());
+  std::filesystem::permissions(nvcc + ".partial", std::filesystem::perms::owner_all);
+  std::filesystem::rename(nvcc + ".partial", nvcc);
+  EXPECT_TRUE(status_shows("[unusable too]"));
+  std::filesystem::copy_file(testing::FakeNvccWithRelease(root_ + "/new", "13.1"), nvcc,
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_TRUE(status_shows("nvcc 13.1"));
+  std::ostringstream status;
+  ASSERT_TRUE(client::RunStatus(coordinator_->address(), absl::Seconds(5), status).ok());
+  EXPECT_THAT(status.str(), HasSubstr("1 workers")) << "the old registration was dropped";
+}
+
 TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
   // Only a worker process that will hang is connected when the build starts.
   workers_.clear();

@@ -476,6 +476,50 @@ TEST(ValidateCompileUnitTest, FilesAmongTheToolchainsAreRefused) {
   }
 }
 
+// A build's units share most inputs; their paths are checked once per
+// root (CheckedInputPaths), with the same verdicts as one by one.
+TEST(ValidateCompileUnitTest, PathsCheckedOnceGiveTheSameVerdicts) {
+  auto unit = [](const std::string& root, const std::vector<std::string>& inputs,
+                 const std::string& output = "a.o") {
+    v1::CompileUnit unit;
+    unit.set_name("u");
+    unit.set_workspace_root(root);
+    for (const std::string& argument :
+         {std::string("-c"), std::string("a.cu"), std::string("-o"), output}) {
+      unit.add_arguments(argument);
+    }
+    unit.add_output_paths(output);
+    for (const std::string& path : inputs) unit.add_inputs()->set_path(path);
+    return unit;
+  };
+  const std::vector<std::string> prefixes = SystemIncludePrefixes("/opt/cuda-12.8");
+  std::vector<v1::CompileUnit> units = {
+      unit("/", {"a.cu", "usr/include/stdio.h"}),     // among the system's headers
+      unit("/src", {"a.cu", "usr/include/stdio.h"}),  // the same path, elsewhere: fine
+      unit("/src", {"a.cu", "include/cute/tensor.hpp"}),
+      unit("/src", {"a.cu", "include/cute/tensor.hpp", "a.cu"}),                     // twice
+      unit("/src", {"a.cu", "include/cute/tensor.hpp"}, "include/cute/tensor.hpp"),  // output
+      unit("/src", {"a.cu", "../etc/x.h"}),
+      unit("/src", {"a.cu", "include/../../x.h"}),
+  };
+  std::vector<bool> alone;
+  for (const v1::CompileUnit& u : units) alone.push_back(ValidateCompileUnit(u, prefixes).ok());
+  EXPECT_EQ(alone, std::vector<bool>({false, true, true, false, false, false, false}));
+  for (bool reversed : {false, true}) {
+    CheckedInputPaths checked;
+    for (size_t k = 0; k < units.size(); ++k) {
+      size_t i = reversed ? units.size() - 1 - k : k;
+      // Twice each: the second time every good path is already known.
+      for (int pass = 0; pass < 2; ++pass) {
+        EXPECT_EQ(ValidateCompileUnit(units[i], prefixes, &checked).ok(), alone[i])
+            << "unit " << i << (reversed ? " (reversed)" : "");
+      }
+    }
+    EXPECT_EQ(checked["/src"].count("include/cute/tensor.hpp"), 1u);
+    EXPECT_EQ(checked["/"].count("usr/include/stdio.h"), 0u);
+  }
+}
+
 TEST(IsHostPrivatePathTest, HostStateAndCredentialsButNotSourceTrees) {
   for (const char* path : {"/etc", "/etc/shadow", "/proc/self/environ", "/sys/kernel", "/dev/sda",
                            "/run/secrets/x", "/var/log/syslog", "/home/me/.ssh/id_rsa",
