@@ -346,7 +346,8 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
 }
 
 absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
-                                                     const CasStore& cas) {
+                                                     const CasStore& cas,
+                                                     const BuildLimits& limits) {
   if (!request.has_plan()) return request;
   if (request.units_size() > 0 || request.instantiation_sets_size() > 0) {
     return absl::InvalidArgumentError(
@@ -354,6 +355,12 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
   }
   const Digest digest = FromProto(request.plan());
   RETURN_IF_ERROR(ValidateDigest(digest));
+  if (digest.size_bytes > limits.max_plan_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the build's plan is ", digest.size_bytes, " bytes; this coordinator reads at most ",
+        limits.max_plan_bytes,
+        " (--max-build-plan-size); split the build, or ask the operator to raise the limit"));
+  }
   absl::StatusOr<std::string> bytes = cas.Get(digest);
   if (!bytes.ok() || DigestOf(*bytes) != digest) {
     if (bytes.ok()) cas.Discard(digest, "a build plan read back damaged");

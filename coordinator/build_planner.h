@@ -30,14 +30,19 @@ struct BuildLimits {
   // trees make a build small to send however many units share a closure;
   // this bounds what the coordinator expands them into.
   int64_t max_input_listings = 20000000;
+  // --max-build-plan-size: a BuildPlan blob (the units of a build too large
+  // for one message) is read and parsed whole; 55,000 CUTLASS units are 35 MiB.
+  int64_t max_plan_bytes = int64_t{256} << 20;
 };
 
 // The request with the units and sets of its `plan` blob (a BuildPlan in
 // `cas`) in place of the digest; a request without one, as it is.
 // INVALID_ARGUMENT for a plan beside units or sets, or one that does not
-// parse; FAILED_PRECONDITION for a plan the store lacks.
+// parse; RESOURCE_EXHAUSTED for one over `limits.max_plan_bytes`;
+// FAILED_PRECONDITION for a plan the store lacks.
 absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
-                                                     const CasStore& cas);
+                                                     const CasStore& cas,
+                                                     const BuildLimits& limits = {});
 
 // The request with every unit's and set's `input_root` replaced by the
 // files of its tree (common/input_tree.h), read from `cas`, after the files

@@ -47,7 +47,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   // executor, not in a reactor; the call cannot end before it returns.
   void Start(const v1::SubmitBuildRequest& submitted, CasStore* cas, ResultCache* results,
              const PeakHistory* history, UnitSizeChoices* unit_sizes, const BuildLimits& limits) {
-    absl::StatusOr<v1::SubmitBuildRequest> read = ReadBuildPlan(submitted, *cas);
+    absl::StatusOr<v1::SubmitBuildRequest> read = ReadBuildPlan(submitted, *cas, limits);
     absl::StatusOr<v1::SubmitBuildRequest> expanded =
         read.ok() ? ExpandInputTrees(*read, *cas, limits) : read;
     if (!expanded.ok()) {

@@ -49,6 +49,8 @@ ABSL_FLAG(int64_t, max_inputs_per_unit, 50000, "refuse a unit with more input fi
 ABSL_FLAG(int64_t, max_input_listings_per_build, 20000000,
           "refuse a build whose units list more input files than this in all (a header every "
           "unit includes counts once per unit)");
+ABSL_FLAG(std::string, max_build_plan_size, "256MiB",
+          "refuse a build whose units, sent as a plan blob, take more bytes than this");
 ABSL_FLAG(std::string, max_build_input_size, "64GiB",
           "refuse a build whose distinct input files add up to more");
 ABSL_FLAG(std::string, max_blob_size, "4GiB", "refuse to store a larger blob (input or object)");
@@ -117,6 +119,8 @@ int main(int argc, char** argv) {
                         &options.limits.max_argument_bytes),
         std::make_tuple("--max-build-input-size", absl::GetFlag(FLAGS_max_build_input_size),
                         &options.limits.max_input_bytes),
+        std::make_tuple("--max-build-plan-size", absl::GetFlag(FLAGS_max_build_plan_size),
+                        &options.limits.max_plan_bytes),
         std::make_tuple("--max-blob-size", absl::GetFlag(FLAGS_max_blob_size),
                         &options.max_blob_bytes),
         std::make_tuple("--max-output", absl::GetFlag(FLAGS_max_output),

@@ -188,6 +188,12 @@ TEST_F(BuildPlannerTest, ABuildPlanBlobIsReadInPlaceOfItsDigest) {
   *garbled.mutable_plan() = ToProto(*junk);
   EXPECT_THAT(ReadBuildPlan(garbled, *cas_).status().message(),
               HasSubstr("is not a BuildPlan message"));
+  // A plan is parsed whole: its size is bounded before it is read.
+  BuildLimits small;
+  small.max_plan_bytes = stored->size_bytes - 1;
+  absl::Status over = ReadBuildPlan(packed, *cas_, small).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.message(), HasSubstr("--max-build-plan-size"));
 }
 
 TEST_F(BuildPlannerTest, UnitThatWritesOutsideTheSandboxIsRejected) {
