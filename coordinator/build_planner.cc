@@ -345,6 +345,21 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
   return absl::OkStatus();
 }
 
+namespace {
+
+// A blob a build names (its plan, a folder of an input tree), its bytes
+// checked against its digest: one damaged on disk is dropped and, like one
+// never uploaded, FAILED_PRECONDITION `missing`.
+absl::StatusOr<std::string> ReadNamedBlob(const CasStore& cas, const Digest& digest,
+                                          const std::string& missing) {
+  absl::StatusOr<std::string> bytes = cas.Get(digest);
+  if (bytes.ok() && DigestOf(*bytes) == digest) return bytes;
+  if (bytes.ok()) cas.Discard(digest, "a blob a build names read back damaged");
+  return absl::FailedPreconditionError(missing);
+}
+
+}  // namespace
+
 absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
                                                      const CasStore& cas,
                                                      const BuildLimits& limits) {
@@ -361,15 +376,13 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
         limits.max_plan_bytes,
         " (--max-build-plan-size); split the build, or ask the operator to raise the limit"));
   }
-  absl::StatusOr<std::string> bytes = cas.Get(digest);
-  if (!bytes.ok() || DigestOf(*bytes) != digest) {
-    if (bytes.ok()) cas.Discard(digest, "a build plan read back damaged");
-    return absl::FailedPreconditionError(
-        absl::StrCat("the build's plan ", digest.ToString(),
-                     " is not in the content store; upload it before submitting"));
-  }
+  ASSIGN_OR_RETURN(std::string bytes,
+                   ReadNamedBlob(cas, digest,
+                                 absl::StrCat("the build's plan ", digest.ToString(),
+                                              " is not in the content store; upload it before "
+                                              "submitting")));
   v1::BuildPlan plan;
-  if (!plan.ParseFromString(*bytes)) {
+  if (!plan.ParseFromString(bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the build's plan ", digest.ToString(), " is not a BuildPlan message"));
   }
@@ -382,11 +395,9 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
 
 absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
                                                         CasStore& cas, const BuildLimits& limits) {
-  InputTreeExpander expander([&cas](const Digest& digest) -> absl::StatusOr<std::string> {
-    absl::StatusOr<std::string> bytes = cas.Get(digest);
-    if (bytes.ok() && DigestOf(*bytes) == digest) return bytes;
-    if (bytes.ok()) cas.Discard(digest, "a folder of an input tree read back damaged");
-    return absl::FailedPreconditionError(
+  InputTreeExpander expander([&cas](const Digest& digest) {
+    return ReadNamedBlob(
+        cas, digest,
         absl::StrCat("its folder ", digest.ToString(),
                      " is not in the content store; upload the tree's folders before submitting"));
   });
