@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/status.h"
@@ -57,17 +60,20 @@ ToolkitFiles ToolkitFilesOf(const std::string& nvcc_path) {
           (root / "include/cuda.h").string()};
 }
 
+// A file's inode, size and times, or "missing".
+std::string StatSignature(const std::string& file) {
+  struct stat info;
+  if (stat(file.c_str(), &info) != 0) return "missing;";
+  return absl::StrCat(info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
+                      info.st_mtim.tv_nsec, ":", info.st_ctim.tv_sec, ".", info.st_ctim.tv_nsec,
+                      ";");
+}
+
 // ToolchainFilesSignature of `files`, the toolkit of `nvcc_path`.
 std::string SignatureOf(const std::string& nvcc_path, const ToolkitFiles& files) {
   std::string signature;
   for (const std::string& file : {nvcc_path, files.nvcc, files.cicc, files.ptxas}) {
-    struct stat info;
-    if (stat(file.c_str(), &info) != 0) {
-      absl::StrAppend(&signature, "missing;");
-      continue;
-    }
-    absl::StrAppend(&signature, info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
-                    info.st_mtim.tv_nsec, ":", info.st_ctim.tv_sec, ".", info.st_ctim.tv_nsec, ";");
+    absl::StrAppend(&signature, StatSignature(file));
   }
   return signature;
 }
@@ -184,7 +190,23 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
 }
 
 std::string ToolchainFilesSignature(const std::string& nvcc_path) {
-  return SignatureOf(nvcc_path, ToolkitFilesOf(nvcc_path));
+  // Workers ask at every heartbeat; finding a wrapper script's toolkit runs
+  // the script, so the answer is kept while the script itself is unchanged.
+  static absl::Mutex mu;
+  static auto* known = new std::map<std::string, std::pair<std::string, ToolkitFiles>>();
+  const std::string own = StatSignature(nvcc_path);
+  std::optional<ToolkitFiles> files;
+  {
+    absl::MutexLock lock(&mu);
+    auto it = known->find(nvcc_path);
+    if (it != known->end() && it->second.first == own) files = it->second.second;
+  }
+  if (!files) {
+    files = ToolkitFilesOf(nvcc_path);
+    absl::MutexLock lock(&mu);
+    (*known)[nvcc_path] = {own, *files};
+  }
+  return SignatureOf(nvcc_path, *files);
 }
 
 absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
