@@ -263,11 +263,15 @@ void RemoveStaleGroups(const std::string& parent, const std::string& name) {
 // ranks tasks by usage less reservation (plus the same cap for all). Raised,
 // never lowered below 0: lowering needs CAP_SYS_RESOURCE, which containers
 // usually lack. Best effort.
-void BiasOomScore(pid_t pid, int64_t reserved_bytes, int64_t cap_bytes) {
+std::string OomScoreAdjustment(int64_t reserved_bytes, int64_t cap_bytes) {
   int64_t unreserved = cap_bytes - std::clamp<int64_t>(reserved_bytes, 0, cap_bytes);
   int64_t adj = cap_bytes > 0 ? unreserved / std::max<int64_t>(1, cap_bytes / 1000) : 0;
+  return absl::StrCat(std::min<int64_t>(adj, 1000));
+}
+
+void BiasOomScore(pid_t pid, int64_t reserved_bytes, int64_t cap_bytes) {
   WriteText(absl::StrCat("/proc/", pid, "/oom_score_adj"),
-            absl::StrCat(std::min<int64_t>(adj, 1000)))
+            OomScoreAdjustment(reserved_bytes, cap_bytes))
       .IgnoreError();
 }
 
@@ -286,6 +290,14 @@ class CgroupTaskScope : public TaskMemoryScope {
   ~CgroupTaskScope() override {
     KillGroupMembers(version_, dir_);
     RemoveGroup(version_, dir_);
+  }
+
+  void PrepareProcess(ProcessSpec& spec) override {
+    // "0" is the writing process: the child, before it executes.
+    spec.child_writes.push_back({"/proc/self/oom_score_adj",
+                                 OomScoreAdjustment(reserved_bytes_, cap_bytes_),
+                                 /*required=*/false});
+    spec.child_writes.push_back({absl::StrCat(dir_, "/cgroup.procs"), "0"});
   }
 
   absl::Status Attach(pid_t pid) override {
@@ -717,6 +729,10 @@ class WatchdogTaskScope : public TaskMemoryScope {
 
   ~WatchdogTaskScope() override {
     if (!finished_) watchdog_->Finish(task_);
+  }
+
+  void PrepareProcess(ProcessSpec& spec) override {
+    spec.on_started = [this](pid_t pid) { Attach(pid).IgnoreError(); };
   }
 
   absl::Status Attach(pid_t pid) override {

@@ -10,10 +10,8 @@
 //
 // Use, per task:
 //   ASSIGN_OR_RETURN(auto scope, node->StartTask(task_id, reserved_bytes));
-//   absl::Status attached;
-//   spec.on_started = [&](pid_t pid) { attached = scope->Attach(pid); };
+//   scope->PrepareProcess(spec);
 //   ASSIGN_OR_RETURN(ProcessResult result, RunProcess(spec));
-//   RETURN_IF_ERROR(attached);
 //   ASSIGN_OR_RETURN(TaskMemoryUsage usage, scope->Finish());
 #pragma once
 
@@ -27,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 namespace distcc_cuda {
 
@@ -89,8 +88,16 @@ class TaskMemoryScope {
  public:
   virtual ~TaskMemoryScope() = default;
 
-  // Puts process `pid` (and so every process it starts) under the cap. Meant
-  // for ProcessSpec::on_started, before the program executes. If it cannot,
+  // Makes the program of `spec` run under the cap: under cgroups the child
+  // joins the task's group (and raises its OOM score, see Attach) before it
+  // executes, so the group accounts for all of its memory and RunProcess
+  // fails, naming the file, if it cannot join; under the watchdog the
+  // program is watched from the moment it runs (spec.on_started, which this
+  // replaces; a failure shows in Finish).
+  virtual void PrepareProcess(ProcessSpec& spec) = 0;
+
+  // Puts process `pid` (and so every process it starts from now on) under
+  // the cap, from outside: for a process started otherwise. If it cannot,
   // it kills `pid` (a task must not run uncapped) and returns why, naming the
   // file it could not write or read (the code follows its errno). May be
   // called for several processes of one task.

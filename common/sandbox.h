@@ -77,7 +77,7 @@ class Sandbox {
   // `compile` (argv[0] the program, run in task.working_directory) as it
   // runs inside the sandbox of `task`: through bwrap, with a minimal
   // environment (PATH, TMPDIR, HOME, LANG), as the sandbox user. Keeps the
-  // timeout, output limit and on_started of `compile`.
+  // timeout, output limit, child_writes and on_started of `compile`.
   absl::StatusOr<ProcessSpec> Wrap(const ProcessSpec& compile, const SandboxTask& task) const;
 
   // Makes `folder` (in a task's tree or its temp folder) writable by the

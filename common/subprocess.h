@@ -56,7 +56,7 @@ struct ProcessSpec {
   // child.
   bool new_pid_namespace = false;
   // Optional: the child gives up its user for this one (no supplementary
-  // groups) right before it executes the program, after on_started and after
+  // groups) right before it executes the program, after `child_writes` and after
   // entering `working_directory`. Needs root (CAP_SETUID/CAP_SETGID); without
   // it the run fails with PERMISSION_DENIED.
   struct Identity {
@@ -64,12 +64,24 @@ struct ProcessSpec {
     gid_t gid;
   };
   std::optional<Identity> run_as;
-  // Optional. Called on the calling thread with the child's pid once the child
-  // exists, in its own process group, and before it executes the program: the
-  // program does not start until this returns (so a cgroup set here accounts
-  // for all of its memory). Not called when the child cannot be created; may be
-  // called for a child whose exec then fails (RunProcess then returns an
-  // error).
+  // Optional: files the child writes, in this order, once it is in its own
+  // process group and before it executes the program (before entering
+  // `working_directory` and giving up its user), each with all of `text`:
+  // e.g. a cgroup's cgroup.procs with "0" (the writing process), so that the
+  // group accounts for all of the program's memory. A required write that
+  // fails fails the run with the errno's code and a message naming the file;
+  // one that is not required is tried and its failure ignored.
+  struct ChildWrite {
+    std::string path;
+    std::string text;
+    bool required = true;
+  };
+  std::vector<ChildWrite> child_writes;
+  // Optional. Called on the calling thread with the child's pid once the
+  // program runs, in a process group of its own. Not called when the child
+  // cannot be created or the program cannot be started (RunProcess then
+  // returns an error). What must happen before the program's first
+  // instruction goes in `child_writes`.
   std::function<void(pid_t)> on_started;
   // Optional, not owned: once cancelled, the child's whole process group is
   // killed with SIGKILL at once and the result says `cancelled`.

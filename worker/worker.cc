@@ -535,7 +535,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
   }
   ProcessSpec spec;
   // The unit runs under the node's cap from its first instruction.
-  spec.on_started = [&scope](pid_t pid) { (*scope)->Attach(pid).IgnoreError(); };
+  (*scope)->PrepareProcess(spec);
   spec.argv.push_back(options_.nvcc_path);
   spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);

@@ -98,8 +98,10 @@ TaskRun RunTask(NodeMemoryCap& node, const std::vector<std::string>& argv,
   ProcessSpec spec;
   spec.argv = argv;
   spec.timeout = absl::Seconds(30);
-  spec.on_started = [&](pid_t pid) { run.attached = (*scope)->Attach(pid); };
+  (*scope)->PrepareProcess(spec);
   run.result = RunProcess(spec);
+  // Under cgroups the child joins its group itself; failing that, it never runs.
+  run.attached = run.result.ok() ? absl::OkStatus() : run.result.status();
   run.usage = (*scope)->Finish();
   return run;
 }

@@ -342,7 +342,18 @@ TEST(RunProcessTest, AlreadyCancelledTokenKillsTheProgramBeforeItRuns) {
   EXPECT_LT(result->wall_time, absl::Seconds(2));
 }
 
-TEST(RunProcessTest, ChildDiesWithTheThreadThatStartedIt) {
+// Whether the program runs in a PID and mount namespace of its own, as an
+// unsandboxed worker's compiles do.
+class ChildDeathTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ChildDeathTest, ChildDiesWithTheThreadThatStartedIt) {
+  const bool own_namespaces = GetParam();
+  std::string root = testing::NewTempDir("death-");
+  if (own_namespaces && !MountNamespacesWork(root + "/probe").ok()) {
+    GTEST_SKIP() << "no namespaces here (needs root)";
+  }
+  ASSERT_TRUE(MakeDirectories(root + "/source").ok());
+  ASSERT_TRUE(MakeDirectories(root + "/target").ok());
   // A helper process stands for a worker killed with SIGKILL: it runs a
   // program through RunProcess, prints the program's pid and is killed.
   int pipe_fds[2];
@@ -353,6 +364,12 @@ TEST(RunProcessTest, ChildDiesWithTheThreadThatStartedIt) {
     close(pipe_fds[0]);
     ProcessSpec spec;
     spec.argv = {"/bin/sh", "-c", "exec sleep 30"};
+    if (own_namespaces) {
+      spec.new_pid_namespace = true;
+      spec.bind_source = root + "/source";
+      spec.bind_target = root + "/target";
+      spec.working_directory = root + "/target";
+    }
     spec.on_started = [&](pid_t pid) {
       [[maybe_unused]] ssize_t written = write(pipe_fds[1], &pid, sizeof(pid));
     };
@@ -370,6 +387,53 @@ TEST(RunProcessTest, ChildDiesWithTheThreadThatStartedIt) {
   waitpid(helper, &status, 0);
   EXPECT_TRUE(BecomesDead(child));
 }
+
+// The caller dies while its child is still setting up (here: blocked writing
+// to a FIFO that nobody reads yet), before the child has armed its death
+// signal. Once the child goes on, it must see that and not run the program,
+// in a PID namespace too, where getppid() cannot tell.
+TEST_P(ChildDeathTest, AChildWhoseCallerDiedBeforeItExecutedNeverRunsTheProgram) {
+  const bool own_namespaces = GetParam();
+  std::string root = testing::NewTempDir("orphan-");
+  if (own_namespaces && !MountNamespacesWork(root + "/probe").ok()) {
+    GTEST_SKIP() << "no namespaces here (needs root)";
+  }
+  ASSERT_TRUE(MakeDirectories(root + "/source").ok());
+  ASSERT_TRUE(MakeDirectories(root + "/target").ok());
+  const std::string fifo = root + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string marker = root + "/ran";
+  pid_t helper = fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    ProcessSpec spec;
+    spec.argv = {"/bin/sh", "-c", "echo ran > " + marker};
+    spec.child_writes = {{fifo, "x"}};
+    if (own_namespaces) {
+      spec.new_pid_namespace = true;
+      spec.bind_source = root + "/source";
+      spec.bind_target = root + "/target";
+    }
+    RunProcess(spec).IgnoreError();
+    _exit(0);
+  }
+  // The child is blocked opening the FIFO for writing; its caller waits in
+  // clone. Kill the caller, then let the child go on.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(helper, SIGKILL);
+  int status = 0;
+  waitpid(helper, &status, 0);
+  int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  close(reader);
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the orphaned child ran the program";
+}
+
+INSTANTIATE_TEST_SUITE_P(Namespaces, ChildDeathTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OwnPidAndMountNamespace" : "Plain";
+                         });
 
 TEST(RunProcessTest, LeftoverDescendantsAreKilledAtExit) {
   // The shell exits at once; its background child would hold stdout open for
@@ -495,26 +559,43 @@ TEST(RunProcessTest, MeasuresPeakRssOfDescendants) {
   EXPECT_LT(result->peak_rss_bytes, int64_t{1} << 30);
 }
 
-TEST(RunProcessTest, OnStartedRunsBeforeProgram) {
+TEST(RunProcessTest, ChildWritesHappenBeforeTheProgram) {
   std::string dir = MakeTempDir();
-  const std::string marker = dir + "/started";
-  ProcessSpec spec = Shell("echo > started");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/first", "old").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/second", "old").ok());
+  ProcessSpec spec = Shell("cat first; echo; cat second");
   spec.working_directory = dir;
+  spec.child_writes = {{dir + "/first", "one"}, {dir + "/second", "two"}};
+  // Not required: its failure is ignored.
+  spec.child_writes.push_back({dir + "/no/such/folder/file", "x", /*required=*/false});
   pid_t seen = 0;
-  bool program_had_started = true;
   bool own_group = false;
   spec.on_started = [&](pid_t pid) {
     seen = pid;
-    program_had_started = access(marker.c_str(), F_OK) == 0;
     own_group = getpgid(pid) == pid;
   };
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 0);
+  EXPECT_EQ(result->stdout_text, "one\ntwo");
   EXPECT_GT(seen, 0);
-  EXPECT_FALSE(program_had_started);
   EXPECT_TRUE(own_group);
-  EXPECT_EQ(access(marker.c_str(), F_OK), 0);
+}
+
+TEST(RunProcessTest, AFailedChildWriteStopsTheProgramAndNamesTheFile) {
+  std::string dir = MakeTempDir();
+  ProcessSpec spec = Shell("echo ran > ran");
+  spec.working_directory = dir;
+  spec.child_writes = {{dir + "/missing/cgroup.procs", "0"}};
+  bool started = false;
+  spec.on_started = [&](pid_t) { started = true; };
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("cannot write '" + dir + "/missing/cgroup.procs' before running"));
+  EXPECT_FALSE(started);
+  EXPECT_NE(access((dir + "/ran").c_str(), F_OK), 0) << "the program must not have run";
 }
 
 TEST(RunProcessTest, ConcurrentCallsFromSeveralThreads) {
