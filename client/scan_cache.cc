@@ -56,7 +56,7 @@ bool SameStat(const struct stat& info, const v1::ScanCacheEntry::File& file) {
 
 // The digest of a folder's sorted entry names: a file replaced by one of
 // the same name (an editor's save, a checkout) leaves it as it was.
-std::string NamesDigest(const std::string& path) {
+std::string ListNamesDigest(const std::string& path) {
   std::vector<std::string> names;
   std::error_code error;
   for (fs::directory_iterator it(path, error), end; !error && it != end; it.increment(error)) {
@@ -65,6 +65,11 @@ std::string NamesDigest(const std::string& path) {
   std::sort(names.begin(), names.end());
   return DigestOf(absl::StrJoin(names, std::string(1, '\0'))).hash;
 }
+
+// A folder's listing is kept for others only when its mtime is at least
+// this old: a name added within the same tick of the file system's clock
+// would not change it.
+constexpr absl::Duration kSettled = absl::Seconds(1);
 
 // Entries are zstd frames: the paths of a flash-attention unit's entry
 // (1,169 files, 2,136 folders) repeat long prefixes, 420 KB raw.
@@ -85,19 +90,6 @@ std::optional<std::string> Unpacked(const std::string& packed) {
   const size_t n = ZSTD_decompress(bytes.data(), bytes.size(), packed.data(), packed.size());
   if (ZSTD_isError(n) || n != size) return std::nullopt;
   return bytes;
-}
-
-v1::ScanCacheEntry::Folder FolderNow(const std::string& path, bool with_names) {
-  v1::ScanCacheEntry::Folder folder;
-  folder.set_path(path);
-  struct stat info;
-  if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
-    folder.set_exists(true);
-    folder.set_mtime_ns(Nanos(info.st_mtim));
-    folder.set_inode(info.st_ino);
-    if (with_names) folder.set_names_sha256(NamesDigest(path));
-  }
-  return folder;
 }
 
 }  // namespace
@@ -128,6 +120,38 @@ std::vector<std::string> FoldersToWatch(const ScanQuestion& question,
     }
   }
   return {folders.begin(), folders.end()};
+}
+
+v1::ScanCacheEntry::Folder ScanCache::FolderNow(const std::string& path, bool with_names) {
+  v1::ScanCacheEntry::Folder folder;
+  folder.set_path(path);
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    folder.set_exists(true);
+    folder.set_mtime_ns(Nanos(info.st_mtim));
+    folder.set_inode(info.st_ino);
+    if (with_names) folder.set_names_sha256(NamesDigest(path, folder.mtime_ns(), info.st_ino));
+  }
+  return folder;
+}
+
+std::string ScanCache::NamesDigest(const std::string& path, int64_t mtime_ns, uint64_t inode) {
+  {
+    absl::MutexLock lock(&listed_mu_);
+    auto it = listed_.find(path);
+    if (it != listed_.end() && it->second.mtime_ns == mtime_ns && it->second.inode == inode) {
+      return it->second.names_sha256;
+    }
+  }
+  std::string digest = ListNamesDigest(path);
+  ++folders_listed_;
+  struct stat after;
+  if (mtime_ns < absl::ToUnixNanos(absl::Now() - kSettled) && stat(path.c_str(), &after) == 0 &&
+      Nanos(after.st_mtim) == mtime_ns && after.st_ino == inode) {
+    absl::MutexLock lock(&listed_mu_);
+    listed_[path] = ListedFolder{mtime_ns, inode, digest};
+  }
+  return digest;
 }
 
 ScanCache::ScanCache(std::string folder, std::string toolchain_digest)

@@ -20,7 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+
+namespace distcc_cuda::v1 {
+class ScanCacheEntry_Folder;
+}
 
 namespace distcc_cuda::client {
 
@@ -68,15 +74,35 @@ class ScanCache {
 
   int hits() const { return hits_; }
   int misses() const { return misses_; }
+  // How many times a folder's names were read (not taken from an earlier
+  // reading of the same folder in the same state).
+  int folders_listed() const { return folders_listed_; }
 
  private:
   std::string EntryPath(const std::string& question) const;
   std::string QuestionText(const ScanQuestion& question) const;
+  // The folder at `path` now: whether it exists, its mtime and inode, and
+  // with `with_names` the digest of its sorted entry names.
+  v1::ScanCacheEntry_Folder FolderNow(const std::string& path, bool with_names);
+  // The names digest of the folder at `path`, whose stat said `mtime_ns`
+  // and `inode`: listed once per such state while this cache lives. The
+  // units of one build watch the same folders; a source folder of 20,000
+  // files was listed and sorted once per unit (quadratic).
+  std::string NamesDigest(const std::string& path, int64_t mtime_ns, uint64_t inode);
+
+  struct ListedFolder {
+    int64_t mtime_ns;
+    uint64_t inode;
+    std::string names_sha256;
+  };
 
   const std::string folder_;
   const std::string toolchain_digest_;
   std::atomic<int> hits_{0};
   std::atomic<int> misses_{0};
+  std::atomic<int> folders_listed_{0};
+  absl::Mutex listed_mu_;
+  absl::flat_hash_map<std::string, ListedFolder> listed_ ABSL_GUARDED_BY(listed_mu_);
 };
 
 // The folders to watch for `answer`: each file's own folder, and for each

@@ -4,6 +4,7 @@
 // call, so "no scan ran" is read from the log, not assumed.
 #include "client/scan_cache.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -132,6 +133,35 @@ TEST_F(ScanCacheTest, AHeaderAddedAheadInASubfolderIsScannedAgain) {
   std::vector<std::string> files = Scan(cache, &scans);
   EXPECT_EQ(scans, 1);
   EXPECT_THAT(files, Contains(proj_ + "/inc2/sub/b.h"));
+}
+
+// The units of a build watch the same folders; each folder is listed once
+// while it stays as it was (a source folder of 20,000 files was listed once
+// per unit), and listed again once it changes.
+TEST_F(ScanCacheTest, AFolderIsListedOncePerStateForAllUnits) {
+  // Settled long ago: only then is a listing kept for other units.
+  const struct timespec hour_ago[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  for (const char* folder : {"", "/src", "/inc1", "/inc1/sub", "/inc2"}) {
+    ASSERT_EQ(utimensat(AT_FDCWD, (proj_ + folder).c_str(), hour_ago, 0), 0) << folder;
+  }
+  ScanCache cache = Cache();
+  int scans = 0;
+  Scan(cache, &scans);
+  const int listed = cache.folders_listed();
+  EXPECT_GT(listed, 0);
+  // Another unit watching the same folders (another flag: another question).
+  flags_.push_back("-DUNIT=2");
+  Scan(cache, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_EQ(cache.folders_listed(), listed) << "a folder in the same state was listed again";
+  // A header added ahead on the include path: inc2 changed, so it is listed
+  // again and the new header found.
+  Write("inc2/a.h", "#pragma once\n__device__ inline void a() {}\n");
+  Settle();
+  std::vector<std::string> files = Scan(cache, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_THAT(files, Contains(proj_ + "/inc2/a.h"));
+  EXPECT_GT(cache.folders_listed(), listed);
 }
 
 TEST_F(ScanCacheTest, AChangedFlagOrToolchainIsADifferentQuestion) {
