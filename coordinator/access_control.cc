@@ -62,7 +62,7 @@ absl::StatusOr<Principal> AccessControl::AuthorizeCertificate(
         "the call carries no client certificate, and ", action, " needs a ", RoleList(allowed),
         " certificate from the cluster's CA; pass --tls-ca, --tls-cert and --tls-key"));
   }
-  absl::StatusOr<CertificateIdentity> identity = IdentityOfCertificate(*peer_certificate_pem);
+  absl::StatusOr<CertificateIdentity> identity = IdentityOf(*peer_certificate_pem);
   if (!identity.ok()) return absl::PermissionDeniedError(identity.status().message());
   if (!Allows(allowed, identity->role)) {
     return absl::PermissionDeniedError(
@@ -70,6 +70,20 @@ absl::StatusOr<Principal> AccessControl::AuthorizeCertificate(
                      action, "; that needs a ", RoleList(allowed), " certificate"));
   }
   return Principal{true, identity->role, identity->name};
+}
+
+absl::StatusOr<CertificateIdentity> AccessControl::IdentityOf(
+    const std::string& certificate_pem) const {
+  {
+    absl::MutexLock lock(&identities_mu_);
+    auto it = identities_.find(certificate_pem);
+    if (it != identities_.end()) return it->second;
+  }
+  absl::StatusOr<CertificateIdentity> identity = IdentityOfCertificate(certificate_pem);
+  absl::MutexLock lock(&identities_mu_);
+  if (identities_.size() >= kRememberedCertificates) identities_.clear();
+  identities_.emplace(certificate_pem, identity);
+  return identity;
 }
 
 bool IsLoopbackAddress(absl::string_view listen_address) {

@@ -65,6 +65,33 @@ TEST(AccessControlTest, MutualTlsRefusesACertificateWithoutARole) {
   EXPECT_TRUE(absl::IsPermissionDenied(principal.status())) << principal.status();
 }
 
+// Each certificate is read once and remembered: asked again, in any order,
+// each still gets its own role, name and verdict, never another's.
+TEST(AccessControlTest, RememberedCertificatesKeepTheirOwnIdentities) {
+  AccessControl access(AccessControl::Mode::kMutualTls);
+  const std::string worker = CertificateOf(PeerRole::kWorker, "gpu-1");
+  const std::string client = CertificateOf(PeerRole::kClient, "alice");
+  absl::StatusOr<CertificateAuthority> ca = NewCertificateAuthority("roleless");
+  ASSERT_TRUE(ca.ok());
+  for (int round = 0; round < 3; ++round) {
+    absl::StatusOr<Principal> w =
+        access.AuthorizeCertificate(worker, {PeerRole::kWorker}, "register a worker");
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->name, "gpu-1");
+    absl::StatusOr<Principal> c =
+        access.AuthorizeCertificate(client, {PeerRole::kClient}, "submit builds");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->name, "alice");
+    EXPECT_EQ(c->role, PeerRole::kClient);
+    // The same remembered client certificate, for a call it may not make.
+    EXPECT_TRUE(absl::IsPermissionDenied(
+        access.AuthorizeCertificate(client, {PeerRole::kWorker}, "register a worker").status()));
+    EXPECT_TRUE(absl::IsPermissionDenied(
+        access.AuthorizeCertificate(ca->certificate_pem, {PeerRole::kClient}, "submit builds")
+            .status()));
+  }
+}
+
 TEST(AccessControlTest, WithoutTlsEveryPeerIsAClientAndAWorkerButNothingMore) {
   const std::pair<AccessControl::Mode, bool> modes[] = {{AccessControl::Mode::kLocalTrust, true},
                                                         {AccessControl::Mode::kInsecure, false}};
