@@ -19,11 +19,21 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
   if (!line.ok()) return line.status();
   cluster->address_ = line->substr(line->find("listening on ") + 13);
   for (const LoopbackWorker& spec : workers) {
-    auto worker = BackgroundProcess::Start(
-        {BinaryPath("distcc-cuda-worker"), "--coordinator", cluster->address_, "--name", spec.name,
-         "--slots", std::to_string(spec.slots), "--memory-cap", spec.memory_cap, "--nvcc", nvcc,
-         "--work-dir", root + "/" + spec.name},
-        root + "/" + spec.name + ".log");
+    std::vector<std::string> argv = {BinaryPath("distcc-cuda-worker"),
+                                     "--coordinator",
+                                     cluster->address_,
+                                     "--name",
+                                     spec.name,
+                                     "--slots",
+                                     std::to_string(spec.slots),
+                                     "--memory-cap",
+                                     spec.memory_cap,
+                                     "--nvcc",
+                                     nvcc,
+                                     "--work-dir",
+                                     root + "/" + spec.name};
+    if (!spec.sandbox) argv.push_back("--insecure-no-sandbox");
+    auto worker = BackgroundProcess::Start(argv, root + "/" + spec.name + ".log");
     if (!worker.ok()) return worker.status();
     absl::StatusOr<std::string> registered = (*worker)->WaitForLog("registered", absl::Seconds(60));
     if (!registered.ok()) {

@@ -16,6 +16,9 @@ struct LoopbackWorker {
   std::string name;
   int slots = 1;
   std::string memory_cap = "4GiB";
+  // false: --insecure-no-sandbox, for tests about something else than the
+  // sandbox that run thousands of compiles.
+  bool sandbox = true;
 };
 
 class LoopbackCluster {
