@@ -525,6 +525,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
             << (resubmissions > 0 ? " (resubmitted)" : "") << ": " << total << " units on "
             << address << " (" << event.accepted().eligible_workers()
             << " workers with this toolchain)\n";
+        for (const std::string& note : event.accepted().notes()) out << "  " << note << "\n";
       } else if (event.has_unit_split()) {
         const auto& split = event.unit_split();
         total += split.into_size() - 1;

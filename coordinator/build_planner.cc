@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/files.h"
 #include "common/input_tree.h"
 #include "common/instantiation.h"
@@ -443,12 +444,10 @@ absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildReq
   return expanded;
 }
 
-absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
-                                                   CasStore& cas, const PeakHistory* history,
-                                                   const ClusterCapacity& capacity,
-                                                   UnitSizeChoices* choices,
-                                                   const BuildLimits& limits,
-                                                   const IsCached& is_cached) {
+absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
+    const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
+    const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits,
+    const IsCached& is_cached, std::vector<std::string>* notes) {
   RETURN_IF_ERROR(CheckBuildLimits(request, limits));
   const std::string& toolchain = request.toolchain().digest();
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
@@ -486,11 +485,15 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest&
         ASSIGN_OR_RETURN(bool regroup, RegroupPays(set, request.workspace_root(), toolchain, points,
                                                    *kept, today, cas, choices, is_cached));
         if (regroup) {
-          spdlog::info(
-              "set {}: regrouped from {} to {} instantiations per unit ({} units instead "
-              "of {}); none of its kept units was in the result cache",
-              set.name(), *kept, today, UnitsOf(points.size(), today),
-              UnitsOf(points.size(), *kept));
+          std::string note =
+              absl::StrCat("set ", set.name(), ": regrouped from ", *kept, " to ", today,
+                           " instantiations per unit (", UnitsOf(points.size(), today),
+                           " units instead of ", UnitsOf(points.size(), *kept),
+                           "; one instantiation is now predicted at ", FormatByteSize(peak),
+                           "); none of its units was cached, so nothing built before "
+                           "is lost");
+          spdlog::info("{}", note);
+          if (notes != nullptr) notes->push_back(std::move(note));
           per_unit = today;
           choices->Remember(key, per_unit);
         }

@@ -81,12 +81,11 @@ using IsCached = std::function<bool(const std::string& action_digest)>;
 // pays and costs nothing: today's choice makes more than 1.5 times fewer
 // units, and `is_cached` says no unit of the kept grouping is cached (a
 // header they all include, a flag or the toolchain changed). Without
-// `is_cached` a kept size stays.
-absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(const v1::SubmitBuildRequest& request,
-                                                   CasStore& cas, const PeakHistory* history,
-                                                   const ClusterCapacity& capacity,
-                                                   UnitSizeChoices* choices,
-                                                   const BuildLimits& limits = {},
-                                                   const IsCached& is_cached = nullptr);
+// `is_cached` a kept size stays. Each regroup adds a line to `notes` (may
+// be null), for the user.
+absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
+    const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
+    const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits = {},
+    const IsCached& is_cached = nullptr, std::vector<std::string>* notes = nullptr);
 
 }  // namespace distcc_cuda::coordinator

@@ -63,11 +63,14 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
       for (const v1::InputFile& input : set.inputs()) inputs.push_back(FromProto(input.digest()));
     }
     handle_->pin = cas->Pin(inputs);
-    absl::StatusOr<std::vector<PlannedUnit>> units =
-        PlanBuild(request, *cas, history, scheduler_->Capacity(request.toolchain().digest()),
-                  unit_sizes, limits, [results](const std::string& action_digest) {
-                    return results->Lookup(action_digest).has_value();
-                  });
+    std::vector<std::string> notes;
+    absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(
+        request, *cas, history, scheduler_->Capacity(request.toolchain().digest()), unit_sizes,
+        limits,
+        [results](const std::string& action_digest) {
+          return results->Lookup(action_digest).has_value();
+        },
+        &notes);
     if (!units.ok()) {
       StartDone("", units.status());
       return;
@@ -79,7 +82,17 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     std::shared_ptr<Handle> handle = handle_;
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
         request.build_name(), request.toolchain(), std::move(*units), std::move(cached),
-        [handle](const v1::BuildEvent& event) { handle->Push(event); }, absl::Now());
+        [handle, notes](const v1::BuildEvent& event) {
+          if (!event.has_accepted() || notes.empty()) {
+            handle->Push(event);
+            return;
+          }
+          // What planning decided reaches the client with the acceptance.
+          v1::BuildEvent accepted = event;
+          for (const std::string& note : notes) accepted.mutable_accepted()->add_notes(note);
+          handle->Push(accepted);
+        },
+        absl::Now());
     StartDone(id.ok() ? *id : "", id.status());
   }
 

@@ -253,6 +253,9 @@ TEST_F(ClusterTest, UnchangedRebuildCompilesNothing) {
   ASSERT_TRUE(Build(&out).ok()) << out;
   EXPECT_THAT(out, HasSubstr("units     5 (5 compiled, 0 cached, 0 failed)"));
   EXPECT_THAT(out, HasSubstr("] kern_4of4 "));
+  // The client says so, with the acceptance.
+  EXPECT_THAT(out, HasSubstr("\n  set kern: regrouped from 1 to 2 instantiations per unit (4 units "
+                             "instead of 8; "));
   // The new grouping is kept: the next unchanged build is all cached.
   ASSERT_TRUE(Build(&out).ok()) << out;
   EXPECT_THAT(out, HasSubstr("units     5 (0 compiled, 5 cached, 0 failed)"));

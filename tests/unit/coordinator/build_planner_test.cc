@@ -314,10 +314,13 @@ TEST_F(UnitSizeTest, ChoiceSticksWhileItFitsSoCachedUnitsKeepTheirNames) {
 // it is planned again on a build whose kept units miss the cache anyway.
 TEST_F(UnitSizeTest, AKeptSizeIsRegroupedWhenItPaysAndCostsNoCachedResult) {
   const int64_t gib = int64_t{1} << 30;
-  std::string hit;  // with `cached` false, the one unit the cache holds
+  std::string hit;                 // with `cached` false, the one unit the cache holds
+  std::vector<std::string> notes;  // of the last plan
   auto plan = [&](ClusterCapacity capacity, UnitSizeChoices* choices, bool cached) {
-    return PlanBuild(request_, *cas_, nullptr, capacity, choices, {},
-                     [cached, &hit](const std::string& digest) { return cached || digest == hit; });
+    notes.clear();
+    return PlanBuild(
+        request_, *cas_, nullptr, capacity, choices, {},
+        [cached, &hit](const std::string& digest) { return cached || digest == hit; }, &notes);
   };
   absl::StatusOr<std::unique_ptr<UnitSizeChoices>> choices = UnitSizeChoices::Open("");
   ASSERT_TRUE(choices.ok());
@@ -332,6 +335,7 @@ TEST_F(UnitSizeTest, AKeptSizeIsRegroupedWhenItPaysAndCostsNoCachedResult) {
   // other units' results.
   hit = (*first)[5].action_digest;
   EXPECT_EQ(plan({64 * gib, 1}, choices->get(), false)->size(), 8u);
+  EXPECT_TRUE(notes.empty());
   hit.clear();
   // A build whose units all miss the cache anyway regroups, and the new
   // size sticks for the builds after it.
@@ -340,6 +344,11 @@ TEST_F(UnitSizeTest, AKeptSizeIsRegroupedWhenItPaysAndCostsNoCachedResult) {
   ASSERT_EQ(regrouped->size(), 2u);
   EXPECT_EQ((*regrouped)[0].unit.name(), "k_1of2");
   EXPECT_EQ((*regrouped)[0].instantiations, 4);
+  // The user is told, in words.
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0], HasSubstr("set k: regrouped from 1 to 4 instantiations per unit (2 units "
+                                  "instead of 8; one instantiation is now predicted at "));
+  EXPECT_THAT(notes[0], HasSubstr("none of its units was cached"));
   EXPECT_EQ(plan({64 * gib, 1}, choices->get(), true)->size(), 2u);
   EXPECT_EQ(plan({64 * gib, 1}, choices->get(), false)->size(), 2u);
 
