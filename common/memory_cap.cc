@@ -732,7 +732,11 @@ class WatchdogTaskScope : public TaskMemoryScope {
   }
 
   void PrepareProcess(ProcessSpec& spec) override {
-    spec.on_started = [this](pid_t pid) { Attach(pid).IgnoreError(); };
+    // Watched from the moment it runs; the caller's own callback still runs.
+    spec.on_started = [this, then = std::move(spec.on_started)](pid_t pid) {
+      Attach(pid).IgnoreError();
+      if (then) then(pid);
+    };
   }
 
   absl::Status Attach(pid_t pid) override {

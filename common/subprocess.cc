@@ -29,6 +29,12 @@
 #include "common/files.h"
 #include "common/status.h"
 
+// Before 2.25 glibc's clone() wrote the child's ids into the thread-local
+// data it shares with the caller under CLONE_VM.
+#if defined(__GLIBC__) && !__GLIBC_PREREQ(2, 25)
+#error "distcc-cuda needs glibc 2.25 or later (clone with CLONE_VM)"
+#endif
+
 extern char** environ;
 
 namespace distcc_cuda {
@@ -281,6 +287,37 @@ void CloseRange(unsigned low, unsigned high, int max_fd) {
   for (unsigned fd = low; fd <= high && fd < static_cast<unsigned>(max_fd); ++fd) close(fd);
 }
 
+// The parent process of the calling process as /proc/self/stat gives it
+// (in the PID namespace of the /proc mount, the host's); -1 if it cannot be
+// read. Async-signal-safe: a fixed buffer, no allocation.
+pid_t ParentFromProc() {
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[512];
+  size_t size = 0;
+  for (;;) {
+    ssize_t got = read(fd, text + size, sizeof(text) - 1 - size);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    size += static_cast<size_t>(got);
+    if (size == sizeof(text) - 1) break;
+  }
+  close(fd);
+  text[size] = '\0';
+  // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so
+  // the fields go on after the last ')'.
+  const char* end = nullptr;
+  for (const char* at = text; *at != '\0'; ++at) {
+    if (*at == ')') end = at;
+  }
+  if (end == nullptr || end[1] != ' ' || end[2] == '\0' || end[3] != ' ') return -1;
+  pid_t parent = 0;
+  const char* digit = end + 4;
+  if (*digit < '0' || *digit > '9') return -1;
+  for (; *digit >= '0' && *digit <= '9'; ++digit) parent = parent * 10 + (*digit - '0');
+  return parent;
+}
+
 // Runs in the child, which shares the caller's memory (CLONE_VM) while the
 // calling thread waits for it to execute or exit (CLONE_VFORK), as
 // posix_spawn's child does. Other threads of the caller may hold locks
@@ -353,18 +390,21 @@ void CloseRange(unsigned low, unsigned high, int max_fd) {
   }
 
   // A caller killed outright (SIGKILL) takes the program with it. Armed
-  // last, as a change of user clears it, and before the check, so that a
-  // caller that died meanwhile is seen: its pidfd is readable once all of
-  // it has exited. (A child reparented to another of the caller's threads
-  // gets the signal when that one exits. getppid() is the fallback without
-  // pidfds; in a PID namespace of its own it is always 0, so there it
-  // cannot tell.)
+  // last, as a change of user clears it, and before the checks, so that a
+  // caller that died meanwhile is seen. A child whose calling thread died
+  // is moved to another of the caller's threads (and signalled when that
+  // one exits) or, once none is left, to init: its parent is then not the
+  // caller. The parent is read from /proc/self/stat, which names it as the
+  // host sees it even in a PID namespace of the child's own (where getppid()
+  // is always 0). The caller's pidfd, readable once all of it has exited,
+  // covers a /proc that cannot be read.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  pid_t parent = ParentFromProc();
+  if (parent < 0) parent = getppid();
+  if (parent > 0 && parent != plan.parent) _exit(127);
   if (plan.parent_pidfd >= 0) {
-    struct pollfd parent = {plan.parent_pidfd, POLLIN, 0};
-    if (poll(&parent, 1, 0) != 0) _exit(127);
-  } else if (getppid() != plan.parent && getppid() != 0) {
-    _exit(127);
+    struct pollfd caller = {plan.parent_pidfd, POLLIN, 0};
+    if (poll(&caller, 1, 0) != 0) _exit(127);
   }
   // Descriptors the caller opened without O_CLOEXEC (sockets, files of other
   // libraries) must not reach the program. The child has its own table
