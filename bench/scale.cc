@@ -4,7 +4,7 @@
 // are their own source, the core of a shared tree of H headers (default
 // 3,000) and their kernel family's headers, sent as input trees and a
 // BuildPlan blob, planned (plan read,
-// trees expanded and checked, units keyed and predicted, the result cache
+// trees read and checked once, units keyed and predicted, the result cache
 // asked), then dispatched by the scheduler to W simulated workers (default
 // 1,000) that report each unit done at once. Prints one line:
 //   units=… submit_s=… plan_blob_mb=… coordinator_rss_mb=… units_per_s=… p99_dispatch_ms=…
@@ -25,9 +25,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/unit_request.h"
 #include "common/cas_store.h"
 #include "common/files.h"
 #include "common/input_tree.h"
+#include "common/nvcc_args.h"
+#include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
 #include "coordinator/memory_model.h"
 #include "coordinator/result_cache.h"
@@ -88,13 +91,19 @@ int Run() {
   }
   std::cerr << "set-up " << Seconds(absl::Now() - setup) << " s\n";
 
-  // The client: one tree per unit, the folders each once, the plan blob.
+  // The client, as `distcc-cuda build` sends a build: each unit's shared
+  // inputs moved into a tree (MoveIntoInputTree), its own source beside
+  // it, the folders each once, and the units packed into a plan blob.
   const double rss_start = ResidentMiB();
   absl::Time submit = absl::Now();
-  v1::BuildPlan plan;
-  std::set<Digest> folders;
+  v1::SubmitBuildRequest request;
+  request.set_build_name("cutlass sm100");
+  request.mutable_toolchain()->set_digest("bench-toolchain");
+  request.set_workspace_root("/src/cutlass");
+  client::WorkspaceFiles files;
+  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (int u = 0; u < units; ++u) {
-    v1::CompileUnit* unit = plan.add_units();
+    v1::CompileUnit* unit = request.add_units();
     std::string name = absl::StrFormat("cutlass3x_sm100_tensorop_gemm_%05d", u);
     unit->set_name(name);
     unit->set_working_directory("build/tools/library/generated/gemm/100");
@@ -109,7 +118,7 @@ int Run() {
       unit->add_arguments(argument);
     }
     unit->add_output_paths(name + ".cu.o");
-    google::protobuf::RepeatedPtrField<v1::InputFile> inputs;
+    google::protobuf::RepeatedPtrField<v1::InputFile>& inputs = *unit->mutable_inputs();
     // As CUTLASS's generated units: the library's core headers (3/4 of a
     // unit's), which every unit includes, and those of its kernel family
     // (one of 200: the collective and epilogue it instantiates).
@@ -121,57 +130,64 @@ int Run() {
     for (int i = 0; i < per_unit - core; ++i) {
       *inputs.Add() = header_files[core + (first - core + i) % spread];
     }
-    // The unit's own source goes beside its tree, as the client sends it.
+    // The unit's own source goes beside its tree.
+    const std::string source_path = "build/tools/library/generated/gemm/100/" + name + ".cu";
     v1::InputFile* source = unit->add_inputs();
-    source->set_path("build/tools/library/generated/gemm/100/" + name + ".cu");
+    source->set_path(source_path);
     *source->mutable_digest() = sources[u];
-    absl::StatusOr<InputTree> tree = BuildInputTree(inputs);
-    if (!tree.ok()) {
-      std::cerr << tree.status() << "\n";
+    unit->set_workspace_root(request.workspace_root());
+    absl::Status moved =
+        client::CheckAndMoveIntoInputTree(*unit, files, source_path, system_prefixes);
+    if (!moved.ok()) {
+      std::cerr << moved << "\n";
       return 1;
     }
-    for (auto& [digest, bytes] : tree->directories) {
-      if (folders.insert(digest).second) (void)(*cas)->Put(digest, bytes);
-    }
-    *unit->mutable_input_root() = ToProto(tree->root);
   }
-  std::string plan_bytes = plan.SerializeAsString();
-  plan.Clear();
-  v1::SubmitBuildRequest request;
-  request.set_build_name("cutlass sm100");
-  request.mutable_toolchain()->set_digest("bench-toolchain");
-  request.set_workspace_root("/src/cutlass");
-  *request.mutable_plan() = ToProto(*(*cas)->PutBytes(plan_bytes));
-  const double plan_blob_mb = plan_bytes.size() / 1048576.0;
-  plan_bytes.clear();
-  plan_bytes.shrink_to_fit();
+  client::PackLargeBuild(request, files);
+  const absl::Duration request_time = absl::Now() - submit;
+  // What the upload leaves in the coordinator's store (each blob written
+  // and synced as CasStore does; no network).
+  for (const BlobSource& blob : files.folders) (void)(*cas)->Put(blob.digest, blob.bytes);
+  for (const BlobSource& blob : files.plan) (void)(*cas)->Put(blob.digest, blob.bytes);
+  const double plan_blob_mb =
+      files.plan.empty() ? 0 : files.plan.front().digest.size_bytes / 1048576.0;
+  const size_t folders = files.folders.size();
+  const size_t distinct_trees = files.roots.size();
+  files = client::WorkspaceFiles();
   const absl::Duration client_time = absl::Now() - submit;
-  std::cerr << "client: " << units << " trees, " << folders.size() << " folders, plan blob "
-            << plan_blob_mb << " MiB in " << Seconds(client_time) << " s\n";
+  std::cerr << "client: " << units << " units, " << distinct_trees << " distinct trees, " << folders
+            << " folders, plan blob " << plan_blob_mb << " MiB in " << Seconds(client_time)
+            << " s (request " << Seconds(request_time) << " s, folders and plan stored "
+            << Seconds(client_time - request_time) << " s)\n";
 
   // The coordinator: what BuildService::Start does before the scheduler.
   const double rss_before = ResidentMiB();
   absl::Time plan_start = absl::Now();
   coordinator::BuildLimits limits;
   absl::StatusOr<v1::SubmitBuildRequest> read = coordinator::ReadBuildPlan(request, **cas);
-  absl::StatusOr<v1::SubmitBuildRequest> expanded =
-      read.ok() ? coordinator::ExpandInputTrees(*read, **cas, limits) : read;
-  if (!expanded.ok()) {
-    std::cerr << expanded.status() << "\n";
+  if (!read.ok()) {
+    std::cerr << read.status() << "\n";
     return 1;
   }
-  read = absl::StatusOr<v1::SubmitBuildRequest>();
+  absl::StatusOr<std::unique_ptr<coordinator::BuildInputs>> trees =
+      coordinator::BuildInputs::Read(*read, **cas, limits);
+  if (!trees.ok()) {
+    std::cerr << trees.status() << "\n";
+    return 1;
+  }
   const absl::Duration expand_time = absl::Now() - plan_start;
   auto history = coordinator::PeakHistory::Open("", {});
   coordinator::ResultCache results(*dir + "/results", cas->get());
   absl::StatusOr<std::vector<coordinator::PlannedUnit>> planned = coordinator::PlanBuild(
-      *expanded, **cas, history->get(),
-      coordinator::ClusterCapacity{int64_t{60} << 30, workers, int64_t{60} << 30}, nullptr, limits);
+      *read, **cas, history->get(),
+      coordinator::ClusterCapacity{int64_t{60} << 30, workers, int64_t{60} << 30}, nullptr, limits,
+      nullptr, nullptr, trees->get());
   if (!planned.ok()) {
     std::cerr << planned.status() << "\n";
     return 1;
   }
-  *expanded = v1::SubmitBuildRequest();
+  *read = v1::SubmitBuildRequest();
+  trees->reset();
   const absl::Duration planbuild_time = absl::Now() - plan_start - expand_time;
   std::map<int, v1::TaskResult> cached;
   for (size_t i = 0; i < planned->size(); ++i) {
@@ -179,7 +195,7 @@ int Run() {
   }
   const absl::Duration plan_time = absl::Now() - plan_start;
   std::cerr << "coordinator: planned " << planned->size() << " units in " << Seconds(plan_time)
-            << " s (plan read and trees expanded " << Seconds(expand_time) << " s, PlanBuild "
+            << " s (plan read and trees checked " << Seconds(expand_time) << " s, PlanBuild "
             << Seconds(planbuild_time) << " s, result cache "
             << Seconds(plan_time - expand_time - planbuild_time) << " s)\n";
 

@@ -408,9 +408,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
     }
     unit->set_workspace_root(root);
-    RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
-    RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files,
-                                      Relative(AbsolutePath(local.source, local.directory), root)));
+    RETURN_IF_ERROR(CheckAndMoveIntoInputTree(
+        *unit, files, Relative(AbsolutePath(local.source, local.directory), root),
+        system_prefixes));
     local_objects[local.name] = local.local_object;
   }
   for (LocalSet& local : plan.sets) {

@@ -162,22 +162,54 @@ absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files)
 }
 
 absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>& inputs,
-                               v1::Digest& root, WorkspaceFiles& files,
-                               const std::string& own_path) {
+                               v1::Digest& root, WorkspaceFiles& files, const std::string& own_path,
+                               const CheckInputs& check_new_tree) {
   google::protobuf::RepeatedPtrField<v1::InputFile> own;
   google::protobuf::RepeatedPtrField<v1::InputFile> shared;
   for (v1::InputFile& input : inputs) {
     *(input.path() == own_path ? own.Add() : shared.Add()) = std::move(input);
   }
-  ASSIGN_OR_RETURN(InputTree tree, BuildInputTree(shared));
-  for (auto& [digest, bytes] : tree.directories) {
-    if (files.folders_seen.insert(digest).second) {
-      files.folders.push_back(BlobSource{digest, "", std::move(bytes)});
-    }
+  std::string key;
+  for (const v1::InputFile& input : shared) {
+    // Length-prefixed: no two lists make the same key.
+    absl::StrAppend(&key, input.path().size(), ":", input.path(), input.digest().hash().size(), ":",
+                    input.digest().hash(), input.digest().size_bytes(),
+                    input.is_executable() ? "x" : "-");
   }
-  root = ToProto(tree.root);
+  auto known = files.roots.find(key);
+  if (known != files.roots.end()) {
+    root = known->second;
+  } else {
+    if (check_new_tree) RETURN_IF_ERROR(check_new_tree(shared));
+    ASSIGN_OR_RETURN(InputTree tree, BuildInputTree(shared));
+    for (auto& [digest, bytes] : tree.directories) {
+      if (files.folders_seen.insert(digest).second) {
+        files.folders.push_back(BlobSource{digest, "", std::move(bytes)});
+      }
+    }
+    root = ToProto(tree.root);
+    files.roots.emplace(std::move(key), root);
+  }
   inputs.Swap(&own);
   return absl::OkStatus();
+}
+
+absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& files,
+                                       const std::string& own_path,
+                                       const std::vector<std::string>& system_prefixes) {
+  RETURN_IF_ERROR(MoveIntoInputTree(
+      *unit.mutable_inputs(), *unit.mutable_input_root(), files, own_path,
+      [&](const google::protobuf::RepeatedPtrField<v1::InputFile>& shared) -> absl::Status {
+        for (const v1::InputFile& input : shared) {
+          if (files.checked_tree_paths.count(input.path()) != 0) continue;
+          RETURN_IF_ERROR(
+              Annotate(ValidateInputPath(unit.workspace_root(), input.path(), system_prefixes),
+                       absl::StrCat("unit ", unit.name())));
+          files.checked_tree_paths.insert(input.path());
+        }
+        return absl::OkStatus();
+      }));
+  return ValidateCompileUnit(unit, system_prefixes);
 }
 
 absl::Status CheckClosure(const std::string& name, const std::vector<std::string>& closure) {

@@ -5,9 +5,11 @@
 // Shared by `distcc-cuda build PLAN` and the launcher.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,6 +62,12 @@ struct WorkspaceFiles {
   // The Directory blobs of the units' input trees, each once.
   std::vector<BlobSource> folders;
   std::set<Digest> folders_seen;
+  // The root of each distinct list of shared inputs (their paths and
+  // digests, in order): units of one kernel family include the same
+  // headers, and their tree is made once.
+  std::unordered_map<std::string, v1::Digest> roots;
+  // Paths of tree files already checked (CheckAndMoveIntoInputTree).
+  std::set<std::string> checked_tree_paths;
   // The BuildPlan blob of a build too large for one message (PackLargeBuild).
   std::vector<BlobSource> plan;
 
@@ -86,9 +94,27 @@ bool PackLargeBuild(v1::SubmitBuildRequest& request, WorkspaceFiles& files);
 // is then described once per build, not once per unit, and units that
 // include the same headers share one root: their own sources, which no
 // other unit reads, stay beside it instead of making a tree each.
+// `check_new_tree`, when given, is called with the files of a tree not
+// made before in `files`, before it is made; its error is returned.
+using CheckInputs =
+    std::function<absl::Status(const google::protobuf::RepeatedPtrField<v1::InputFile>& files)>;
 absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>& inputs,
                                v1::Digest& root, WorkspaceFiles& files,
-                               const std::string& own_path = "");
+                               const std::string& own_path = "",
+                               const CheckInputs& check_new_tree = nullptr);
+
+// What the coordinator and the workers will check of `unit`, checked here
+// first so that a refusal names the unit before anything is uploaded, and
+// its inputs moved into a tree (MoveIntoInputTree, `own_path` beside it):
+// the files of each distinct tree are checked once per build
+// (ValidateInputPath; the headers a kernel family's units share are not
+// checked again for every unit), then the unit with its own files
+// (ValidateCompileUnit). INVALID_ARGUMENT naming the unit. A unit whose
+// output is one of its tree's files is refused by the coordinator, which
+// looks the output up in the tree.
+absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& files,
+                                       const std::string& own_path,
+                                       const std::vector<std::string>& system_prefixes);
 
 // The input for the file at absolute `path`, relative to `root`; hashed and
 // added to `files` the first time.

@@ -14,6 +14,7 @@
 #include "common/digest.h"
 #include "common/fatbin.h"
 #include "common/files.h"
+#include "common/input_tree.h"
 #include "common/nvcc_args.h"
 #include "common/sandbox.h"
 #include "common/status.h"
@@ -78,12 +79,18 @@ absl::Status VerifyUnits(const std::vector<UnitToVerify>& units, CasClient& cas,
   SandboxOptions options;
   options.toolkit_root =
       std::filesystem::path(AbsolutePath(nvcc)).parent_path().parent_path().string();
-  // The units came from the coordinator: the worker's own checks, before
-  // anything of them runs here.
+  ASSIGN_OR_RETURN(std::unique_ptr<CasStore> store, CasStore::Open(work_dir + "/cas"));
+  // The units came from the coordinator: their trees listed and the
+  // worker's own checks, before anything of them runs here.
+  std::vector<v1::CompileUnit> expanded;
   for (const UnitToVerify& verify : units) {
-    RETURN_IF_ERROR(
-        Annotate(ValidateCompileUnit(verify.unit, SystemIncludePrefixes(options.toolkit_root)),
-                 "verify: the coordinator sent a unit this machine will not run"));
+    v1::CompileUnit& unit = expanded.emplace_back(verify.unit);
+    RETURN_IF_ERROR(Annotate(
+        ExpandUnitInputs(
+            unit, [&](const Digest& digest) { return cas.FetchThroughStore(digest, *store); }),
+        absl::StrCat("verify: the input tree of unit ", unit.name())));
+    RETURN_IF_ERROR(Annotate(ValidateCompileUnit(unit, SystemIncludePrefixes(options.toolkit_root)),
+                             "verify: the coordinator sent a unit this machine will not run"));
   }
   // The sandbox user must reach the task folders: a state dir under a
   // private home folder is not reachable, so they go under /var/tmp then.
@@ -97,11 +104,11 @@ absl::Status VerifyUnits(const std::vector<UnitToVerify>& units, CasClient& cas,
         "one: ",
         sandbox.status().message()));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<CasStore> store, CasStore::Open(work_dir + "/cas"));
   out << "distcc-cuda: verify: rebuilding " << units.size()
       << " units here as the workers did, to compare their device code\n";
-  for (const UnitToVerify& verify : units) {
-    const v1::CompileUnit& unit = verify.unit;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const UnitToVerify& verify = units[i];
+    const v1::CompileUnit& unit = expanded[i];
     absl::Time start = absl::Now();
     ASSIGN_OR_RETURN(std::string task_dir, MakeTempDirectory((*sandbox)->task_root(), "verify-"));
     auto cleanup = [&] { RemoveAll(task_dir).IgnoreError(); };

@@ -223,4 +223,17 @@ absl::StatusOr<std::string> CasClient::DownloadBytes(const Digest& digest) {
   return content;
 }
 
+absl::StatusOr<std::string> CasClient::FetchThroughStore(const Digest& digest, CasStore& store) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    RETURN_IF_ERROR(DownloadToStore(digest, store));
+    absl::StatusOr<std::string> bytes = store.Get(digest);
+    if (!bytes.ok()) return bytes.status();
+    if (DigestOf(*bytes) == digest) return bytes;
+    // Damaged on this disk: dropped, and fetched afresh once.
+    store.Discard(digest, "a folder of an input tree read back damaged");
+  }
+  return absl::DataLossError(
+      absl::StrCat("blob ", digest.ToString(), " read back damaged twice from this store"));
+}
+
 }  // namespace distcc_cuda

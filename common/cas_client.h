@@ -55,6 +55,12 @@ class CasClient {
   // Returns the blob's bytes. For small blobs.
   absl::StatusOr<std::string> DownloadBytes(const Digest& digest);
 
+  // Returns a small blob's bytes through `store`: fetched into it unless it
+  // is there, read back and checked against the digest (a damaged copy is
+  // dropped and fetched again once). How workers and --verify read the
+  // folders of input trees, which many units share.
+  absl::StatusOr<std::string> FetchThroughStore(const Digest& digest, CasStore& store);
+
   // Ends every call in flight and every later one with CANCELLED (a worker
   // that is stopping must not wait out a dead link for minutes).
   void CancelAll();

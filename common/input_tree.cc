@@ -174,6 +174,211 @@ absl::StatusOr<std::vector<v1::InputFile>> InputTreeExpander::Expand(
   return std::move(walk.files);
 }
 
+absl::StatusOr<InputTreeExpander::Size> InputTreeExpander::SizeOf(const Digest& digest,
+                                                                  const std::string& where,
+                                                                  int depth,
+                                                                  const InputTreeLimits& limits) {
+  if (depth > limits.max_depth) {
+    return absl::InvalidArgumentError(absl::StrCat("input tree: folder '", where, "' lies ", depth,
+                                                   " folders deep; at most ", limits.max_depth,
+                                                   " are allowed"));
+  }
+  auto known = sizes_.find(digest);
+  if (known == sizes_.end()) {
+    ASSIGN_OR_RETURN(const v1::Directory* directory, Read(digest, where, limits));
+    // Counts stop growing far above any limit: a bomb of 2^64 files must
+    // not wrap around to a small number.
+    constexpr int64_t kCeiling = int64_t{1} << 60;
+    Size size{directory->files_size(), 1, 1};
+    for (const v1::DirectoryNode& folder : directory->directories()) {
+      std::string below = where == "." ? folder.name() : absl::StrCat(where, "/", folder.name());
+      ASSIGN_OR_RETURN(Size child, SizeOf(FromProto(folder.digest()), below, depth + 1, limits));
+      size.files = std::min(kCeiling, size.files + child.files);
+      size.folders = std::min(kCeiling, size.folders + child.folders);
+      size.height = std::max(size.height, child.height + 1);
+    }
+    known = sizes_.emplace(digest, size).first;
+  }
+  const Size& size = known->second;
+  if (depth + size.height - 1 > limits.max_depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input tree: folder '", where, "' holds folders ", depth + size.height - 1,
+                     " folders deep; at most ", limits.max_depth, " are allowed"));
+  }
+  return size;
+}
+
+absl::StatusOr<int64_t> InputTreeExpander::CountFiles(const Digest& root,
+                                                      const InputTreeLimits& limits) {
+  ASSIGN_OR_RETURN(Size size, SizeOf(root, ".", 0, limits));
+  if (size.files > limits.max_files) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input tree: more than ", limits.max_files, " files (", size.files, ")"));
+  }
+  if (size.folders > limits.max_folders) {
+    return absl::InvalidArgumentError(absl::StrCat("input tree: more than ", limits.max_folders,
+                                                   " folders (", size.folders, ")"));
+  }
+  return size.files;
+}
+
+absl::Status InputTreeExpander::VisitNew(const Digest& digest, const std::string& prefix,
+                                         const VisitFile& visit, const InputTreeLimits& limits) {
+  if (!walked_.emplace(digest, prefix).second) return absl::OkStatus();
+  // Read and checked by CountFiles already.
+  ASSIGN_OR_RETURN(const v1::Directory* directory, Read(digest, prefix, limits));
+  for (const v1::FileNode& file : directory->files()) {
+    RETURN_IF_ERROR(visit(prefix + file.name(), file));
+  }
+  for (const v1::DirectoryNode& folder : directory->directories()) {
+    RETURN_IF_ERROR(
+        VisitNew(FromProto(folder.digest()), prefix + folder.name() + "/", visit, limits));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InputTreeExpander::VisitNewFiles(const Digest& root, const VisitFile& visit,
+                                              const InputTreeLimits& limits) {
+  RETURN_IF_ERROR(CountFiles(root, limits).status());
+  return VisitNew(root, "", visit, limits);
+}
+
+absl::StatusOr<const v1::FileNode*> InputTreeExpander::Find(const Digest& root,
+                                                            absl::string_view path,
+                                                            const InputTreeLimits& limits) {
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+  Digest folder = root;
+  std::string where = ".";
+  for (size_t i = 0;; ++i) {
+    ASSIGN_OR_RETURN(const v1::Directory* directory, Read(folder, where, limits));
+    if (i + 1 == parts.size()) {
+      auto file = std::lower_bound(
+          directory->files().begin(), directory->files().end(), parts[i],
+          [](const v1::FileNode& node, absl::string_view name) { return node.name() < name; });
+      if (file != directory->files().end() && file->name() == parts[i]) return &*file;
+      return nullptr;
+    }
+    auto next = std::lower_bound(
+        directory->directories().begin(), directory->directories().end(), parts[i],
+        [](const v1::DirectoryNode& node, absl::string_view name) { return node.name() < name; });
+    if (next == directory->directories().end() || next->name() != parts[i]) return nullptr;
+    folder = FromProto(next->digest());
+    where = i == 0 ? std::string(parts[i]) : absl::StrCat(where, "/", parts[i]);
+  }
+}
+
+namespace {
+
+// A folder of a tree being added to: a copy of its Directory (or a new,
+// empty one) and the sub-folders on the added files' paths, rewritten too.
+struct Overlay {
+  v1::Directory directory;
+  std::map<std::string, std::unique_ptr<Overlay>> changed;
+};
+
+// The digest of `overlay` with its changed sub-folders' new digests in place.
+Digest Seal(Overlay& overlay) {
+  auto& folders = *overlay.directory.mutable_directories();
+  for (auto& [name, child] : overlay.changed) {
+    Digest digest = Seal(*child);
+    auto at = std::lower_bound(
+        folders.begin(), folders.end(), name,
+        [](const v1::DirectoryNode& node, const std::string& n) { return node.name() < n; });
+    if (at == folders.end() || at->name() != name) {
+      v1::DirectoryNode node;
+      node.set_name(name);
+      size_t index = at - folders.begin();
+      folders.Add(std::move(node));
+      for (size_t i = folders.size() - 1; i > index; --i) folders.SwapElements(i, i - 1);
+      at = folders.begin() + index;
+    }
+    *at->mutable_digest() = ToProto(digest);
+  }
+  return DigestOf(overlay.directory.SerializeAsString());
+}
+
+}  // namespace
+
+absl::StatusOr<Digest> InputTreeExpander::RootWith(
+    const Digest* root, const google::protobuf::RepeatedPtrField<v1::InputFile>& files,
+    const InputTreeLimits& limits) {
+  if (root != nullptr && files.empty()) return *root;
+  Overlay top;
+  if (root != nullptr) {
+    ASSIGN_OR_RETURN(const v1::Directory* directory, Read(*root, ".", limits));
+    top.directory = *directory;
+  }
+  for (const v1::InputFile& input : files) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", absl::CHexEscape(input.path()), "' ", why));
+    };
+    std::vector<absl::string_view> parts = absl::StrSplit(input.path(), '/');
+    for (absl::string_view part : parts) {
+      if (!IsPlainName(part)) return bad("is not a relative path of plain names");
+    }
+    auto has_file = [](const v1::Directory& directory, absl::string_view name) {
+      auto at = std::lower_bound(
+          directory.files().begin(), directory.files().end(), name,
+          [](const v1::FileNode& node, absl::string_view n) { return node.name() < n; });
+      return at != directory.files().end() && at->name() == name;
+    };
+    auto folder_node = [](const v1::Directory& directory,
+                          absl::string_view name) -> const v1::DirectoryNode* {
+      auto at = std::lower_bound(
+          directory.directories().begin(), directory.directories().end(), name,
+          [](const v1::DirectoryNode& node, absl::string_view n) { return node.name() < n; });
+      return at != directory.directories().end() && at->name() == name ? &*at : nullptr;
+    };
+    Overlay* folder = &top;
+    std::string where = ".";
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      std::string name(parts[i]);
+      where = i == 0 ? name : absl::StrCat(where, "/", name);
+      if (has_file(folder->directory, name)) return bad("lies under a file of the same name");
+      std::unique_ptr<Overlay>& child = folder->changed[name];
+      if (child == nullptr) {
+        child = std::make_unique<Overlay>();
+        if (const v1::DirectoryNode* node = folder_node(folder->directory, name)) {
+          ASSIGN_OR_RETURN(const v1::Directory* directory,
+                           Read(FromProto(node->digest()), where, limits));
+          child->directory = *directory;
+        }
+      }
+      folder = child.get();
+    }
+    absl::string_view name = parts.back();
+    if (folder_node(folder->directory, name) != nullptr ||
+        folder->changed.count(std::string(name))) {
+      return bad("is also a folder of inputs");
+    }
+    if (has_file(folder->directory, name)) return bad("is listed twice");
+    auto& listed = *folder->directory.mutable_files();
+    auto at = std::lower_bound(
+        listed.begin(), listed.end(), name,
+        [](const v1::FileNode& node, absl::string_view n) { return node.name() < n; });
+    size_t index = at - listed.begin();
+    v1::FileNode* node = listed.Add();
+    node->set_name(std::string(name));
+    *node->mutable_digest() = input.digest();
+    node->set_is_executable(input.is_executable());
+    for (size_t i = listed.size() - 1; i > index; --i) listed.SwapElements(i, i - 1);
+  }
+  return Seal(top);
+}
+
+absl::Status ExpandUnitInputs(v1::CompileUnit& unit, const FetchDirectory& fetch,
+                              const InputTreeLimits& limits) {
+  if (!unit.has_input_root()) return absl::OkStatus();
+  InputTreeExpander expander(fetch);
+  ASSIGN_OR_RETURN(std::vector<v1::InputFile> files,
+                   expander.Expand(FromProto(unit.input_root()), limits));
+  unit.mutable_inputs()->Reserve(unit.inputs_size() + files.size());
+  for (v1::InputFile& file : files) *unit.add_inputs() = std::move(file);
+  unit.clear_input_root();
+  return absl::OkStatus();
+}
+
 std::vector<Digest> InputTreeExpander::FoldersRead() const {
   std::vector<Digest> folders;
   for (const auto& [digest, directory] : checked_) folders.push_back(digest);

@@ -10,11 +10,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/digest.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/cas.pb.h"
@@ -61,17 +63,66 @@ class InputTreeExpander {
   absl::StatusOr<std::vector<v1::InputFile>> Expand(const Digest& root,
                                                     const InputTreeLimits& limits = {});
 
+  // How many files the tree at `root` holds (a folder listed twice counted
+  // twice), without walking its paths: each folder's size is kept, so a
+  // tree bomb costs one read per distinct folder. INVALID_ARGUMENT for a
+  // malformed folder or a tree past `limits`; the fetch's error for a
+  // folder it cannot find.
+  absl::StatusOr<int64_t> CountFiles(const Digest& root, const InputTreeLimits& limits = {});
+
+  // Calls `visit` with the path (from the root) and node of each file of
+  // the tree at `root` that lies in a folder this expander has not yet
+  // walked at that place: trees that share folders at the same paths (the
+  // headers every unit of a build includes) visit those files once. Checks
+  // the tree's size first (CountFiles); stops at `visit`'s first error.
+  using VisitFile = std::function<absl::Status(const std::string& path, const v1::FileNode& file)>;
+  absl::Status VisitNewFiles(const Digest& root, const VisitFile& visit,
+                             const InputTreeLimits& limits = {});
+
+  // The file at `path` in the tree at `root`, or null when the tree has no
+  // file there. Errors as CountFiles's.
+  absl::StatusOr<const v1::FileNode*> Find(const Digest& root, absl::string_view path,
+                                           const InputTreeLimits& limits = {});
+
+  // The root of the tree at `root` (null: the empty tree) with `files`
+  // added: the digest BuildInputTree gives the list of all of them, so a
+  // unit names the same inputs by the same digest whether it lists them or
+  // sends a tree. Only the folders on the added files' paths are read and
+  // rewritten, in memory. INVALID_ARGUMENT for a path that is not a
+  // relative path of plain names, that the tree or `files` already has, or
+  // that lies under a file or is a folder.
+  absl::StatusOr<Digest> RootWith(const Digest* root,
+                                  const google::protobuf::RepeatedPtrField<v1::InputFile>& files,
+                                  const InputTreeLimits& limits = {});
+
   // The Directory blobs read so far, distinct.
   std::vector<Digest> FoldersRead() const;
 
  private:
   struct Walk;
+  struct Size {
+    int64_t files = 0;
+    int64_t folders = 0;
+    int height = 0;  // folders on the longest path down, this one included
+  };
   absl::StatusOr<const v1::Directory*> Read(const Digest& digest, const std::string& where,
                                             const InputTreeLimits& limits);
   absl::Status Visit(const Digest& digest, const std::string& prefix, int depth, Walk& walk);
+  absl::StatusOr<Size> SizeOf(const Digest& digest, const std::string& where, int depth,
+                              const InputTreeLimits& limits);
+  absl::Status VisitNew(const Digest& digest, const std::string& prefix, const VisitFile& visit,
+                        const InputTreeLimits& limits);
 
   FetchDirectory fetch_;
   std::map<Digest, std::unique_ptr<v1::Directory>> checked_;
+  std::map<Digest, Size> sizes_;
+  std::set<std::pair<Digest, std::string>> walked_;  // (folder, its path) by VisitNewFiles
 };
+
+// Replaces `unit`'s input_root with the files of its tree, after the files
+// the unit lists itself: what a worker (or --verify) lays out. A unit
+// without a root is left as it is. Errors as InputTreeExpander::Expand's.
+absl::Status ExpandUnitInputs(v1::CompileUnit& unit, const FetchDirectory& fetch,
+                              const InputTreeLimits& limits = {});
 
 }  // namespace distcc_cuda

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -308,6 +309,42 @@ absl::Status ValidateUnitName(absl::string_view name) {
                                                  "digits and _ . + @ = -, not starting with '.')"));
 }
 
+namespace {
+
+// ValidateInputPath, with the toolchain's and the system's folders given.
+absl::Status CheckInputPath(const std::string& root, const std::string& path,
+                            const std::vector<std::string>& reserved) {
+  const std::filesystem::path mount(root.empty() ? "/" : root);
+  if (path.empty() || path[0] == '/' || !StaysInside(path) || !CheckShellInert(path, "").ok() ||
+      std::filesystem::path(path).lexically_normal() != path ||
+      IsHostPrivatePath((mount / path).string())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", absl::CHexEscape(path),
+                     "' is not a plain normalised path inside the workspace"));
+  }
+  std::string absolute = (mount / path).lexically_normal().string();
+  if (UnderAny(absolute, reserved)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input ", absolute,
+        " would lie among the toolchain's own files on the worker; the toolkit's and the "
+        "system's files are never inputs"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ReservedFolders(const std::vector<std::string>& system_prefixes) {
+  std::vector<std::string> reserved = ToolchainFolders();
+  reserved.insert(reserved.end(), system_prefixes.begin(), system_prefixes.end());
+  return reserved;
+}
+
+}  // namespace
+
+absl::Status ValidateInputPath(const std::string& workspace_root, const std::string& path,
+                               const std::vector<std::string>& system_prefixes) {
+  return CheckInputPath(workspace_root, path, ReservedFolders(system_prefixes));
+}
+
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit) {
   return ValidateCompileUnit(unit, SystemIncludePrefixes());
 }
@@ -353,8 +390,7 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
   };
   std::string output = in_root(command.output);
   // Where the unit's files land on a worker: never among the toolchain's.
-  std::vector<std::string> reserved = ToolchainFolders();
-  reserved.insert(reserved.end(), system_prefixes.begin(), system_prefixes.end());
+  const std::vector<std::string> reserved = ReservedFolders(system_prefixes);
   auto reserved_place = [&](const std::string& relative) {
     std::string absolute =
         (std::filesystem::path(root.empty() ? "/" : root) / relative).lexically_normal().string();
@@ -368,7 +404,8 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                        "output lie in its workspace"));
     }
   }
-  std::unordered_set<std::string> inputs;
+  // Views of the unit's own strings: no copy of each path per unit.
+  absl::flat_hash_set<absl::string_view> inputs;
   inputs.reserve(unit.inputs_size());
   std::unordered_set<std::string>* known = checked != nullptr ? &(*checked)[root] : nullptr;
   for (const auto& input : unit.inputs()) {
@@ -384,18 +421,8 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                        "elsewhere"));
     }
     if (known != nullptr && known->count(path) != 0) continue;
-    if (path.empty() || path[0] == '/' || !StaysInside(path) || !CheckShellInert(path, "").ok() ||
-        std::filesystem::path(path).lexically_normal() != path ||
-        IsHostPrivatePath((std::filesystem::path(root.empty() ? "/" : root) / path).string())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": input '", absl::CHexEscape(path),
-                       "' is not a plain normalised path inside the workspace"));
-    }
-    if (std::string at = reserved_place(path); !at.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": input ", at,
-          " would lie among the toolchain's own files on the worker; the toolkit's and the "
-          "system's files are never inputs"));
+    if (absl::Status valid = CheckInputPath(root, path, reserved); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", valid.message()));
     }
     if (known != nullptr) known->insert(path);
   }

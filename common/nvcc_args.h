@@ -107,6 +107,16 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                                  const std::vector<std::string>& system_prefixes);
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit);
 
+// OK for `path` as an input of a unit whose workspace is mounted at
+// `workspace_root` ("" for none): a plain normalised relative path inside
+// the workspace, inert to a shell, not in a private folder of the host and
+// not among the toolchain's files or under `system_prefixes`.
+// INVALID_ARGUMENT naming the path. ValidateCompileUnit checks each listed
+// input so; the coordinator checks the files of input trees so, once per
+// build.
+absl::Status ValidateInputPath(const std::string& workspace_root, const std::string& path,
+                               const std::vector<std::string>& system_prefixes);
+
 // Input paths already found plain, inside and outside the reserved folders,
 // per workspace root, for one list of system prefixes: a build's units
 // share most of their inputs, whose paths are then checked once per build,

@@ -14,6 +14,7 @@
 #include "common/instantiation.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
+#include "coordinator/build_inputs.h"
 #include "coordinator/result_cache.h"
 #include "spdlog/spdlog.h"
 
@@ -23,9 +24,13 @@ namespace {
 // `checked_paths` and `present`: input paths already checked and digests
 // already found in the store during this plan; the headers every unit
 // includes are checked and looked up once, not once per unit.
-absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
-                       const std::vector<std::string>& system_prefixes,
-                       CheckedInputPaths& checked_paths, std::set<Digest>& present) {
+// The files of its tree were checked once for the build (BuildInputs);
+// here the unit's own files, that the tree holds neither them nor its
+// output, and the count of both. Returns the root of all its inputs.
+absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
+                                 const std::vector<std::string>& system_prefixes,
+                                 CheckedInputPaths& checked_paths, std::set<Digest>& present,
+                                 BuildInputs& trees, const BuildLimits& limits) {
   RETURN_IF_ERROR(ValidateCompileUnit(unit, system_prefixes, &checked_paths));
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
@@ -39,7 +44,41 @@ absl::Status CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
                        ") is not in the content store; upload it before submitting"));
     }
   }
-  return absl::OkStatus();
+  const std::string where = absl::StrCat("unit ", unit.name());
+  auto named = [&where](const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+  };
+  if (!unit.has_input_root()) {
+    absl::StatusOr<Digest> all = trees.trees().RootWith(nullptr, unit.inputs());
+    return all.ok() ? all : named(all.status());
+  }
+  const Digest root = FromProto(unit.input_root());
+  const int64_t files = trees.FilesIn(unit.input_root()) + unit.inputs_size();
+  if (files > limits.max_inputs_per_unit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(where, " lists ", files, " input files; this coordinator allows ",
+                     limits.max_inputs_per_unit,
+                     " (--max-inputs-per-unit); include fewer headers, or ask the operator to "
+                     "raise the limit"));
+  }
+  if (unit.output_paths_size() > 0) {
+    std::string output =
+        std::filesystem::path(unit.working_directory().empty()
+                                  ? unit.output_paths(0)
+                                  : unit.working_directory() + "/" + unit.output_paths(0))
+            .lexically_normal()
+            .string();
+    absl::StatusOr<const v1::FileNode*> found =
+        trees.trees().Find(root, output, trees.tree_limits());
+    if (!found.ok()) return named(found.status());
+    if (*found != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": its output '", unit.output_paths(0),
+                       "' is also one of its inputs; write the object elsewhere"));
+    }
+  }
+  absl::StatusOr<Digest> all = trees.trees().RootWith(&root, unit.inputs(), trees.tree_limits());
+  return all.ok() ? all : named(all.status());
 }
 
 UnitDemand Predict(const PeakHistory* history, const std::string& identity,
@@ -48,6 +87,12 @@ UnitDemand Predict(const PeakHistory* history, const std::string& identity,
              ? history->Predict(identity, family, parallel, instantiations)
              : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
                           PredictionDefaults().wall * instantiations, "default"};
+}
+
+// The root of all of `unit`'s inputs, its tree's and its own.
+absl::StatusOr<Digest> InputsRoot(const v1::CompileUnit& unit, InputTreeExpander& trees) {
+  const Digest root = FromProto(unit.input_root());
+  return trees.RootWith(unit.has_input_root() ? &root : nullptr, unit.inputs());
 }
 
 // The compile unit of a generated source (one grid point or a group of
@@ -69,6 +114,7 @@ absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet&
   unit.add_arguments(object_name);
   unit.add_output_paths(object_name);
   *unit.mutable_inputs() = set.inputs();
+  if (set.has_input_root()) *unit.mutable_input_root() = set.input_root();
   std::string source_path = set.directory().empty()
                                 ? source_name
                                 : (std::filesystem::path(set.directory()) / source_name).string();
@@ -87,10 +133,12 @@ absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet&
 }
 
 // Keys and predicts one unit.
+// `inputs`: the root of all its inputs (InputTreeExpander::RootWith).
 PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const std::string& family,
-                 int instantiations, const PeakHistory* history) {
+                 int instantiations, const PeakHistory* history, const Digest& inputs) {
   PlannedUnit plan;
-  plan.action_digest = ActionDigest(toolchain, unit);
+  plan.inputs = inputs;
+  plan.action_digest = ActionDigest(toolchain, unit, inputs);
   plan.identity = UnitIdentity(toolchain, unit);
   plan.family = UnitFamily(toolchain, unit, family);
   int parallel = ParallelCompilations(
@@ -126,7 +174,8 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& wh
     part->set_count(targets.size());
     part->set_label(targets[i].label);
     RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
-    parts.push_back(Plan(toolchain, std::move(unit), family_hint, whole.instantiations, history));
+    parts.push_back(
+        Plan(toolchain, std::move(unit), family_hint, whole.instantiations, history, whole.inputs));
   }
   return parts;
 }
@@ -203,6 +252,8 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
   if (group.members.size() < 2) return;
   plan.split = [group = std::move(group), context,
                 parent = plan.action_digest]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    // The set's tree, read again: the build's reading of it is long gone.
+    InputTreeExpander trees(FoldersFrom(*context->cas));
     // The next build of the same group starts from its halves.
     if (context->choices != nullptr && !context->choices->Find(SplitKey(parent))) {
       context->choices->Remember(SplitKey(parent), 2);
@@ -219,9 +270,10 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
           v1::CompileUnit unit,
           GeneratedCompileUnit(context->set, context->workspace_root, part, *context->cas));
       RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
+      ASSIGN_OR_RETURN(Digest inputs, InputsRoot(unit, trees));
       halves.push_back(Plan(context->toolchain, std::move(unit),
                             absl::StrCat("set:", context->set.name()), part.instantiations,
-                            context->history));
+                            context->history, inputs));
       AllowSplit(halves.back(), std::move(part), context);
       if (context->split_architectures) {
         AllowArchitectureSplit(halves.back(), context->toolchain,
@@ -265,13 +317,14 @@ int64_t UnitsOf(size_t points, int per_unit) {
 absl::StatusOr<bool> RegroupPays(const v1::InstantiationSet& set, const std::string& workspace_root,
                                  const std::string& toolchain,
                                  const std::vector<GeneratedUnit>& points, int kept, int today,
-                                 CasStore& cas, const UnitSizeChoices* choices,
-                                 const IsCached& is_cached) {
+                                 CasStore& cas, InputTreeExpander& trees,
+                                 const UnitSizeChoices* choices, const IsCached& is_cached) {
   if (!is_cached || choices == nullptr || kept == today) return false;
   if (UnitsOf(points.size(), kept) * 2 <= UnitsOf(points.size(), today) * 3) return false;
   for (GeneratedUnit& group : GroupInstantiations(set, points, kept)) {
     ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, workspace_root, group, cas));
-    const std::string digest = ActionDigest(toolchain, unit);
+    ASSIGN_OR_RETURN(Digest inputs, InputsRoot(unit, trees));
+    const std::string digest = ActionDigest(toolchain, unit, inputs);
     if (choices->Find(SplitKey(digest)) || choices->Find(ArchitectureSplitKey(digest)) == 1 ||
         is_cached(digest)) {
       return false;
@@ -282,7 +335,8 @@ absl::StatusOr<bool> RegroupPays(const v1::InstantiationSet& set, const std::str
 
 }  // namespace
 
-absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits) {
+absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits,
+                              const BuildInputs* inputs) {
   auto over = [](const char* what, int64_t asked, int64_t limit, const char* flag,
                  const char* hint) {
     return absl::ResourceExhaustedError(absl::StrCat("the build asks for ", asked, " ", what,
@@ -335,6 +389,9 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
     RETURN_IF_ERROR(check_arguments(absl::StrCat("instantiation set ", set.name().substr(0, 200)),
                                     set.arguments(), set.inputs()));
   }
+  if (inputs != nullptr) {
+    for (const auto& [hash, size] : inputs->file_sizes()) sizes[hash] = std::max<int64_t>(0, size);
+  }
   int64_t bytes = 0;
   for (const auto& [hash, size] : sizes) {
     bytes = std::min<int64_t>(bytes + size, std::numeric_limits<int64_t>::max() / 2);
@@ -345,21 +402,6 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
   }
   return absl::OkStatus();
 }
-
-namespace {
-
-// A blob a build names (its plan, a folder of an input tree), its bytes
-// checked against its digest: one damaged on disk is dropped and, like one
-// never uploaded, FAILED_PRECONDITION `missing`.
-absl::StatusOr<std::string> ReadNamedBlob(const CasStore& cas, const Digest& digest,
-                                          const std::string& missing) {
-  absl::StatusOr<std::string> bytes = cas.Get(digest);
-  if (bytes.ok() && DigestOf(*bytes) == digest) return bytes;
-  if (bytes.ok()) cas.Discard(digest, "a blob a build names read back damaged");
-  return absl::FailedPreconditionError(missing);
-}
-
-}  // namespace
 
 absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
                                                      const CasStore& cas,
@@ -394,61 +436,17 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
   return read;
 }
 
-absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
-                                                        CasStore& cas, const BuildLimits& limits) {
-  InputTreeExpander expander([&cas](const Digest& digest) {
-    return ReadNamedBlob(
-        cas, digest,
-        absl::StrCat("its folder ", digest.ToString(),
-                     " is not in the content store; upload the tree's folders before submitting"));
-  });
-  InputTreeLimits tree_limits;
-  tree_limits.max_files = limits.max_inputs_per_unit;
-  tree_limits.max_folders = limits.max_inputs_per_unit;
-  int64_t listed = 0;
-  auto expand = [&](const std::string& owner, const v1::Digest& root,
-                    google::protobuf::RepeatedPtrField<v1::InputFile>& inputs) -> absl::Status {
-    absl::StatusOr<std::vector<v1::InputFile>> files =
-        expander.Expand(FromProto(root), tree_limits);
-    if (!files.ok()) {
-      return absl::Status(files.status().code(),
-                          absl::StrCat(owner, ": ", files.status().message()));
-    }
-    listed += files->size() + inputs.size();
-    if (listed > limits.max_input_listings) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the build's units list more than ", limits.max_input_listings,
-          " input files in all (a header every unit includes counts once per unit); this "
-          "coordinator allows ",
-          limits.max_input_listings,
-          " (--max-input-listings-per-build); split the build, or ask the operator to raise the "
-          "limit"));
-    }
-    inputs.Reserve(files->size());
-    for (v1::InputFile& file : *files) *inputs.Add() = std::move(file);
-    return absl::OkStatus();
-  };
-  v1::SubmitBuildRequest expanded = request;
-  for (v1::CompileUnit& unit : *expanded.mutable_units()) {
-    if (!unit.has_input_root()) continue;
-    RETURN_IF_ERROR(expand(absl::StrCat("unit ", unit.name().substr(0, 200)), unit.input_root(),
-                           *unit.mutable_inputs()));
-    unit.clear_input_root();
-  }
-  for (v1::InstantiationSet& set : *expanded.mutable_instantiation_sets()) {
-    if (!set.has_input_root()) continue;
-    RETURN_IF_ERROR(expand(absl::StrCat("instantiation set ", set.name().substr(0, 200)),
-                           set.input_root(), *set.mutable_inputs()));
-    set.clear_input_root();
-  }
-  return expanded;
-}
-
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
     const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits,
-    const IsCached& is_cached, std::vector<std::string>* notes) {
-  RETURN_IF_ERROR(CheckBuildLimits(request, limits));
+    const IsCached& is_cached, std::vector<std::string>* notes, BuildInputs* inputs) {
+  std::unique_ptr<BuildInputs> read;
+  if (inputs == nullptr) {
+    ASSIGN_OR_RETURN(read, BuildInputs::Read(request, cas, limits));
+    inputs = read.get();
+  }
+  BuildInputs& trees = *inputs;
+  RETURN_IF_ERROR(CheckBuildLimits(request, limits, inputs));
   const std::string& toolchain = request.toolchain().digest();
   std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
   // Every unit is mounted at the build's root on the workers.
@@ -482,8 +480,9 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
           points.size(), peak, capacity.smallest_usable_cap, capacity.total_slots);
       if (kept && (*kept == 1 || *kept <= fits)) {
         per_unit = *kept;
-        ASSIGN_OR_RETURN(bool regroup, RegroupPays(set, request.workspace_root(), toolchain, points,
-                                                   *kept, today, cas, choices, is_cached));
+        ASSIGN_OR_RETURN(bool regroup,
+                         RegroupPays(set, request.workspace_root(), toolchain, points, *kept, today,
+                                     cas, trees.trees(), choices, is_cached));
         if (regroup) {
           std::string note =
               absl::StrCat("set ", set.name(), ": regrouped from ", *kept, " to ", today,
@@ -523,9 +522,10 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   CheckedInputPaths checked_paths;
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (size_t i = 0; i < units.size(); ++i) {
-    RETURN_IF_ERROR(CheckUnit(units[i], cas, system_prefixes, checked_paths, present));
+    ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked_paths,
+                                                  present, trees, limits));
     PlannedUnit plan =
-        Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history);
+        Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history, all_inputs);
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {
       absl::StatusOr<std::vector<PlannedUnit>> parts =
           ArchitectureParts(plan, toolchain, families[i], history);

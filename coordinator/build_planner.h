@@ -44,19 +44,14 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
                                                      const CasStore& cas,
                                                      const BuildLimits& limits = {});
 
-// The request with every unit's and set's `input_root` replaced by the
-// files of its tree (common/input_tree.h), read from `cas`, after the files
-// it lists itself (a unit's own source; a path in both is refused when the
-// unit is checked). Folders that several units share are read and checked
-// once. INVALID_ARGUMENT for a malformed tree or one past the limits;
-// FAILED_PRECONDITION for a folder the store lacks.
-absl::StatusOr<v1::SubmitBuildRequest> ExpandInputTrees(const v1::SubmitBuildRequest& request,
-                                                        CasStore& cas, const BuildLimits& limits);
+class BuildInputs;
 
 // OK if `request` stays within `limits` (checked before anything is
-// expanded or stored); RESOURCE_EXHAUSTED naming the limit, its flag, the
+// generated or stored), its input trees' files (`inputs`, may be null)
+// counted in its bytes; RESOURCE_EXHAUSTED naming the limit, its flag, the
 // amount asked and what to do otherwise.
-absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits);
+absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const BuildLimits& limits,
+                              const BuildInputs* inputs = nullptr);
 
 // Returns the build's units in order: the ordinary units, then every
 // instantiation set's grid, each with its predicted cost from `history`
@@ -82,10 +77,14 @@ using IsCached = std::function<bool(const std::string& action_digest)>;
 // units, and `is_cached` says no unit of the kept grouping is cached (a
 // header they all include, a flag or the toolchain changed). Without
 // `is_cached` a kept size stays. Each regroup adds a line to `notes` (may
-// be null), for the user.
+// be null), for the user. Units keep their input trees' roots: `inputs`
+// is the build's trees as BuildInputs::Read read them (null: read here);
+// each unit's action digest names all its inputs by one root
+// (InputTreeExpander::RootWith), whether it sent them as a tree or a list.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
     const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits = {},
-    const IsCached& is_cached = nullptr, std::vector<std::string>* notes = nullptr);
+    const IsCached& is_cached = nullptr, std::vector<std::string>* notes = nullptr,
+    BuildInputs* inputs = nullptr);
 
 }  // namespace distcc_cuda::coordinator

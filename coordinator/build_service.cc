@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/digest.h"
 #include "common/status.h"
+#include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
 
 namespace distcc_cuda::coordinator {
@@ -48,14 +49,19 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   void Start(const v1::SubmitBuildRequest& submitted, CasStore* cas, ResultCache* results,
              const PeakHistory* history, UnitSizeChoices* unit_sizes, const BuildLimits& limits) {
     absl::StatusOr<v1::SubmitBuildRequest> read = ReadBuildPlan(submitted, *cas, limits);
-    absl::StatusOr<v1::SubmitBuildRequest> expanded =
-        read.ok() ? ExpandInputTrees(*read, *cas, limits) : read;
-    if (!expanded.ok()) {
-      StartDone("", expanded.status());
+    if (!read.ok()) {
+      StartDone("", read.status());
       return;
     }
-    const v1::SubmitBuildRequest& request = *expanded;
-    std::vector<Digest> inputs;
+    // The input trees stay trees: read and checked once here, expanded by
+    // the workers that compile them.
+    absl::StatusOr<std::unique_ptr<BuildInputs>> trees = BuildInputs::Read(*read, *cas, limits);
+    if (!trees.ok()) {
+      StartDone("", trees.status());
+      return;
+    }
+    const v1::SubmitBuildRequest& request = *read;
+    std::vector<Digest> inputs = (*trees)->blobs();
     for (const v1::CompileUnit& unit : request.units()) {
       for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
     }
@@ -70,7 +76,8 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
         [results](const std::string& action_digest) {
           return results->Lookup(action_digest).has_value();
         },
-        &notes);
+        &notes, trees->get());
+    trees->reset();
     if (!units.ok()) {
       StartDone("", units.status());
       return;

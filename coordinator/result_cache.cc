@@ -47,14 +47,8 @@ void ResultCache::Record(const std::string& action_digest, const v1::TaskResult&
   }
 }
 
-std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit) {
-  std::vector<std::string> inputs;
-  for (const auto& input : unit.inputs()) {
-    inputs.push_back(absl::StrCat(input.path(), "\t", input.digest().hash(), "\t",
-                                  input.digest().size_bytes(), "\t",
-                                  input.is_executable() ? "x" : "-"));
-  }
-  std::sort(inputs.begin(), inputs.end());
+std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                         const Digest& inputs) {
   Sha256 sha;
   auto field = [&](absl::string_view text) {
     sha.Update(absl::StrCat(text.size(), ":"));
@@ -62,8 +56,10 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
   };
   // v3: workers give every input one modification time (kMaterializedMtime),
   // which some internal device names depend on; results of v2 would not
-  // merge with v3 parts of the same unit.
-  field("distcc-cuda action v3");
+  // merge with v3 parts of the same unit. v4: the inputs are named by the
+  // root of their tree, not listed, so a unit that sends a tree is keyed
+  // without expanding it.
+  field("distcc-cuda action v4");
   field(toolchain_digest);
   // Where the inputs are mounted: nvcc hashes the source's absolute path
   // into internal symbol names, so the object depends on it.
@@ -73,7 +69,7 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
   field("outputs");
   for (const auto& output : unit.output_paths()) field(output);
   field("inputs");
-  for (const auto& input : inputs) field(input);
+  field(inputs.ToString());
   return sha.FinishHex();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/cas_store.h"
+#include "common/digest.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {
@@ -30,7 +31,11 @@ class ResultCache {
 };
 
 // The action digest of a unit compiled with `toolchain_digest`: a SHA-256
-// over the toolchain, working directory, arguments, outputs and sorted inputs.
-std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit);
+// over the toolchain, workspace root, working directory, arguments, outputs
+// and `inputs`, the root of the tree of all its inputs (the one
+// BuildInputTree gives their list; InputTreeExpander::RootWith). The unit's
+// own `inputs` and `input_root` fields are not read.
+std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                         const Digest& inputs);
 
 }  // namespace distcc_cuda::coordinator

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/digest.h"
 #include "coordinator/memory_model.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
@@ -66,7 +67,8 @@ struct SchedulerOptions {
 // A unit ready to schedule: the key of its cached result, the keys of its
 // measured history and what it is predicted to cost.
 struct PlannedUnit {
-  v1::CompileUnit unit;
+  v1::CompileUnit unit;  // its input tree as a root: workers expand it
+  Digest inputs;         // the root of all its inputs, the tree's and its own
   std::string action_digest;
   std::string identity;
   std::string family;

@@ -13,6 +13,7 @@
 #include "common/byte_size.h"
 #include "common/digest.h"
 #include "common/files.h"
+#include "common/input_tree.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "common/subprocess.h"
@@ -486,7 +487,15 @@ v1::TaskResult Cancelled(const CancelToken& cancel) {
 v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
   if (cancel.cancelled()) return Cancelled(cancel);
   RefreshToolchainIfChanged();
-  const v1::CompileUnit& unit = task.unit();
+  // A unit names the headers it shares with others as a tree: its files
+  // are listed here, from folders kept in the cache, before any check.
+  v1::CompileUnit unit = task.unit();
+  absl::Status expanded = ExpandUnitInputs(unit, [this](const Digest& digest) {
+    return cas_client_->FetchThroughStore(digest, *cache_);
+  });
+  if (!expanded.ok()) {
+    return FailedToStart(absl::StrCat("cannot read the unit's input tree: ", expanded.message()));
+  }
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
   // The same checks as the client's and the coordinator's, with this
   // worker's own toolkit as the system folder it allows.

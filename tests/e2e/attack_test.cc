@@ -536,6 +536,35 @@ class HostileCoordinator final : public v1::WorkerService::CallbackService {
   std::optional<v1::TaskResult> reported_ ABSL_GUARDED_BY(mu_);
 };
 
+// Serves `task` to a real worker (working in `work_dir`) from a
+// HostileCoordinator on loopback; returns what the worker reported, or
+// nothing within 30 s.
+std::optional<v1::TaskResult> ReportOfTask(const v1::Task& task, const std::string& work_dir) {
+  HostileCoordinator service(task);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return std::nullopt;
+  worker::WorkerOptions options;
+  options.coordinator_address = absl::StrCat("127.0.0.1:", port);
+  options.name = "victim";
+  options.memory_cap_bytes = int64_t{1} << 30;
+  options.nvcc_path = testing::FakeNvccPath();
+  options.work_dir = work_dir;
+  // The sandbox is not what is under test here (and needs root): the
+  // worker's own check must stop the task before anything runs.
+  options.sandbox = false;
+  absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(options);
+  EXPECT_TRUE(worker.ok()) << worker.status();
+  if (!worker.ok()) return std::nullopt;
+  std::optional<v1::TaskResult> result = service.WaitForReport(absl::Seconds(30));
+  worker->reset();
+  server->Shutdown();
+  return result;
+}
+
 TEST(HostileCoordinatorTest, WorkerRejectsHostileTasksBeforeAnythingRuns) {
   std::string root = testing::NewTempDir("hostile-");
   std::string pwned = root + "/pwned";
@@ -562,32 +591,29 @@ TEST(HostileCoordinatorTest, WorkerRejectsHostileTasksBeforeAnythingRuns) {
       input->set_path(path);
       *input->mutable_digest() = ToProto(DigestOf("int a;\n"));
     }
-    HostileCoordinator service(task);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service);
-    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-    ASSERT_NE(server, nullptr);
-    worker::WorkerOptions options;
-    options.coordinator_address = absl::StrCat("127.0.0.1:", port);
-    options.name = "victim";
-    options.memory_cap_bytes = int64_t{1} << 30;
-    options.nvcc_path = testing::FakeNvccPath();
-    options.work_dir = root + "/worker";
-    // The sandbox is not what is under test here (and needs root): the
-    // worker's own check must stop the task before anything runs.
-    options.sandbox = false;
-    absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(options);
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    std::optional<v1::TaskResult> result = service.WaitForReport(absl::Seconds(30));
-    worker->reset();
-    server->Shutdown();
+    std::optional<v1::TaskResult> result = ReportOfTask(task, root + "/worker");
     ASSERT_TRUE(result.has_value()) << absl::StrJoin(c.arguments, " ");
     EXPECT_EQ(result->outcome(), v1::TASK_REJECTED) << result->DebugString();
     EXPECT_THAT(result->error_message(), HasSubstr(c.message_has));
     EXPECT_FALSE(fs::exists(pwned));
   }
+}
+
+// A unit whose input tree the worker cannot read (here: a coordinator that
+// serves no store) fails to start, saying so; nvcc never runs.
+TEST(HostileCoordinatorTest, AUnitWhoseTreeCannotBeReadDoesNotStart) {
+  std::string root = testing::NewTempDir("hostile-tree-");
+  v1::Task task;
+  task.set_task_id("t-tree");
+  v1::CompileUnit* unit = task.mutable_unit();
+  unit->set_name("tree");
+  for (const char* argument : {"-c", "a.cu", "-o", "a.o"}) unit->add_arguments(argument);
+  unit->add_output_paths("a.o");
+  *unit->mutable_input_root() = ToProto(DigestOf("a folder nobody stored"));
+  std::optional<v1::TaskResult> result = ReportOfTask(task, root + "/worker");
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->outcome(), v1::TASK_FAILED_TO_START) << result->DebugString();
+  EXPECT_THAT(result->error_message(), HasSubstr("cannot read the unit's input tree"));
 }
 
 // --- a compile that rearranges its own tree --------------------------------

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cas_client.h"
 #include "common/digest.h"
+#include "common/nvcc_args.h"
 
 namespace distcc_cuda::client {
 namespace {
@@ -60,6 +61,57 @@ TEST(UnitRequestTest, UnitsThatShareHeadersShareTheirFolders) {
   }
   EXPECT_EQ(roots.size(), 1u);
   EXPECT_EQ(shared.folders.size(), 3u);
+  // Their tree was made once; a list that differs in one header's content
+  // is another tree.
+  EXPECT_EQ(shared.roots.size(), 1u);
+  v1::CompileUnit edited = UnitIncluding(0, 100);
+  edited.mutable_inputs(1)->mutable_digest()->set_hash(DigestOf("edited").hash);
+  ASSERT_TRUE(
+      MoveIntoInputTree(*edited.mutable_inputs(), *edited.mutable_input_root(), shared, "gemm_0.cu")
+          .ok());
+  EXPECT_EQ(shared.roots.size(), 2u);
+  EXPECT_EQ(roots.count(edited.input_root().hash()), 0u);
+}
+
+// The client's own checks before anything is sent: each distinct tree's
+// files once, then each unit with its own source.
+TEST(UnitRequestTest, EachTreesFilesAreCheckedOnceAndEachUnitWithItsOwnFiles) {
+  WorkspaceFiles files;
+  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
+  for (int unit = 0; unit < 3; ++unit) {
+    v1::CompileUnit compile = UnitIncluding(unit, 20);
+    compile.set_workspace_root("/src/cutlass");
+    for (const std::string& argument : {std::string("-c"), absl::StrCat("gemm_", unit, ".cu"),
+                                        std::string("-o"), absl::StrCat("gemm_", unit, ".o")}) {
+      compile.add_arguments(argument);
+    }
+    compile.add_output_paths(absl::StrCat("gemm_", unit, ".o"));
+    absl::Status checked = CheckAndMoveIntoInputTree(
+        compile, files, absl::StrCat("gemm_", unit, ".cu"), system_prefixes);
+    ASSERT_TRUE(checked.ok()) << checked;
+    EXPECT_EQ(compile.inputs_size(), 1);
+  }
+  EXPECT_EQ(files.roots.size(), 1u);
+  EXPECT_EQ(files.checked_tree_paths.size(), 20u);
+
+  // A header of a new tree among the system's, and a unit's own arguments.
+  v1::CompileUnit system = UnitIncluding(7, 2);
+  system.set_workspace_root("/usr");
+  system.mutable_inputs(0)->set_path("include/stdio.h");
+  for (const char* argument : {"-c", "gemm_7.cu", "-o", "gemm_7.o"}) system.add_arguments(argument);
+  system.add_output_paths("gemm_7.o");
+  absl::Status refused = CheckAndMoveIntoInputTree(system, files, "gemm_7.cu", system_prefixes);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("unit gemm_7: input /usr/include/stdio.h"));
+  v1::CompileUnit run = UnitIncluding(0, 20);
+  run.set_workspace_root("/src/cutlass");
+  for (const char* argument : {"--run", "-c", "gemm_0.cu", "-o", "gemm_0.o"}) {
+    run.add_arguments(argument);
+  }
+  run.add_output_paths("gemm_0.o");
+  EXPECT_THAT(
+      std::string(CheckAndMoveIntoInputTree(run, files, "gemm_0.cu", system_prefixes).message()),
+      HasSubstr("--run"));
 }
 
 // No count of units meets the 8 MiB limit on one message: a large build

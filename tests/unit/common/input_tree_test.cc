@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/input_tree.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -99,21 +100,29 @@ TEST(InputTreeTest, TheRootNamesTheFilesNotTheirOrder) {
 
 // Units that include the same headers share their folders' blobs: after
 // the first unit's tree, the others read only their own root and source.
-TEST(InputTreeTest, TreesThatShareFoldersReadThemOnce) {
+// The trees of 10 units that include the same 50 headers, each with its
+// own source in the tree, into `blobs`; returns their roots.
+std::vector<Digest> TenUnitsSharingHeaders(Blobs& blobs) {
   std::vector<v1::InputFile> headers;
   for (int i = 0; i < 50; ++i) {
     headers.push_back(Input(absl::StrCat("include/cutlass/h", i, ".hpp"), absl::StrCat(i)));
   }
-  Blobs blobs;
   std::vector<Digest> roots;
   for (int unit = 0; unit < 10; ++unit) {
     std::vector<v1::InputFile> files = headers;
     files.push_back(Input(absl::StrCat("gemm_", unit, ".cu"), absl::StrCat("unit ", unit)));
     absl::StatusOr<InputTree> tree = BuildInputTree(Inputs(files));
-    ASSERT_TRUE(tree.ok());
+    EXPECT_TRUE(tree.ok());
+    if (!tree.ok()) return roots;
     blobs.Add(*tree);
     roots.push_back(tree->root);
   }
+  return roots;
+}
+
+TEST(InputTreeTest, TreesThatShareFoldersReadThemOnce) {
+  Blobs blobs;
+  std::vector<Digest> roots = TenUnitsSharingHeaders(blobs);
   // 10 roots, one include/ and one include/cutlass/.
   EXPECT_EQ(blobs.held.size(), 12u);
   InputTreeExpander expander(blobs.Fetch());
@@ -123,6 +132,123 @@ TEST(InputTreeTest, TreesThatShareFoldersReadThemOnce) {
     EXPECT_EQ(files->size(), 51u);
   }
   EXPECT_EQ(blobs.reads, 12);
+}
+
+// What the coordinator does with a build's trees instead of expanding
+// them: count each, visit each shared folder's files once, find a path.
+TEST(InputTreeTest, SharedFoldersAreCountedAndVisitedOnce) {
+  Blobs blobs;
+  std::vector<Digest> roots = TenUnitsSharingHeaders(blobs);
+  ASSERT_EQ(roots.size(), 10u);
+  InputTreeExpander expander(blobs.Fetch());
+  std::vector<std::string> visited;
+  for (const Digest& root : roots) {
+    absl::StatusOr<int64_t> count = expander.CountFiles(root);
+    ASSERT_TRUE(count.ok()) << count.status();
+    EXPECT_EQ(*count, 51);
+    ASSERT_TRUE(expander
+                    .VisitNewFiles(root,
+                                   [&](const std::string& path, const v1::FileNode&) {
+                                     visited.push_back(path);
+                                     return absl::OkStatus();
+                                   })
+                    .ok());
+  }
+  // The 50 headers once, and each unit's own source.
+  EXPECT_EQ(visited.size(), 60u);
+  EXPECT_EQ(std::count(visited.begin(), visited.end(), "include/cutlass/h7.hpp"), 1);
+  EXPECT_EQ(blobs.reads, 12);
+
+  absl::StatusOr<const v1::FileNode*> found = expander.Find(roots[3], "include/cutlass/h7.hpp");
+  ASSERT_TRUE(found.ok() && *found != nullptr);
+  EXPECT_EQ(FromProto((*found)->digest()), DigestOf("7"));
+  for (const char* absent : {"include/cutlass/h77.hpp", "include/cute/h7.hpp", "include",
+                             "gemm_4.cu", "include/cutlass/h7.hpp/x"}) {
+    found = expander.Find(roots[3], absent);
+    ASSERT_TRUE(found.ok()) << absent;
+    EXPECT_EQ(*found, nullptr) << absent;
+  }
+  // A visit's error stops the walk and comes back as it was.
+  InputTreeExpander fresh(blobs.Fetch());
+  absl::Status refused =
+      fresh.VisitNewFiles(roots[0], [](const std::string& path, const v1::FileNode&) {
+        return absl::InvalidArgumentError(absl::StrCat("refused ", path));
+      });
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("refused gemm_0.cu"));
+}
+
+// A tree with more files names them as the list of all of them would, so
+// a unit's action digest does not depend on which files it sent as a tree.
+TEST(InputTreeTest, ATreeWithMoreFilesIsNamedAsTheirList) {
+  std::vector<v1::InputFile> shared = {Input("include/cute/tensor.hpp", "tensor"),
+                                       Input("include/cute/arch/mma.hpp", "mma"),
+                                       Input("include/a.h", "a"), Input("z/z.h", "z")};
+  absl::StatusOr<InputTree> tree = BuildInputTree(Inputs(shared));
+  ASSERT_TRUE(tree.ok());
+  Blobs blobs;
+  blobs.Add(*tree);
+  InputTreeExpander expander(blobs.Fetch());
+  const std::vector<std::vector<v1::InputFile>> added = {
+      {},
+      {Input("gemm.cu", "kernel")},
+      {Input("include/cute/b.hpp", "b"), Input("src/deep/k.cu", "k", true)},
+      {Input("include/cute/arch/aaa.hpp", "aaa"), Input("include/0.h", "0")},
+  };
+  for (const auto& own : added) {
+    std::vector<v1::InputFile> all = shared;
+    all.insert(all.end(), own.begin(), own.end());
+    absl::StatusOr<InputTree> whole = BuildInputTree(Inputs(all));
+    ASSERT_TRUE(whole.ok());
+    absl::StatusOr<Digest> root = expander.RootWith(&tree->root, Inputs(own));
+    ASSERT_TRUE(root.ok()) << root.status();
+    EXPECT_EQ(*root, whole->root) << own.size() << " files added";
+    absl::StatusOr<Digest> listed = expander.RootWith(nullptr, Inputs(all));
+    ASSERT_TRUE(listed.ok());
+    EXPECT_EQ(*listed, whole->root);
+  }
+  struct Case {
+    v1::InputFile file;
+    const char* error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {Input("include/a.h", "other"), "'include/a.h' is listed twice"},
+           {Input("include/cute", "x"), "'include/cute' is also a folder of inputs"},
+           {Input("include/a.h/b.h", "x"), "'include/a.h/b.h' lies under a file"},
+           {Input("../etc/passwd", "x"), "is not a relative path of plain names"},
+           {Input("/abs.h", "x"), "is not a relative path of plain names"},
+           {Input("include//a.h", "x"), "is not a relative path of plain names"},
+       }) {
+    absl::Status status = expander.RootWith(&tree->root, Inputs({c.file})).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.file.path();
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.error)) << c.file.path();
+  }
+  EXPECT_THAT(std::string(expander.RootWith(nullptr, Inputs({Input("a.h", "1"), Input("a.h", "2")}))
+                              .status()
+                              .message()),
+              HasSubstr("'a.h' is listed twice"));
+}
+
+// What a worker lays out: the unit's own files and its tree's.
+TEST(InputTreeTest, AUnitsTreeIsExpandedBesideItsOwnFiles) {
+  absl::StatusOr<InputTree> tree =
+      BuildInputTree(Inputs({Input("include/a.h", "a"), Input("include/b.h", "b")}));
+  ASSERT_TRUE(tree.ok());
+  Blobs blobs;
+  blobs.Add(*tree);
+  v1::CompileUnit unit;
+  *unit.add_inputs() = Input("k.cu", "kernel");
+  *unit.mutable_input_root() = ToProto(tree->root);
+  ASSERT_TRUE(ExpandUnitInputs(unit, blobs.Fetch()).ok());
+  EXPECT_FALSE(unit.has_input_root());
+  std::vector<std::string> paths;
+  for (const v1::InputFile& input : unit.inputs()) paths.push_back(input.path());
+  EXPECT_THAT(paths, ::testing::ElementsAre("k.cu", "include/a.h", "include/b.h"));
+  // Without a root, nothing changes; a root the store lacks is the fetch's error.
+  v1::CompileUnit listed = unit;
+  ASSERT_TRUE(ExpandUnitInputs(listed, blobs.Fetch()).ok());
+  EXPECT_EQ(listed.SerializeAsString(), unit.SerializeAsString());
+  *listed.mutable_input_root() = ToProto(DigestOf("never stored"));
+  EXPECT_EQ(ExpandUnitInputs(listed, blobs.Fetch()).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(InputTreeTest, PathsThatNameNoPlainFileAreRefused) {
@@ -259,6 +385,25 @@ TEST(InputTreeTest, ATreeBombStopsAtTheLimits) {
   few.max_folders = 1000000;
   files = expander.Expand(below, few);
   EXPECT_THAT(files.status().message(), HasSubstr("more than 3 files"));
+
+  // Counted without a walk: one read per distinct folder, 2^40 files.
+  InputTreeExpander counter(blobs.Fetch());
+  blobs.reads = 0;
+  absl::StatusOr<int64_t> count = counter.CountFiles(below);
+  EXPECT_THAT(count.status().message(), HasSubstr("more than 50000 files (1099511627776)"));
+  EXPECT_EQ(blobs.reads, 41);
+  InputTreeLimits roomy;
+  roomy.max_files = int64_t{1} << 41;
+  roomy.max_folders = int64_t{1} << 42;
+  EXPECT_EQ(counter.CountFiles(below, roomy).value_or(-1), int64_t{1} << 40);
+  EXPECT_THAT(counter.CountFiles(below, shallow).status().message(),
+              HasSubstr("40 folders deep; at most 10"));
+  EXPECT_THAT(counter
+                  .VisitNewFiles(below, [](const std::string&,
+                                           const v1::FileNode&) { return absl::OkStatus(); })
+                  .message(),
+              HasSubstr("more than 50000 files"));
+  EXPECT_EQ(blobs.reads, 41);
 }
 
 }  // namespace

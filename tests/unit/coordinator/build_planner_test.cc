@@ -11,6 +11,7 @@
 #include "common/files.h"
 #include "common/input_tree.h"
 #include "common/instantiation.h"
+#include "coordinator/build_inputs.h"
 #include "coordinator/result_cache.h"
 #include "tests/support/test_paths.h"
 
@@ -90,9 +91,10 @@ TEST_F(BuildPlannerTest, InputMissingFromTheStoreIsNamed) {
   EXPECT_THAT(units.status().message(), HasSubstr("kernels/other.h"));
 }
 
-// A set (or unit) sent as an input tree plans exactly as its list: the
-// same units, inputs and action digests, so results cached from a list
-// serve a tree.
+// A set (or unit) sent as an input tree plans as its list: the same units
+// and action digests, so results cached from a list serve a tree. The
+// planned units keep the root, and the files a worker expands from it are
+// the list's.
 TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
   v1::SubmitBuildRequest as_tree = request_;
   v1::InstantiationSet* set = as_tree.mutable_instantiation_sets(0);
@@ -101,33 +103,41 @@ TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
   for (const auto& [digest, bytes] : tree->directories) ASSERT_TRUE(cas_->Put(digest, bytes).ok());
   *set->mutable_input_root() = ToProto(tree->root);
   set->clear_inputs();
-  absl::StatusOr<v1::SubmitBuildRequest> expanded = ExpandInputTrees(as_tree, *cas_, {});
-  ASSERT_TRUE(expanded.ok()) << expanded.status();
-  EXPECT_FALSE(expanded->instantiation_sets(0).has_input_root());
   auto from_list = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
-  auto from_tree = PlanBuild(*expanded, *cas_, nullptr, ClusterCapacity{}, nullptr);
-  ASSERT_TRUE(from_list.ok() && from_tree.ok());
+  auto from_tree = PlanBuild(as_tree, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(from_list.ok() && from_tree.ok()) << from_tree.status();
   ASSERT_EQ(from_list->size(), from_tree->size());
+  auto listed = [](const v1::CompileUnit& unit) {
+    std::vector<std::string> files;
+    for (const v1::InputFile& input : unit.inputs()) {
+      files.push_back(absl::StrCat(input.path(), " ", input.digest().hash()));
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  };
   for (size_t i = 0; i < from_list->size(); ++i) {
     EXPECT_EQ((*from_list)[i].action_digest, (*from_tree)[i].action_digest);
-    EXPECT_EQ((*from_list)[i].unit.SerializeAsString(), (*from_tree)[i].unit.SerializeAsString());
+    EXPECT_EQ((*from_list)[i].inputs, (*from_tree)[i].inputs);
+    v1::CompileUnit unit = (*from_tree)[i].unit;
+    EXPECT_EQ(FromProto(unit.input_root()), tree->root);
+    EXPECT_EQ(unit.inputs_size(), 1) << "only its own generated source is listed";
+    ASSERT_TRUE(ExpandUnitInputs(unit, FoldersFrom(*cas_)).ok());
+    EXPECT_FALSE(unit.has_input_root());
+    EXPECT_EQ(listed(unit), listed((*from_list)[i].unit));
   }
 
-  // A tree beside a list (a unit's own source) gives both; a path in both
-  // is refused when the units are checked.
+  // A tree beside a list (a unit's own source) is both; a path in both is
+  // refused.
   v1::SubmitBuildRequest both = as_tree;
   *both.mutable_instantiation_sets(0)->mutable_inputs() = request_.instantiation_sets(0).inputs();
-  absl::StatusOr<v1::SubmitBuildRequest> doubled = ExpandInputTrees(both, *cas_, {});
-  ASSERT_TRUE(doubled.ok()) << doubled.status();
-  EXPECT_EQ(doubled->instantiation_sets(0).inputs_size(), 2);
-  EXPECT_THAT(PlanBuild(*doubled, *cas_, nullptr, ClusterCapacity{}, nullptr).status().message(),
-              HasSubstr("input 'kernels/k.cuh' is listed twice"));
+  EXPECT_THAT(PlanBuild(both, *cas_, nullptr, ClusterCapacity{}, nullptr).status().message(),
+              HasSubstr("unit k_1: input 'kernels/k.cuh' is listed twice"));
 
   // A root the store lacks is named, and the client told to upload it.
   v1::SubmitBuildRequest lacking = as_tree;
   *lacking.mutable_instantiation_sets(0)->mutable_input_root() =
       ToProto(DigestOf("never uploaded"));
-  absl::Status missing = ExpandInputTrees(lacking, *cas_, {}).status();
+  absl::Status missing = PlanBuild(lacking, *cas_, nullptr, ClusterCapacity{}, nullptr).status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(missing.message(), HasSubstr("instantiation set k: its folder "));
   EXPECT_THAT(missing.message(), HasSubstr("upload the tree's folders"));
@@ -140,17 +150,101 @@ TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
     unit->set_name(absl::StrCat("u", i));
     *unit->mutable_input_root() = ToProto(tree->root);
   }
-  absl::Status listings = ExpandInputTrees(as_tree, *cas_, limits).status();
+  absl::Status listings = BuildInputs::Read(as_tree, *cas_, limits).status();
   EXPECT_EQ(listings.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(listings.message(), HasSubstr("--max-input-listings-per-build"));
   limits.max_input_listings = 4;
-  EXPECT_TRUE(ExpandInputTrees(as_tree, *cas_, limits).ok());
+  absl::StatusOr<std::unique_ptr<BuildInputs>> read = BuildInputs::Read(as_tree, *cas_, limits);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ((*read)->FilesIn(ToProto(tree->root)), 1);
+  // What the store must keep: the header and the tree's two folders, once
+  // however many units name them.
+  EXPECT_EQ((*read)->blobs().size(), 3u);
 
   // A damaged folder in the store is dropped and reported missing.
   ASSERT_TRUE(WriteFileAtomically(cas_->PathOf(tree->directories.back().first), "rot").ok());
-  EXPECT_EQ(ExpandInputTrees(as_tree, *cas_, {}).status().code(),
+  EXPECT_EQ(BuildInputs::Read(as_tree, *cas_, {}).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(cas_->Contains(tree->directories.back().first));
+}
+
+// The files of a tree are checked as listed inputs are, once per build:
+// their paths at the build's workspace root, their blobs in the store, and
+// the unit's output is none of them.
+TEST_F(BuildPlannerTest, AnInputTreesFilesAreCheckedAsListedInputs) {
+  auto tree_of = [&](std::vector<std::pair<std::string, std::string>> files) {
+    google::protobuf::RepeatedPtrField<v1::InputFile> inputs;
+    for (const auto& [path, content] : files) {
+      v1::InputFile* input = inputs.Add();
+      input->set_path(path);
+      *input->mutable_digest() = ToProto(DigestOf(content));
+      if (content != "never uploaded") EXPECT_TRUE(cas_->PutBytes(content).ok());
+    }
+    absl::StatusOr<InputTree> tree = BuildInputTree(inputs);
+    EXPECT_TRUE(tree.ok()) << tree.status();
+    for (const auto& [digest, bytes] : tree->directories)
+      EXPECT_TRUE(cas_->Put(digest, bytes).ok());
+    return ToProto(tree->root);
+  };
+  auto plan_unit = [&](const std::string& root, const v1::Digest& tree) {
+    v1::SubmitBuildRequest request;
+    request.mutable_toolchain()->set_digest("toolchain-a");
+    request.set_workspace_root(root);
+    v1::CompileUnit* unit = request.add_units();
+    unit->set_name("gemm");
+    for (const char* arg : {"-c", "a.cu", "-o", "a.o"}) unit->add_arguments(arg);
+    unit->add_output_paths("a.o");
+    v1::InputFile* source = unit->add_inputs();
+    source->set_path("a.cu");
+    *source->mutable_digest() = ToProto(*cas_->PutBytes("#include \"cutlass/gemm.h\"\n"));
+    *unit->mutable_input_root() = tree;
+    return PlanBuild(request, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  };
+  absl::StatusOr<std::vector<PlannedUnit>> good =
+      plan_unit("/src/cutlass", tree_of({{"cutlass/gemm.h", "gemm"}}));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)[0].unit.has_input_root());
+
+  struct Case {
+    const char* what;
+    std::string root;
+    std::vector<std::pair<std::string, std::string>> files;
+    absl::StatusCode code;
+    const char* error;
+  };
+  const std::vector<Case> cases = {
+      {"a header among the system's",
+       "/usr",
+       {{"include/stdio.h", "stdio"}},
+       absl::StatusCode::kInvalidArgument,
+       "would lie among the toolchain's own files"},
+      {"a header never uploaded",
+       "/src",
+       {{"cutlass/gemm.h", "never uploaded"}},
+       absl::StatusCode::kFailedPrecondition,
+       "input cutlass/gemm.h ("},
+      {"the output in the tree",
+       "/src",
+       {{"a.o", "an old object"}},
+       absl::StatusCode::kInvalidArgument,
+       "its output 'a.o' is also one of its inputs"},
+      {"the source in the tree too",
+       "/src",
+       {{"a.cu", "another source"}},
+       absl::StatusCode::kInvalidArgument,
+       "input 'a.cu' is listed twice"},
+      {"a file under the source's name",
+       "/src",
+       {{"a.cu/x.h", "x"}},
+       absl::StatusCode::kInvalidArgument,
+       "input 'a.cu' is also a folder of inputs"},
+  };
+  for (const Case& c : cases) {
+    absl::Status status = plan_unit(c.root, tree_of(c.files)).status();
+    EXPECT_EQ(status.code(), c.code) << c.what << ": " << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("unit gemm: ")) << c.what;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.error)) << c.what;
+  }
 }
 
 TEST_F(BuildPlannerTest, ABuildPlanBlobIsReadInPlaceOfItsDigest) {

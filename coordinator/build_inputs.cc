@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/build_inputs.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/nvcc_args.h"
+#include "common/status.h"
+
+namespace distcc_cuda::coordinator {
+
+absl::StatusOr<std::string> ReadNamedBlob(const CasStore& cas, const Digest& digest,
+                                          const std::string& missing) {
+  absl::StatusOr<std::string> bytes = cas.Get(digest);
+  if (bytes.ok() && DigestOf(*bytes) == digest) return bytes;
+  if (bytes.ok()) cas.Discard(digest, "a blob a build names read back damaged");
+  return absl::FailedPreconditionError(missing);
+}
+
+FetchDirectory FoldersFrom(const CasStore& cas) {
+  return [&cas](const Digest& digest) {
+    return ReadNamedBlob(
+        cas, digest,
+        absl::StrCat("its folder ", digest.ToString(),
+                     " is not in the content store; upload the tree's folders before submitting"));
+  };
+}
+
+absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
+    const v1::SubmitBuildRequest& request, const CasStore& cas, const BuildLimits& limits) {
+  std::unique_ptr<BuildInputs> inputs(new BuildInputs());
+  inputs->trees_ = std::make_unique<InputTreeExpander>(FoldersFrom(cas));
+  inputs->tree_limits_.max_files = limits.max_inputs_per_unit;
+  inputs->tree_limits_.max_folders = limits.max_inputs_per_unit;
+  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
+  std::set<std::string> checked_paths;
+  std::set<Digest> files;
+  int64_t listed = 0;
+  auto read = [&](const std::string& owner, const v1::Digest* tree,
+                  int64_t own_files) -> absl::Status {
+    auto named = [&owner](const absl::Status& status) {
+      return absl::Status(status.code(), absl::StrCat(owner, ": ", status.message()));
+    };
+    int64_t in_tree = 0;
+    if (tree != nullptr) {
+      const Digest root = FromProto(*tree);
+      RETURN_IF_ERROR(named(ValidateDigest(root)));
+      auto known = inputs->files_in_.find(root);
+      if (known != inputs->files_in_.end()) {
+        in_tree = known->second;
+      } else {
+        absl::StatusOr<int64_t> count = inputs->trees_->CountFiles(root, inputs->tree_limits_);
+        if (!count.ok()) return named(count.status());
+        in_tree = *count;
+        RETURN_IF_ERROR(named(inputs->trees_->VisitNewFiles(
+            root,
+            [&](const std::string& path, const v1::FileNode& file) -> absl::Status {
+              if (checked_paths.insert(path).second) {
+                RETURN_IF_ERROR(ValidateInputPath(request.workspace_root(), path, system_prefixes));
+              }
+              Digest digest = FromProto(file.digest());
+              if (!files.insert(digest).second) return absl::OkStatus();
+              if (!cas.Contains(digest)) {
+                return absl::FailedPreconditionError(
+                    absl::StrCat("input ", path, " (", digest.ToString(),
+                                 ") is not in the content store; upload it before submitting"));
+              }
+              inputs->file_sizes_[digest.hash] = digest.size_bytes;
+              inputs->blobs_.push_back(std::move(digest));
+              return absl::OkStatus();
+            },
+            inputs->tree_limits_)));
+        inputs->files_in_.emplace(root, in_tree);
+      }
+    }
+    listed += in_tree + own_files;
+    if (listed > limits.max_input_listings) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the build's units list more than ", limits.max_input_listings,
+          " input files in all (a header every unit includes counts once per unit); this "
+          "coordinator allows ",
+          limits.max_input_listings,
+          " (--max-input-listings-per-build); split the build, or ask the operator to raise the "
+          "limit"));
+    }
+    return absl::OkStatus();
+  };
+  for (const v1::CompileUnit& unit : request.units()) {
+    RETURN_IF_ERROR(read(absl::StrCat("unit ", unit.name().substr(0, 200)),
+                         unit.has_input_root() ? &unit.input_root() : nullptr, unit.inputs_size()));
+  }
+  for (const v1::InstantiationSet& set : request.instantiation_sets()) {
+    RETURN_IF_ERROR(read(absl::StrCat("instantiation set ", set.name().substr(0, 200)),
+                         set.has_input_root() ? &set.input_root() : nullptr, set.inputs_size()));
+  }
+  for (Digest& folder : inputs->trees_->FoldersRead()) inputs->blobs_.push_back(std::move(folder));
+  return inputs;
+}
+
+int64_t BuildInputs::FilesIn(const v1::Digest& root) const {
+  auto known = files_in_.find(FromProto(root));
+  return known == files_in_.end() ? 0 : known->second;
+}
+
+}  // namespace distcc_cuda::coordinator
