@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/compile_commands.h"
+#include "client/coordinator_text.h"
 #include "client/dependency_scan.h"
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
@@ -36,6 +37,7 @@
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "common/terminal_text.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -519,6 +521,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     v1::BuildEvent event;
     started.clear();
     while (reader->Read(&event)) {
+      MakePrintable(event);
       if (event.has_accepted()) {
         total = event.accepted().unit_names_size();
         out << "distcc-cuda: build " << event.accepted().build_id()
@@ -666,9 +669,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     // build, wait for it, submit again. Its result cache survives restarts,
     // so what finished comes back without compiling.
     absl::Time lost_at = absl::Now();
-    out << "distcc-cuda: lost the coordinator at " << address << " (" << status.error_message()
-        << "); reconnecting for up to " << absl::FormatDuration(options.reconnect_timeout) << " ("
-        << have.size() << " finished units are kept)\n";
+    out << "distcc-cuda: lost the coordinator at " << address << " ("
+        << TerminalSafe(status.error_message()) << "); reconnecting for up to "
+        << absl::FormatDuration(options.reconnect_timeout) << " (" << have.size()
+        << " finished units are kept)\n";
     // Back means the inputs went up again: a channel can still look
     // connected for a moment after its coordinator died.
     bool back = false;
@@ -724,7 +728,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   if (!finished && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                     status.error_code() == grpc::StatusCode::CANCELLED)) {
     return absl::UnavailableError(absl::StrCat(
-        "lost the coordinator at ", address, " during the build (", status.error_message(),
+        "lost the coordinator at ", address, " during the build (",
+        TerminalSafe(status.error_message()),
         "); the units that finished are in its result cache: run the same command again once "
         "it is back"));
   }

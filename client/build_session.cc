@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/coordinator_text.h"
 #include "client/embedded_cluster.h"
 #include "client/launcher.h"
 #include "client/progress.h"
@@ -406,6 +407,7 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
       v1::ClusterStatus cluster;
       if (!stub->GetClusterStatus(&context, {}, &cluster).ok()) continue;
+      MakePrintable(cluster);
       SessionTally now = session.tally();
       display.SetStatus(StatusLine(now.remote + now.cached, absl::Now() - start, cluster));
     }

@@ -5,9 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/coordinator_text.h"
 #include "common/byte_size.h"
 #include "common/fatbin.h"
 #include "common/status.h"
+#include "common/terminal_text.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -23,6 +25,7 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
                        absl::ToChronoMilliseconds(connect_timeout));
   v1::ClusterStatus status;
   grpc::Status rpc = stub->GetClusterStatus(&context, {}, &status);
+  MakePrintable(status);
   if (rpc.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
       rpc.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
     return Annotate(FromGrpcStatus(rpc), absl::StrCat("the coordinator at ", coordinator_address));
@@ -30,7 +33,8 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
   if (!rpc.ok()) {
     // A TLS handshake that fails looks like an unreachable address to gRPC.
     return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", coordinator_address, ": ", rpc.error_message(),
+        "cannot reach the coordinator at ", coordinator_address, ": ",
+        TerminalSafe(rpc.error_message()),
         tls ? "; if it is running, check that its certificate names the host you dialled and "
               "comes from the CA in --tls-ca"
             : "; if it uses mutual TLS, pass --tls-ca, --tls-cert and --tls-key"));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "client/coordinator_text.h"
 #include "client/dependency_scan.h"
 #include "client/trace.h"
 #include "client/unit_request.h"
@@ -14,6 +15,7 @@
 #include "common/files.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
+#include "common/terminal_text.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -158,6 +160,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   std::optional<v1::BuildEvent::UnitFinished> finished;
   std::string failure;
   while (reader->Read(&event)) {
+    MakePrintable(event);
     if (event.has_unit_started()) {
       compiled.started = CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
     } else if (event.has_unit_finished()) {
@@ -174,7 +177,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
     return absl::CancelledError(absl::StrCat("cancelled: ", cancel->reason()));
   }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return unreachable(status.error_message());
+    return unreachable(TerminalSafe(status.error_message()));
   }
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "compiling " + plan.source));
   if (!finished) {

@@ -2,6 +2,7 @@
 #include "common/status.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/terminal_text.h"
 
 namespace distcc_cuda {
 
@@ -12,7 +13,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  // A peer's words: nothing in them may act on the terminal they reach.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      TerminalSafe(status.error_message(), /*keep_newlines=*/true));
 }
 
 absl::Status Annotate(const absl::Status& status, absl::string_view context) {
