@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/digest.h"
 #include "common/status.h"
+#include "common/terminal_text.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -65,6 +66,14 @@ grpc::ServerUnaryReactor* WorkerService::RegisterWorker(grpc::CallbackServerCont
       access_->Authorize(*context, {PeerRole::kWorker}, "register a worker");
   if (!principal.ok()) {
     reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
+  if (!request->reads_input_trees()) {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "worker '", TerminalSafe(request->name().substr(0, 200)),
+        "' is from an older release of distcc-cuda, which cannot read the input trees this "
+        "coordinator sends (its units would compile without their headers); upgrade the "
+        "worker to this coordinator's release"))));
     return reactor;
   }
   // The id answers only to this principal from now on.

@@ -228,6 +228,7 @@ absl::Status Worker::Register() {
   request.set_slots(options_.slots);
   request.set_memory_mechanism(memory_cap_->Describe());
   request.set_sandbox(sandbox_description());
+  request.set_reads_input_trees(true);
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));

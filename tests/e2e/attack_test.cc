@@ -713,6 +713,16 @@ TEST(LyingWorkerTest, ReportOfOutputsNotInTheStoreIsRefusedAndTheUnitRunsElsewhe
   *hello.mutable_toolchain() = *ComputeToolchainFingerprint(testing::FakeNvccPath());
   v1::RegisterWorkerResponse registered;
   {
+    // A worker of a release that cannot read input trees is refused,
+    // saying what to do.
+    grpc::ClientContext context;
+    grpc::Status older = stub->RegisterWorker(&context, hello, &registered);
+    EXPECT_EQ(older.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(older.error_message(), HasSubstr("worker 'liar' is from an older release"));
+    EXPECT_THAT(older.error_message(), HasSubstr("upgrade the worker"));
+  }
+  hello.set_reads_input_trees(true);
+  {
     grpc::ClientContext context;
     ASSERT_TRUE(stub->RegisterWorker(&context, hello, &registered).ok());
   }

@@ -37,6 +37,7 @@ v1::RegisterWorkerRequest Registration(const std::string& name) {
   request.mutable_toolchain()->set_digest("toolchain-digest-for-tls-test");
   request.set_memory_cap_bytes(int64_t{1} << 30);
   request.set_slots(1);
+  request.set_reads_input_trees(true);
   return request;
 }
 
