@@ -21,12 +21,18 @@
 namespace distcc_cuda::coordinator {
 namespace {
 
-// `checked_paths` and `present`: input paths already checked and digests
-// already found in the store during this plan; the headers every unit
-// includes are checked and looked up once, not once per unit.
-// The files of its tree were checked once for the build (BuildInputs);
-// here the unit's own files, that the tree holds neither them nor its
-// output, and the count of both. Returns the root of all its inputs.
+// The root of all of `unit`'s inputs, its tree's and its own.
+absl::StatusOr<Digest> InputsRoot(const v1::CompileUnit& unit, InputTreeExpander& trees,
+                                  const InputTreeLimits& limits = {}) {
+  const Digest root = FromProto(unit.input_root());
+  return trees.RootWith(unit.has_input_root() ? &root : nullptr, unit.inputs(), limits);
+}
+
+// Checks one unit and returns the root of all its inputs. The files of its
+// tree were checked once for the build (BuildInputs); here the unit's own
+// files (`checked_paths` and `present`: paths already checked and digests
+// already found in the store during this plan), that the tree holds
+// neither them nor its output, and the count of both.
 absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
                                  const std::vector<std::string>& system_prefixes,
                                  CheckedInputPaths& checked_paths, std::set<Digest>& present,
@@ -45,40 +51,35 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
     }
   }
   const std::string where = absl::StrCat("unit ", unit.name());
-  auto named = [&where](const absl::Status& status) {
-    return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
-  };
-  if (!unit.has_input_root()) {
-    absl::StatusOr<Digest> all = trees.trees().RootWith(nullptr, unit.inputs());
-    return all.ok() ? all : named(all.status());
-  }
-  const Digest root = FromProto(unit.input_root());
-  const int64_t files = trees.FilesIn(unit.input_root()) + unit.inputs_size();
-  if (files > limits.max_inputs_per_unit) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(where, " lists ", files, " input files; this coordinator allows ",
-                     limits.max_inputs_per_unit,
-                     " (--max-inputs-per-unit); include fewer headers, or ask the operator to "
-                     "raise the limit"));
-  }
-  if (unit.output_paths_size() > 0) {
-    std::string output =
-        std::filesystem::path(unit.working_directory().empty()
-                                  ? unit.output_paths(0)
-                                  : unit.working_directory() + "/" + unit.output_paths(0))
-            .lexically_normal()
-            .string();
-    absl::StatusOr<const v1::FileNode*> found =
-        trees.trees().Find(root, output, trees.tree_limits());
-    if (!found.ok()) return named(found.status());
-    if (*found != nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": its output '", unit.output_paths(0),
-                       "' is also one of its inputs; write the object elsewhere"));
+  if (unit.has_input_root()) {
+    const int64_t files = trees.FilesIn(unit.input_root()) + unit.inputs_size();
+    if (files > limits.max_inputs_per_unit) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(where, " lists ", files, " input files; this coordinator allows ",
+                       limits.max_inputs_per_unit,
+                       " (--max-inputs-per-unit); include fewer headers, or ask the operator to "
+                       "raise the limit"));
+    }
+    if (unit.output_paths_size() > 0) {
+      std::string output =
+          std::filesystem::path(unit.working_directory().empty()
+                                    ? unit.output_paths(0)
+                                    : unit.working_directory() + "/" + unit.output_paths(0))
+              .lexically_normal()
+              .string();
+      absl::StatusOr<const v1::FileNode*> found =
+          trees.trees().Find(FromProto(unit.input_root()), output, trees.tree_limits());
+      if (!found.ok()) return Annotate(found.status(), where);
+      if (*found != nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": its output '", unit.output_paths(0),
+                         "' is also one of its inputs; write the object elsewhere"));
+      }
     }
   }
-  absl::StatusOr<Digest> all = trees.trees().RootWith(&root, unit.inputs(), trees.tree_limits());
-  return all.ok() ? all : named(all.status());
+  absl::StatusOr<Digest> all = InputsRoot(unit, trees.trees(), trees.tree_limits());
+  if (!all.ok()) return Annotate(all.status(), where);
+  return all;
 }
 
 UnitDemand Predict(const PeakHistory* history, const std::string& identity,
@@ -87,12 +88,6 @@ UnitDemand Predict(const PeakHistory* history, const std::string& identity,
              ? history->Predict(identity, family, parallel, instantiations)
              : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
                           PredictionDefaults().wall * instantiations, "default"};
-}
-
-// The root of all of `unit`'s inputs, its tree's and its own.
-absl::StatusOr<Digest> InputsRoot(const v1::CompileUnit& unit, InputTreeExpander& trees) {
-  const Digest root = FromProto(unit.input_root());
-  return trees.RootWith(unit.has_input_root() ? &root : nullptr, unit.inputs());
 }
 
 // The compile unit of a generated source (one grid point or a group of
