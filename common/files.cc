@@ -317,7 +317,35 @@ absl::StatusOr<std::string> RelativeTo(const std::string& path, const std::strin
   return path.substr(prefix.size());
 }
 
+bool IsPlainRelativePath(absl::string_view path) {
+  if (path.empty() || path.front() == '/' || path.back() == '/') return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == absl::string_view::npos) end = path.size();
+    absl::string_view name = path.substr(start, end - start);
+    if (name.empty() || name == "." || name == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+bool IsPlainAbsolutePath(absl::string_view path) {
+  return path == "/" || (!path.empty() && path.front() == '/' && IsPlainRelativePath(path.substr(1)));
+}
+
+std::string LexicallyNormal(absl::string_view path) {
+  if (IsPlainRelativePath(path) || IsPlainAbsolutePath(path)) return std::string(path);
+  return fs::path(std::string(path)).lexically_normal().string();
+}
+
+std::string NormalJoin(absl::string_view base, absl::string_view path) {
+  if (base.empty() || (!path.empty() && path.front() == '/')) return LexicallyNormal(path);
+  return LexicallyNormal(absl::StrCat(base, base.back() == '/' ? "" : "/", path));
+}
+
 bool StaysInside(const std::string& relative_path) {
+  if (IsPlainRelativePath(relative_path)) return true;
   fs::path p(relative_path);
   if (p.is_absolute()) return false;
   int depth = 0;

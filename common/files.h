@@ -85,4 +85,19 @@ absl::StatusOr<std::string> RelativeTo(const std::string& path, const std::strin
 // component that climbs out.
 bool StaysInside(const std::string& relative_path);
 
+// True for a relative path already lexically normal and without "..":
+// non-empty names separated by single '/', none of them "." or "..", no
+// '/' at either end ("include/cute/tensor.hpp"). Such a path stays inside
+// its root and std::filesystem's lexically_normal leaves it as it is, so
+// the checks every unit's paths go through skip that (slow) step for it.
+bool IsPlainRelativePath(absl::string_view path);
+// True for "/" and for '/' followed by a plain relative path.
+bool IsPlainAbsolutePath(absl::string_view path);
+// `path` lexically normal (std::filesystem::path::lexically_normal), without
+// the conversions when it is plain already.
+std::string LexicallyNormal(absl::string_view path);
+// std::filesystem::path(base) / path, lexically normal (an absolute `path`
+// replaces `base`), without the conversions when the result is plain.
+std::string NormalJoin(absl::string_view base, absl::string_view path);
+
 }  // namespace distcc_cuda

@@ -62,6 +62,7 @@ std::vector<std::string> NvccCommand::FlagArguments() const {
 
 absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments) {
   NvccCommand command;
+  command.flags.reserve(arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& arg = arguments[i];
     if (arg.empty() || arg[0] != '-') {
@@ -164,44 +165,47 @@ std::vector<std::string> ToolchainFolders(const std::string& toolkit_root) {
 }
 
 bool IsHostPrivatePath(absl::string_view path) {
-  std::string normal = std::filesystem::path(std::string(path)).lexically_normal().string();
-  for (const char* folder :
+  const std::string normal = LexicallyNormal(path);
+  for (absl::string_view folder :
        {"/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/log", "/var/run", "/var/spool",
         "/var/mail", "/var/lib/private", "/var/lib/distcc-cuda", "/var/lib/distcc-cuda-worker"}) {
-    if (normal == folder || absl::StartsWith(normal, absl::StrCat(folder, "/"))) return true;
+    if (absl::StartsWith(normal, folder) &&
+        (normal.size() == folder.size() || normal[folder.size()] == '/')) {
+      return true;
+    }
   }
   // Tokens of common tools that keep them under ~/.config.
   for (const char* tool :
        {"/.config/gh/", "/.config/gcloud/", "/.config/hub", "/.config/distcc-cuda/"}) {
     if (normal.find(tool) != std::string::npos) return true;
   }
+  static const absl::flat_hash_set<absl::string_view>* const kSecrets =
+      new absl::flat_hash_set<absl::string_view>({".ssh",
+                                                  ".gnupg",
+                                                  ".aws",
+                                                  ".azure",
+                                                  ".kube",
+                                                  ".docker",
+                                                  ".netrc",
+                                                  ".git-credentials",
+                                                  ".pypirc",
+                                                  ".password-store",
+                                                  ".npmrc",
+                                                  ".pgpass",
+                                                  ".vault-token",
+                                                  ".bash_history",
+                                                  ".zsh_history",
+                                                  ".python_history",
+                                                  ".psql_history",
+                                                  ".mysql_history",
+                                                  "credentials",
+                                                  "credentials.json",
+                                                  "credentials.toml",
+                                                  "id_rsa",
+                                                  "id_ecdsa",
+                                                  "id_ed25519"});
   for (absl::string_view part : absl::StrSplit(normal, '/')) {
-    for (const char* secret : {".ssh",
-                               ".gnupg",
-                               ".aws",
-                               ".azure",
-                               ".kube",
-                               ".docker",
-                               ".netrc",
-                               ".git-credentials",
-                               ".pypirc",
-                               ".password-store",
-                               ".npmrc",
-                               ".pgpass",
-                               ".vault-token",
-                               ".bash_history",
-                               ".zsh_history",
-                               ".python_history",
-                               ".psql_history",
-                               ".mysql_history",
-                               "credentials",
-                               "credentials.json",
-                               "credentials.toml",
-                               "id_rsa",
-                               "id_ecdsa",
-                               "id_ed25519"}) {
-      if (part == secret) return true;
-    }
+    if (kSecrets->contains(part)) return true;
   }
   return false;
 }
@@ -212,19 +216,18 @@ namespace {
 // from the working directory, both normalised; "" if it climbs above the
 // root (or above the working directory when the root is not known).
 std::string Resolve(const std::string& path, const PathPolicy& policy) {
-  namespace fs = std::filesystem;
-  if (!path.empty() && path[0] == '/') return fs::path(path).lexically_normal().string();
+  if (!path.empty() && path[0] == '/') return LexicallyNormal(path);
   std::string from_root =
       policy.working_directory.empty() ? path : policy.working_directory + "/" + path;
   if (!StaysInside(from_root)) return "";
-  std::string root = policy.workspace_root.empty() ? "/" : policy.workspace_root;
-  return (fs::path(root) / from_root).lexically_normal().string();
+  return NormalJoin(policy.workspace_root.empty() ? "/" : policy.workspace_root, from_root);
 }
 
 // Whether `path` is `folder` or lies below it.
-bool Under(const std::string& path, const std::string& folder) {
-  std::string prefix = folder.back() == '/' ? folder : folder + "/";
-  return path + "/" == prefix || absl::StartsWith(path, prefix);
+bool Under(absl::string_view path, absl::string_view folder) {
+  if (!folder.empty() && folder.back() == '/') folder.remove_suffix(1);
+  return absl::StartsWith(path, folder) &&
+         (path.size() == folder.size() || path[folder.size()] == '/');
 }
 
 // Whether `path` matches one of `prefixes`: one ending in '/' is a folder
@@ -239,9 +242,12 @@ bool UnderAny(const std::string& path, const std::vector<std::string>& prefixes)
 
 }  // namespace
 
-absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
-                                      const PathPolicy& policy) {
-  ASSIGN_OR_RETURN(NvccCommand command, ParseNvccCommand(arguments));
+namespace {
+
+// ValidateCompileArguments of a parsed command. The paths its flags name
+// are checked only when `checked` (may be null) does not hold them yet.
+absl::Status CheckCompileCommand(const NvccCommand& command, const PathPolicy& policy,
+                                 std::unordered_set<std::string>* checked) {
   if (command.dependency_flags_dropped) {
     return absl::InvalidArgumentError(
         "dependency output options (-M, -MD, -MF...) are not run on workers; the client writes "
@@ -275,6 +281,19 @@ absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
   };
   RETURN_IF_ERROR(relative_inside(command.output, "output"));
   RETURN_IF_ERROR(relative_inside(command.sources[0], "source"));
+  // What the path checks below depend on, length-prefixed.
+  std::string key;
+  if (checked != nullptr) {
+    for (const std::string* part : {&policy.workspace_root, &policy.working_directory}) {
+      absl::StrAppend(&key, part->size(), ":", *part);
+    }
+    for (const NvccArgument& flag : command.flags) {
+      if (flag.kind != NvccValueKind::kInputPath) continue;
+      absl::StrAppend(&key, flag.option.size(), ":", flag.option, flag.value.size(), ":",
+                      flag.value);
+    }
+    if (checked->count(key) != 0) return absl::OkStatus();
+  }
   for (const NvccArgument& flag : command.flags) {
     if (flag.kind != NvccValueKind::kInputPath) continue;
     for (const std::string& path : SplitNvccList(flag.value)) {
@@ -293,7 +312,16 @@ absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
       }
     }
   }
+  if (checked != nullptr) checked->insert(std::move(key));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
+                                      const PathPolicy& policy) {
+  ASSIGN_OR_RETURN(NvccCommand command, ParseNvccCommand(arguments));
+  return CheckCompileCommand(command, policy, nullptr);
 }
 
 absl::Status ValidateUnitName(absl::string_view name) {
@@ -314,15 +342,14 @@ namespace {
 // ValidateInputPath, with the toolchain's and the system's folders given.
 absl::Status CheckInputPath(const std::string& root, const std::string& path,
                             const std::vector<std::string>& reserved) {
-  const std::filesystem::path mount(root.empty() ? "/" : root);
+  const std::string mount = root.empty() ? "/" : root;
   if (path.empty() || path[0] == '/' || !StaysInside(path) || !CheckShellInert(path, "").ok() ||
-      std::filesystem::path(path).lexically_normal() != path ||
-      IsHostPrivatePath((mount / path).string())) {
+      LexicallyNormal(path) != path || IsHostPrivatePath(NormalJoin(mount, path))) {
     return absl::InvalidArgumentError(
         absl::StrCat("input '", absl::CHexEscape(path),
                      "' is not a plain normalised path inside the workspace"));
   }
-  std::string absolute = (mount / path).lexically_normal().string();
+  std::string absolute = NormalJoin(mount, path);
   if (UnderAny(absolute, reserved)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input ", absolute,
@@ -356,11 +383,11 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
 
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                                  const std::vector<std::string>& system_prefixes,
-                                 CheckedInputPaths* checked) {
+                                 CheckedUnitParts* checked, NvccCommand* parsed) {
   RETURN_IF_ERROR(ValidateUnitName(unit.name()));
   std::string where = absl::StrCat("unit ", unit.name());
   const std::string& root = unit.workspace_root();
-  if (!root.empty() && (root[0] != '/' || std::filesystem::path(root).lexically_normal() != root ||
+  if (!root.empty() && (root[0] != '/' || LexicallyNormal(root) != root ||
                         (root.size() > 1 && root.back() == '/') || IsHostPrivatePath(root))) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": workspace root '", absl::CHexEscape(root),
@@ -372,28 +399,36 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
         where, ": working directory '", absl::CHexEscape(cwd), "' leaves the workspace"));
   }
   PathPolicy policy{root, cwd, system_prefixes};
-  absl::Status arguments =
-      ValidateCompileArguments({unit.arguments().begin(), unit.arguments().end()}, policy);
+  absl::StatusOr<NvccCommand> parsed_here =
+      ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()});
+  absl::Status arguments = parsed_here.status();
+  if (arguments.ok()) {
+    arguments =
+        CheckCompileCommand(*parsed_here, policy, checked != nullptr ? &checked->path_flags : nullptr);
+  }
   if (!arguments.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", arguments.message()));
   }
-  ASSIGN_OR_RETURN(NvccCommand command,
-                   ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()}));
+  const NvccCommand& command = *parsed_here;
   if (unit.output_paths_size() != 1 || unit.output_paths(0) != command.output) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": its declared outputs must be exactly the -o file '", command.output, "'"));
   }
   auto in_root = [&](const std::string& relative) {
-    return std::filesystem::path(cwd.empty() ? relative : cwd + "/" + relative)
-        .lexically_normal()
-        .string();
+    return LexicallyNormal(cwd.empty() ? relative : cwd + "/" + relative);
   };
   std::string output = in_root(command.output);
   // Where the unit's files land on a worker: never among the toolchain's.
-  const std::vector<std::string> reserved = ReservedFolders(system_prefixes);
+  std::vector<std::string> reserved_here;
+  if (checked == nullptr) {
+    reserved_here = ReservedFolders(system_prefixes);
+  } else if (checked->reserved_folders.empty()) {
+    checked->reserved_folders = ReservedFolders(system_prefixes);
+  }
+  const std::vector<std::string>& reserved =
+      checked == nullptr ? reserved_here : checked->reserved_folders;
   auto reserved_place = [&](const std::string& relative) {
-    std::string absolute =
-        (std::filesystem::path(root.empty() ? "/" : root) / relative).lexically_normal().string();
+    std::string absolute = NormalJoin(root.empty() ? "/" : root, relative);
     return UnderAny(absolute, reserved) ? absolute : "";
   };
   for (const std::string& place : {cwd, output}) {
@@ -407,7 +442,8 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
   // Views of the unit's own strings: no copy of each path per unit.
   absl::flat_hash_set<absl::string_view> inputs;
   inputs.reserve(unit.inputs_size());
-  std::unordered_set<std::string>* known = checked != nullptr ? &(*checked)[root] : nullptr;
+  std::unordered_set<std::string>* known =
+      checked != nullptr ? &checked->input_paths[root] : nullptr;
   for (const auto& input : unit.inputs()) {
     const std::string& path = input.path();
     if (!inputs.insert(path).second) {
@@ -426,6 +462,7 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
     }
     if (known != nullptr) known->insert(path);
   }
+  if (parsed != nullptr) *parsed = *std::move(parsed_here);
   return absl::OkStatus();
 }
 
@@ -474,6 +511,10 @@ absl::StatusOr<GencodeTarget> ParseGencode(const std::string& value) {
 absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
     const std::vector<std::string>& arguments) {
   ASSIGN_OR_RETURN(NvccCommand command, ParseNvccCommand(arguments));
+  return SplitByArchitecture(command);
+}
+
+absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(const NvccCommand& command) {
   auto cannot = [](const std::string& why) { return absl::FailedPreconditionError(why); };
   if (!command.compile_only || command.output.empty()) {
     return cannot("only a compile to an object (-c ... -o FILE) can be split by architecture");

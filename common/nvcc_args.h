@@ -117,15 +117,27 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit);
 absl::Status ValidateInputPath(const std::string& workspace_root, const std::string& path,
                                const std::vector<std::string>& system_prefixes);
 
-// Input paths already found plain, inside and outside the reserved folders,
-// per workspace root, for one list of system prefixes: a build's units
-// share most of their inputs, whose paths are then checked once per build,
-// not once per unit. Each unit still checks its own list for repeats and
-// for its output.
-using CheckedInputPaths = std::map<std::string, std::unordered_set<std::string>>;
+// What a build's units share, found acceptable once per build for one list
+// of system prefixes, so that it is not checked again for every unit (a
+// CUTLASS build's 55,000 units share one set of flags and most of their
+// inputs): input paths found plain, inside and outside the reserved
+// folders, per workspace root; and the folders and files a command's flags
+// name (-I, -isystem, --pre-include...), with its root and working
+// directory, found inside the workspace or a system folder. Each unit still
+// has its arguments parsed and its source and output checked, and its own
+// list checked for repeats and for its output.
+struct CheckedUnitParts {
+  std::map<std::string, std::unordered_set<std::string>> input_paths;
+  std::unordered_set<std::string> path_flags;
+  // ToolchainFolders() and the system prefixes, made once.
+  std::vector<std::string> reserved_folders;
+};
+// ValidateCompileUnit, skipping what `checked` holds and adding to it what
+// it finds acceptable; with `parsed`, the unit's arguments as parsed
+// (ParseNvccCommand) are left there.
 absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
                                  const std::vector<std::string>& system_prefixes,
-                                 CheckedInputPaths* checked);
+                                 CheckedUnitParts* checked, NvccCommand* parsed = nullptr);
 
 // OK for a unit name that is safe as a file name and in a terminal: 1 to 200
 // of letters, digits and _ . + @ = -, not starting with '.'.
@@ -157,5 +169,7 @@ struct ArchitecturePart {
 // that do not parse.
 absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
     const std::vector<std::string>& arguments);
+// The same, for a command already parsed.
+absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(const NvccCommand& command);
 
 }  // namespace distcc_cuda

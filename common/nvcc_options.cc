@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
-#include <map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -375,9 +375,10 @@ const std::vector<Entry>& Entries() {
   return *entries;
 }
 
-const std::map<std::string, const NvccOptionSpec*, std::less<>>& Table() {
+// Looked up for every argument of every unit: hashed, not ordered.
+const absl::flat_hash_map<std::string, const NvccOptionSpec*>& Table() {
   static const auto* table = [] {
-    auto* map = new std::map<std::string, const NvccOptionSpec*, std::less<>>;
+    auto* map = new absl::flat_hash_map<std::string, const NvccOptionSpec*>;
     for (const Entry& entry : Entries()) {
       for (const char* name : entry.names) (*map)[name] = &entry.spec;
     }

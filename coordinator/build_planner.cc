@@ -29,15 +29,17 @@ absl::StatusOr<Digest> InputsRoot(const v1::CompileUnit& unit, InputTreeExpander
 }
 
 // Checks one unit and returns the root of all its inputs. The files of its
-// tree were checked once for the build (BuildInputs); here the unit's own
-// files (`checked_paths` and `present`: paths already checked and digests
-// already found in the store during this plan), that the tree holds
-// neither them nor its output, and the count of both.
+// tree were checked once for the build (BuildInputs); here its arguments
+// and its own files (`checked` and `present`: what the build's units share
+// that was found acceptable, and digests already found in the store during
+// this plan), that the tree holds neither them nor its output, and the
+// count of both. Leaves the unit's arguments as parsed in `command`.
 absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& cas,
                                  const std::vector<std::string>& system_prefixes,
-                                 CheckedInputPaths& checked_paths, std::set<Digest>& present,
-                                 BuildInputs& trees, const BuildLimits& limits) {
-  RETURN_IF_ERROR(ValidateCompileUnit(unit, system_prefixes, &checked_paths));
+                                 CheckedUnitParts& checked, std::set<Digest>& present,
+                                 BuildInputs& trees, const BuildLimits& limits,
+                                 NvccCommand& command) {
+  RETURN_IF_ERROR(ValidateCompileUnit(unit, system_prefixes, &checked, &command));
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
@@ -127,17 +129,17 @@ absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet&
   return unit;
 }
 
-// Keys and predicts one unit.
+// Keys and predicts one unit, whose arguments parse as `command`.
 // `inputs`: the root of all its inputs (InputTreeExpander::RootWith).
-PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const std::string& family,
-                 int instantiations, const PeakHistory* history, const Digest& inputs) {
+PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccCommand& command,
+                 const std::string& family, int instantiations, const PeakHistory* history,
+                 const Digest& inputs) {
   PlannedUnit plan;
   plan.inputs = inputs;
   plan.action_digest = ActionDigest(toolchain, unit, inputs);
-  plan.identity = UnitIdentity(toolchain, unit);
-  plan.family = UnitFamily(toolchain, unit, family);
-  int parallel = ParallelCompilations(
-      std::vector<std::string>(unit.arguments().begin(), unit.arguments().end()));
+  plan.identity = UnitIdentity(toolchain, unit, command);
+  plan.family = UnitFamily(toolchain, command, family);
+  int parallel = ParallelCompilations(command);
   plan.instantiations = instantiations;
   plan.parallel = parallel;
   plan.demand = Predict(history, plan.identity, plan.family, parallel, instantiations);
@@ -145,16 +147,12 @@ PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const std::
   return plan;
 }
 
-// The units that compile `whole`'s -gencode targets one each, named
-// "<whole>@<target>"; the client merges their objects into `whole`'s.
-// FAILED_PRECONDITION when `whole` cannot be split (SplitByArchitecture).
-absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& whole,
-                                                           const std::string& toolchain,
-                                                           const std::string& family_hint,
-                                                           const PeakHistory* history) {
-  ASSIGN_OR_RETURN(
-      std::vector<ArchitecturePart> targets,
-      SplitByArchitecture({whole.unit.arguments().begin(), whole.unit.arguments().end()}));
+// The units that compile `whole`'s -gencode targets (`targets`, from
+// SplitByArchitecture) one each, named "<whole>@<target>"; the client
+// merges their objects into `whole`'s.
+absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(
+    const PlannedUnit& whole, const std::vector<ArchitecturePart>& targets,
+    const std::string& toolchain, const std::string& family_hint, const PeakHistory* history) {
   std::vector<PlannedUnit> parts;
   for (size_t i = 0; i < targets.size(); ++i) {
     v1::CompileUnit unit = whole.unit;
@@ -168,9 +166,10 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(const PlannedUnit& wh
     part->set_index(i);
     part->set_count(targets.size());
     part->set_label(targets[i].label);
-    RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
-    parts.push_back(
-        Plan(toolchain, std::move(unit), family_hint, whole.instantiations, history, whole.inputs));
+    NvccCommand command;
+    RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes(), nullptr, &command));
+    parts.push_back(Plan(toolchain, std::move(unit), command, family_hint, whole.instantiations,
+                         history, whole.inputs));
   }
   return parts;
 }
@@ -206,21 +205,20 @@ bool ChooseArchitectureSplit(const PlannedUnit& plan, size_t units_in_build,
   return split;
 }
 
-// Lets a unit of several -gencode targets that has no other way to split
-// make one unit per target, the memory retry ladder's last rung.
+// Lets a unit of several -gencode targets (`targets`, from
+// SplitByArchitecture; an error: it cannot split so) that has no other way
+// to split make one unit per target, the memory retry ladder's last rung.
 // The next build plans the parts directly (ChooseArchitectureSplit).
-void AllowArchitectureSplit(PlannedUnit& plan, const std::string& toolchain,
-                            const std::string& family_hint, const PeakHistory* history,
-                            UnitSizeChoices* choices) {
-  if (plan.split ||
-      !SplitByArchitecture({plan.unit.arguments().begin(), plan.unit.arguments().end()}).ok()) {
-    return;
-  }
-  plan.split = [whole = plan, toolchain, family_hint, history, choices]() {
+void AllowArchitectureSplit(PlannedUnit& plan,
+                            const absl::StatusOr<std::vector<ArchitecturePart>>& targets,
+                            const std::string& toolchain, const std::string& family_hint,
+                            const PeakHistory* history, UnitSizeChoices* choices) {
+  if (plan.split || !targets.ok()) return;
+  plan.split = [whole = plan, targets = *targets, toolchain, family_hint, history, choices]() {
     if (choices != nullptr) {
       choices->Remember(ArchitectureSplitKey(whole.action_digest), 1);
     }
-    return ArchitectureParts(whole, toolchain, family_hint, history);
+    return ArchitectureParts(whole, targets, toolchain, family_hint, history);
   };
 }
 
@@ -264,14 +262,15 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
       ASSIGN_OR_RETURN(
           v1::CompileUnit unit,
           GeneratedCompileUnit(context->set, context->workspace_root, part, *context->cas));
-      RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes()));
+      NvccCommand command;
+      RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes(), nullptr, &command));
       ASSIGN_OR_RETURN(Digest inputs, InputsRoot(unit, trees));
-      halves.push_back(Plan(context->toolchain, std::move(unit),
+      halves.push_back(Plan(context->toolchain, std::move(unit), command,
                             absl::StrCat("set:", context->set.name()), part.instantiations,
                             context->history, inputs));
       AllowSplit(halves.back(), std::move(part), context);
       if (context->split_architectures) {
-        AllowArchitectureSplit(halves.back(), context->toolchain,
+        AllowArchitectureSplit(halves.back(), SplitByArchitecture(command), context->toolchain,
                                absl::StrCat("set:", context->set.name()), context->history,
                                context->choices);
       }
@@ -514,28 +513,32 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   const size_t units_in_build = units.size();
   const v1::ArchitectureSplit mode = request.architecture_split();
   std::set<Digest> present;
-  CheckedInputPaths checked_paths;
+  CheckedUnitParts checked;
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (size_t i = 0; i < units.size(); ++i) {
-    ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked_paths,
-                                                  present, trees, limits));
-    PlannedUnit plan =
-        Plan(toolchain, std::move(units[i]), families[i], instantiations[i], history, all_inputs);
+    NvccCommand command;
+    ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked,
+                                                  present, trees, limits, command));
+    PlannedUnit plan = Plan(toolchain, std::move(units[i]), command, families[i],
+                            instantiations[i], history, all_inputs);
+    absl::StatusOr<std::vector<ArchitecturePart>> targets =
+        absl::FailedPreconditionError("split by architecture: never");
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {
-      absl::StatusOr<std::vector<PlannedUnit>> parts =
-          ArchitectureParts(plan, toolchain, families[i], history);
-      if (parts.ok() && (mode == v1::ARCHITECTURE_SPLIT_ALWAYS ||
-                         ChooseArchitectureSplit(plan, units_in_build, capacity, choices))) {
-        for (PlannedUnit& part : *parts) planned.push_back(std::move(part));
+      targets = SplitByArchitecture(command);
+      if (!targets.ok() && !absl::IsFailedPrecondition(targets.status())) return targets.status();
+      if (targets.ok() && (mode == v1::ARCHITECTURE_SPLIT_ALWAYS ||
+                           ChooseArchitectureSplit(plan, units_in_build, capacity, choices))) {
+        ASSIGN_OR_RETURN(std::vector<PlannedUnit> parts,
+                         ArchitectureParts(plan, *targets, toolchain, families[i], history));
+        for (PlannedUnit& part : parts) planned.push_back(std::move(part));
         continue;
       }
-      if (!parts.ok() && !absl::IsFailedPrecondition(parts.status())) return parts.status();
     }
     if (groups[i].second != nullptr) {
       AllowSplit(plan, std::move(groups[i].first), groups[i].second);
     }
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {
-      AllowArchitectureSplit(plan, toolchain, families[i], history, choices);
+      AllowArchitectureSplit(plan, targets, toolchain, families[i], history, choices);
     }
     RETURN_IF_ERROR(AppendWithRememberedSplits(std::move(plan), choices, planned));
   }

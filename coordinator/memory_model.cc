@@ -33,11 +33,10 @@ std::vector<std::string> FlagsOf(const v1::CompileUnit& unit) {
   return command.ok() ? command->FlagArguments() : arguments;
 }
 
-std::string SourceDigest(const v1::CompileUnit& unit) {
-  std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
-  if (!command.ok() || command->sources.empty()) return "";
-  std::string source = command->sources[0];
+// The digest of `unit`'s listed source (`command`'s), "" if not listed.
+std::string SourceDigest(const v1::CompileUnit& unit, const NvccCommand& command) {
+  if (command.sources.empty()) return "";
+  const std::string& source = command.sources[0];
   std::string path = unit.working_directory().empty()
                          ? source
                          : absl::StrCat(unit.working_directory(), "/", source);
@@ -58,11 +57,14 @@ std::string Key(std::initializer_list<std::string> parts, const std::vector<std:
 
 int ParallelCompilations(const std::vector<std::string>& arguments) {
   absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
-  if (!command.ok()) return 1;
+  return command.ok() ? ParallelCompilations(*command) : 1;
+}
+
+int ParallelCompilations(const NvccCommand& command) {
   int targets = 0;
   int threads = 1;
   int split = 1;
-  for (const NvccArgument& flag : command->flags) {
+  for (const NvccArgument& flag : command.flags) {
     if (flag.option == "-gencode" || flag.option == "--generate-code") {
       ++targets;
     } else if (flag.option == "-t" || flag.option == "--threads") {
@@ -80,14 +82,26 @@ int ParallelCompilations(const std::vector<std::string>& arguments) {
 }
 
 std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit) {
+  absl::StatusOr<NvccCommand> command =
+      ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()});
+  return UnitIdentity(toolchain_digest, unit, command.ok() ? *command : NvccCommand());
+}
+
+std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                         const NvccCommand& command) {
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
-  return Key({"identity", toolchain_digest, unit.working_directory(), SourceDigest(unit)},
+  return Key({"identity", toolchain_digest, unit.working_directory(), SourceDigest(unit, command)},
              arguments);
 }
 
 std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUnit& unit,
                        const std::string& family_hint) {
   return Key({"family", toolchain_digest, family_hint}, FlagsOf(unit));
+}
+
+std::string UnitFamily(const std::string& toolchain_digest, const NvccCommand& command,
+                       const std::string& family_hint) {
+  return Key({"family", toolchain_digest, family_hint}, command.FlagArguments());
 }
 
 absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string& path,

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/nvcc_args.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {
@@ -21,15 +22,21 @@ namespace distcc_cuda::coordinator {
 // compiles in parallel (--threads N, 0 meaning all), times --split-compile.
 // 1 for a plain single-target compile.
 int ParallelCompilations(const std::vector<std::string>& arguments);
+int ParallelCompilations(const NvccCommand& command);
 
 // The key of a unit's own history: toolchain, working directory and
 // arguments (which name the source and output), and the source's content.
 // Equal for the same unit in every build, whatever the temp names.
 std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit);
+// The same with `command`, the unit's arguments as parsed (ParseNvccCommand).
+std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                         const NvccCommand& command);
 
 // The key of similar units: toolchain, flags without source and output, and
 // `family_hint` (the instantiation set's name, or the source's folder).
 std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUnit& unit,
+                       const std::string& family_hint);
+std::string UnitFamily(const std::string& toolchain_digest, const NvccCommand& command,
                        const std::string& family_hint);
 
 // A prediction and where it came from.

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_paths.h"
 
@@ -50,6 +52,52 @@ TEST(ReadFileTest, AFailedReadIsAnErrorStatusNotAnException) {
   EXPECT_EQ(ReadFile(folder + "/absent").status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(WriteFileAtomically(folder + "/big", std::string(300000, 'x')).ok());
   EXPECT_EQ(ReadFile(folder + "/big")->size(), 300000u);
+}
+
+// Every path of up to 8 of 'a', '.' and '/' (9,841 of them): the fast
+// paths agree with std::filesystem exactly, so the checks that use them
+// give the verdicts they gave with std::filesystem alone.
+TEST(PlainPathTest, FastPathsAgreeWithStdFilesystemOnEveryShortPath) {
+  std::vector<std::string> paths = {""};
+  for (size_t begin = 0, length = 0; length < 8; ++length) {
+    const size_t end = paths.size();
+    for (size_t i = begin; i < end; ++i) {
+      for (char c : {'a', '.', '/'}) paths.push_back(paths[i] + c);
+    }
+    begin = end;
+  }
+  ASSERT_EQ(paths.size(), 9841u);
+  int plain_relative = 0;
+  for (const std::string& path : paths) {
+    const std::string normal = std::filesystem::path(path).lexically_normal().string();
+    EXPECT_EQ(LexicallyNormal(path), normal) << "'" << path << "'";
+    if (IsPlainRelativePath(path)) {
+      ++plain_relative;
+      EXPECT_EQ(normal, path);
+      EXPECT_TRUE(StaysInside(path)) << path;
+    }
+    if (IsPlainAbsolutePath(path)) {
+      EXPECT_EQ(normal, path);
+    }
+    EXPECT_FALSE(IsPlainRelativePath(path) && IsPlainAbsolutePath(path)) << path;
+    for (const char* base : {"", "/", "/src", "/src/", "a/b", "/a/../b", "x//y"}) {
+      EXPECT_EQ(NormalJoin(base, path),
+                (std::filesystem::path(base) / path).lexically_normal().string())
+          << "'" << base << "' / '" << path << "'";
+    }
+  }
+  // "a", "a/a", "a.", ".a", "..a", "a..", "a/.a", ...: names, never "." or "..".
+  EXPECT_GT(plain_relative, 100);
+  EXPECT_TRUE(IsPlainRelativePath("include/cute/tensor.hpp"));
+  EXPECT_TRUE(IsPlainRelativePath("...")) << "a name, not a climb";
+  for (const char* path : {"", ".", "..", "a/..", "a//b", "a/./b", "a/", "/a", "../a"}) {
+    EXPECT_FALSE(IsPlainRelativePath(path)) << path;
+  }
+  EXPECT_TRUE(IsPlainAbsolutePath("/"));
+  EXPECT_TRUE(IsPlainAbsolutePath("/usr/include"));
+  for (const char* path : {"", "//", "/usr/", "/usr/../etc", "usr", "/./usr"}) {
+    EXPECT_FALSE(IsPlainAbsolutePath(path)) << path;
+  }
 }
 
 }  // namespace

@@ -477,7 +477,7 @@ TEST(ValidateCompileUnitTest, FilesAmongTheToolchainsAreRefused) {
 }
 
 // A build's units share most inputs; their paths are checked once per
-// root (CheckedInputPaths), with the same verdicts as one by one.
+// root (CheckedUnitParts), with the same verdicts as one by one.
 TEST(ValidateCompileUnitTest, PathsCheckedOnceGiveTheSameVerdicts) {
   auto unit = [](const std::string& root, const std::vector<std::string>& inputs,
                  const std::string& output = "a.o") {
@@ -506,7 +506,7 @@ TEST(ValidateCompileUnitTest, PathsCheckedOnceGiveTheSameVerdicts) {
   for (const v1::CompileUnit& u : units) alone.push_back(ValidateCompileUnit(u, prefixes).ok());
   EXPECT_EQ(alone, std::vector<bool>({false, true, true, false, false, false, false}));
   for (bool reversed : {false, true}) {
-    CheckedInputPaths checked;
+    CheckedUnitParts checked;
     for (size_t k = 0; k < units.size(); ++k) {
       size_t i = reversed ? units.size() - 1 - k : k;
       // Twice each: the second time every good path is already known.
@@ -515,8 +515,66 @@ TEST(ValidateCompileUnitTest, PathsCheckedOnceGiveTheSameVerdicts) {
             << "unit " << i << (reversed ? " (reversed)" : "");
       }
     }
-    EXPECT_EQ(checked["/src"].count("include/cute/tensor.hpp"), 1u);
-    EXPECT_EQ(checked["/"].count("usr/include/stdio.h"), 0u);
+    EXPECT_EQ(checked.input_paths["/src"].count("include/cute/tensor.hpp"), 1u);
+    EXPECT_EQ(checked.input_paths["/"].count("usr/include/stdio.h"), 0u);
+  }
+}
+
+// The folders a build's flags name are checked once per set of flags, with
+// its root and working directory: the same -I climbs out from one folder
+// and stays inside from a deeper one, and each unit keeps its verdict in
+// any order; a unit's own source and output are checked every time.
+TEST(ValidateCompileUnitTest, FlagSetsCheckedOnceGiveTheSameVerdicts) {
+  auto unit = [](const std::string& root, const std::string& folder,
+                 const std::vector<std::string>& flags, const std::string& source = "a.cu",
+                 const std::string& output = "a.o") {
+    v1::CompileUnit unit;
+    unit.set_name("u");
+    unit.set_workspace_root(root);
+    unit.set_working_directory(folder);
+    for (const std::string& flag : flags) unit.add_arguments(flag);
+    for (const std::string& argument : {std::string("-c"), source, std::string("-o"), output}) {
+      unit.add_arguments(argument);
+    }
+    unit.add_output_paths(output);
+    unit.add_inputs()->set_path(folder.empty() ? source : folder + "/" + source);
+    return unit;
+  };
+  const std::vector<std::string> prefixes = SystemIncludePrefixes("/opt/cuda-12.8");
+  const std::vector<std::string> cutlass = {"-I../../include", "-O3", "-isystem",
+                                            "/usr/local/cuda/include"};
+  std::vector<v1::CompileUnit> units = {
+      unit("/src", "tools/gen", cutlass),                      // inside
+      unit("/src", "gen", cutlass),                            // climbs out of /src
+      unit("/src", "tools/gen", cutlass, "b.cu", "b.o"),       // another unit, same flags
+      unit("/src", "tools/gen", cutlass, "../../../x.cu"),     // its source leaves
+      unit("/src", "tools/gen", cutlass, "b.cu", "../../../b.o"),  // its output leaves
+      unit("/other", "tools/gen", {"-I/src/include", "-O3"}),  // outside this root
+      unit("/src", "tools/gen", {"-I/src/include", "-O3"}),    // inside this one
+      unit("/src", "tools/gen", {"-I/etc", "-O3"}),            // host-private
+      unit("/src", "tools/gen", {"-I/src/include", "-O2"}),    // -O2: same folders
+  };
+  std::vector<bool> alone;
+  for (const v1::CompileUnit& u : units) alone.push_back(ValidateCompileUnit(u, prefixes).ok());
+  EXPECT_EQ(alone,
+            std::vector<bool>({true, false, true, false, false, false, true, false, true}));
+  for (bool reversed : {false, true}) {
+    CheckedUnitParts checked;
+    for (size_t k = 0; k < units.size(); ++k) {
+      size_t i = reversed ? units.size() - 1 - k : k;
+      for (int pass = 0; pass < 2; ++pass) {
+        NvccCommand parsed;
+        absl::Status verdict = ValidateCompileUnit(units[i], prefixes, &checked, &parsed);
+        EXPECT_EQ(verdict.ok(), alone[i]) << "unit " << i << (reversed ? " (reversed)" : "")
+                                          << ": " << verdict;
+        if (verdict.ok()) {
+          EXPECT_EQ(parsed.output, units[i].output_paths(0));
+        }
+      }
+    }
+    // Two accepted sets: cutlass's from /src/tools/gen, and -I/src/include
+    // there (with -O3 and -O2 alike: -O names no file).
+    EXPECT_EQ(checked.path_flags.size(), 2u);
   }
 }
 
