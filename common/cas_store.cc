@@ -13,6 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -73,8 +76,7 @@ absl::Status BlobWriter::Append(int64_t offset, absl::string_view data) {
   return absl::OkStatus();
 }
 
-absl::Status BlobWriter::Commit() {
-  if (committed_) return absl::OkStatus();
+absl::Status BlobWriter::Seal() {
   Digest actual{sha_.FinishHex(), written_};
   if (actual != expected_) return MismatchError(expected_, actual);
   // Blobs are read-only: a sandbox input hard-linked to one cannot change it.
@@ -85,15 +87,27 @@ absl::Status BlobWriter::Commit() {
         absl::StrCat("cannot close ", temp_path_, ": ", strerror(errno)));
   }
   fd_ = -1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> BlobWriter::Publish() {
   std::string final_path = store_->PathOf(expected_);
-  RETURN_IF_ERROR(MakeDirectories(fs::path(final_path).parent_path().string()));
+  std::string folder = fs::path(final_path).parent_path().string();
+  RETURN_IF_ERROR(MakeDirectories(folder));
   if (rename(temp_path_.c_str(), final_path.c_str()) != 0) {
     return absl::InternalError(
         absl::StrCat("cannot move blob into ", final_path, ": ", strerror(errno)));
   }
   committed_ = true;
   store_->MarkVerified(expected_);
-  absl::Status synced = SyncFolder(fs::path(final_path).parent_path().string());
+  return folder;
+}
+
+absl::Status BlobWriter::Commit() {
+  if (committed_) return absl::OkStatus();
+  RETURN_IF_ERROR(Seal());
+  ASSIGN_OR_RETURN(std::string folder, Publish());
+  absl::Status synced = SyncFolder(folder);
   store_->Added(expected_);
   return synced;
 }
@@ -353,6 +367,52 @@ absl::Status CasStore::Put(const Digest& digest, absl::string_view data) {
   ASSIGN_OR_RETURN(auto writer, StartWrite(digest));
   RETURN_IF_ERROR(writer->Append(0, data));
   return writer->Commit();
+}
+
+std::vector<absl::Status> CasStore::PutMany(
+    const std::vector<std::pair<Digest, absl::string_view>>& blobs) {
+  std::vector<absl::Status> results(blobs.size());
+  // Written and flushed in groups of at most this many open files.
+  constexpr size_t kGroup = 256;
+  std::vector<std::pair<size_t, std::unique_ptr<BlobWriter>>> sealed;
+  for (size_t begin = 0; begin < blobs.size(); begin += kGroup) {
+    const size_t end = std::min(blobs.size(), begin + kGroup);
+    std::vector<std::pair<size_t, std::unique_ptr<BlobWriter>>> writing;
+    for (size_t i = begin; i < end; ++i) {
+      const auto& [digest, data] = blobs[i];
+      if (Contains(digest)) {
+        results[i] = Put(digest, data);
+        continue;
+      }
+      absl::StatusOr<std::unique_ptr<BlobWriter>> writer = StartWrite(digest);
+      results[i] = writer.status();
+      if (!writer.ok()) continue;
+      results[i] = (*writer)->Append(0, data);
+      if (!results[i].ok()) continue;
+      // Starts the write-out, so that the flushes below find it under way.
+      sync_file_range((*writer)->fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+      writing.emplace_back(i, *std::move(writer));
+    }
+    for (auto& [i, writer] : writing) {
+      results[i] = writer->Seal();
+      if (results[i].ok()) sealed.emplace_back(i, std::move(writer));
+    }
+  }
+  // Named, then each folder synced once for all the blobs it received.
+  std::map<std::string, std::vector<size_t>> folders;
+  for (auto& [i, writer] : sealed) {
+    absl::StatusOr<std::string> folder = writer->Publish();
+    results[i] = folder.status();
+    if (folder.ok()) folders[*folder].push_back(i);
+  }
+  for (const auto& [folder, named] : folders) {
+    absl::Status synced = SyncFolder(folder);
+    for (size_t i : named) {
+      results[i] = synced;
+      Added(blobs[i].first);
+    }
+  }
+  return results;
 }
 
 absl::StatusOr<Digest> CasStore::PutBytes(absl::string_view data) {

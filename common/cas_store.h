@@ -46,6 +46,11 @@ class BlobWriter {
  private:
   friend class CasStore;
   BlobWriter(const CasStore* store, Digest expected, std::string temp_path, int fd);
+  // Commit's steps, which CasStore::PutMany runs for many blobs at once:
+  // the content checked and on disk (read-only, flushed, closed), then
+  // named (renamed into its folder, which is returned; not yet synced).
+  absl::Status Seal();
+  absl::StatusOr<std::string> Publish();
 
   const CasStore* store_;
   Digest expected_;
@@ -111,6 +116,13 @@ class CasStore {
   // Stores `data` after checking it against `digest`. INVALID_ARGUMENT if it
   // does not match.
   absl::Status Put(const Digest& digest, absl::string_view data);
+  // Put for each of `blobs`, with one result each, in order. What a batch
+  // upload sends: the blobs are written, then flushed, then named, then
+  // their folders synced, each step for all of them, so a file system that
+  // commits its journal once for many files (ext4) does so a few times per
+  // batch, not twice per blob. Durable when it returns, as Put is.
+  std::vector<absl::Status> PutMany(
+      const std::vector<std::pair<Digest, absl::string_view>>& blobs);
   // Stores `data` under its own digest and returns that digest.
   absl::StatusOr<Digest> PutBytes(absl::string_view data);
   // Copies the file at `path` into the store and returns its digest.

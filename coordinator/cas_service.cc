@@ -199,13 +199,24 @@ grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerConte
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }
-  for (const auto& blob : request->blobs()) {
+  // Blobs of a size this store takes are stored together (PutMany).
+  std::vector<absl::Status> results(request->blobs_size());
+  std::vector<std::pair<Digest, absl::string_view>> storing;
+  std::vector<int> stored_at;
+  for (int i = 0; i < request->blobs_size(); ++i) {
+    const auto& blob = request->blobs(i);
+    results[i] = CheckBlobSize(FromProto(blob.digest()), max_blob_bytes_);
+    if (!results[i].ok()) continue;
+    storing.emplace_back(FromProto(blob.digest()), blob.data());
+    stored_at.push_back(i);
+  }
+  std::vector<absl::Status> stored = store_->PutMany(storing);
+  for (size_t k = 0; k < stored.size(); ++k) results[stored_at[k]] = std::move(stored[k]);
+  for (int i = 0; i < request->blobs_size(); ++i) {
     auto* result = response->add_results();
-    *result->mutable_digest() = blob.digest();
-    absl::Status stored = CheckBlobSize(FromProto(blob.digest()), max_blob_bytes_);
-    if (stored.ok()) stored = store_->Put(FromProto(blob.digest()), blob.data());
-    result->set_code(static_cast<int>(stored.code()));
-    result->set_message(std::string(stored.message()));
+    *result->mutable_digest() = request->blobs(i).digest();
+    result->set_code(static_cast<int>(results[i].code()));
+    result->set_message(std::string(results[i].message()));
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -72,6 +72,46 @@ TEST_F(CasStoreTest, OpenMakesRelativeRootAbsolute) {
   EXPECT_EQ((*store)->root(), dir_ + "/relative/cas");
 }
 
+// A batch as BatchUpdateBlobs stores it, over more than one group of open
+// files: each blob gets its own verdict in order, the good ones are stored
+// read-only, counted once and seen by a store opened again; a wrong one is
+// refused naming both digests and leaves nothing behind, not even a
+// temporary file; one already held or given twice is fine.
+TEST_F(CasStoreTest, PutManyStoresEachBlobWithItsOwnVerdict) {
+  ASSERT_TRUE(store_->Put(DigestOf("held"), "held").ok());
+  std::vector<std::string> contents;
+  for (int i = 0; i < 600; ++i) contents.push_back("folder " + std::to_string(i));
+  std::vector<std::pair<Digest, absl::string_view>> batch;
+  for (const std::string& content : contents) batch.emplace_back(DigestOf(content), content);
+  batch.emplace_back(DigestOf("held"), "held");
+  batch.emplace_back(DigestOf("folder 7"), "folder 7");  // twice in one batch
+  batch.emplace_back(DigestOf("claimed"), "not what was claimed");
+  batch.emplace_back(DigestOf("held"), "held, but other bytes");
+  std::vector<absl::Status> results = store_->PutMany(batch);
+  ASSERT_EQ(results.size(), batch.size());
+  for (size_t i = 0; i < 602; ++i) EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+  EXPECT_EQ(results[602].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(results[602].message()), HasSubstr(DigestOf("claimed").hash));
+  EXPECT_EQ(results[603].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store_->Contains(DigestOf("claimed")));
+  int64_t bytes = 4;
+  for (const std::string& content : contents) bytes += content.size();
+  EXPECT_EQ(store_->size_bytes(), bytes);
+  for (const std::string& path : FilesUnder(dir_ + "/cas")) {
+    EXPECT_FALSE(absl::StartsWith(path, dir_ + "/cas/tmp/")) << path;
+  }
+  absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/cas");
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (const std::string& content : contents) {
+    const Digest digest = DigestOf(content);
+    EXPECT_TRUE((*again)->Verify(digest).ok()) << content;
+    struct stat info;
+    ASSERT_EQ(stat((*again)->PathOf(digest).c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 0777, 0444u);
+  }
+  EXPECT_THAT(store_->PutMany({}), IsEmpty());
+}
+
 TEST_F(CasStoreTest, OpenTwiceSeesTheSameBlobs) {
   Digest digest = DigestOf("kept");
   ASSERT_TRUE(store_->Put(digest, "kept").ok());
