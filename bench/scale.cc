@@ -15,6 +15,7 @@
 // the 99th percentile of one RequestLease that hands out a unit.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/unit_request.h"
+#include "common/cas_client.h"
 #include "common/cas_store.h"
 #include "common/files.h"
 #include "common/input_tree.h"
@@ -74,39 +76,62 @@ int Run() {
     std::cerr << cas.status() << "\n";
     return 1;
   }
-  // Set-up, not timed: the headers' and sources' bytes are in the store, as
-  // the client's upload would leave them.
+  // Set-up, not timed: the workspace's headers and sources as files on disk
+  // and their bytes in the store, as the client's upload would leave them;
+  // each kernel family's closure (as the scan found it: the library's core
+  // headers, 3/4 of a unit's, which every unit includes, and those of the
+  // collective and epilogue it instantiates, one family of 200).
   absl::Time setup = absl::Now();
-  std::vector<v1::InputFile> header_files;
+  const std::string root = *dir + "/src/cutlass";
+  const std::string generated = "build/tools/library/generated/gemm/100";
+  std::vector<std::string> header_paths;
   for (int h = 0; h < headers; ++h) {
-    absl::StatusOr<Digest> digest = (*cas)->PutBytes(absl::StrCat("// header ", h, "\n"));
-    v1::InputFile& input = header_files.emplace_back();
-    input.set_path(absl::StrFormat(
-        "include/cutlass/gemm/collective/folder_%02d/sm100_header_%04d.hpp", h % 60, h));
-    *input.mutable_digest() = ToProto(*digest);
+    header_paths.push_back(absl::StrFormat(
+        "%s/include/cutlass/gemm/collective/folder_%02d/sm100_header_%04d.hpp", root, h % 60, h));
   }
-  std::vector<v1::Digest> sources;
+  auto write = [&](const std::string& path, const std::string& bytes) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path, std::ios::binary) << bytes;
+    return (*cas)->PutBytes(bytes).ok();
+  };
+  for (int h = 0; h < headers; ++h) {
+    if (!write(header_paths[h], absl::StrCat("// header ", h, "\n"))) return 1;
+  }
   for (int u = 0; u < units; ++u) {
-    sources.push_back(ToProto(*(*cas)->PutBytes(absl::StrCat("// gemm unit ", u, "\n"))));
+    if (!write(absl::StrFormat("%s/%s/cutlass3x_sm100_tensorop_gemm_%05d.cu", root, generated, u),
+               absl::StrCat("// gemm unit ", u, "\n"))) {
+      return 1;
+    }
+  }
+  const int core = per_unit * 3 / 4;
+  const int spread = std::max(1, headers - core);
+  std::vector<std::vector<std::string>> closures(std::min(units, 200));
+  for (size_t family = 0; family < closures.size(); ++family) {
+    const int first = core + static_cast<int>((static_cast<int64_t>(family) * 7919) % spread);
+    for (int i = 0; i < core; ++i) closures[family].push_back(header_paths[i]);
+    for (int i = 0; i < per_unit - core; ++i) {
+      closures[family].push_back(header_paths[core + (first - core + i) % spread]);
+    }
   }
   std::cerr << "set-up " << Seconds(absl::Now() - setup) << " s\n";
 
-  // The client, as `distcc-cuda build` sends a build: each unit's shared
-  // inputs moved into a tree (MoveIntoInputTree), its own source beside
-  // it, the folders each once, and the units packed into a plan blob.
+  // The client, as `distcc-cuda build` sends a build (AddUnitInputs): each
+  // source hashed, its family's headers moved into a tree made once per
+  // distinct closure, the source beside it; the units checked; the folders
+  // each once, and the units packed into a plan blob.
   const double rss_start = ResidentMiB();
   absl::Time submit = absl::Now();
   v1::SubmitBuildRequest request;
   request.set_build_name("cutlass sm100");
   request.mutable_toolchain()->set_digest("bench-toolchain");
-  request.set_workspace_root("/src/cutlass");
+  request.set_workspace_root(root);
   client::WorkspaceFiles files;
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (int u = 0; u < units; ++u) {
     v1::CompileUnit* unit = request.add_units();
     std::string name = absl::StrFormat("cutlass3x_sm100_tensorop_gemm_%05d", u);
     unit->set_name(name);
-    unit->set_working_directory("build/tools/library/generated/gemm/100");
+    unit->set_working_directory(generated);
     for (const char* flag : {"-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "-DCUTLASS_VERSIONS_GENERATED",
                              "-I../../../../../include", "-I../../../../../tools/library/include",
                              "-O3", "-std=c++17", "--expt-relaxed-constexpr",
@@ -118,36 +143,39 @@ int Run() {
       unit->add_arguments(argument);
     }
     unit->add_output_paths(name + ".cu.o");
-    google::protobuf::RepeatedPtrField<v1::InputFile>& inputs = *unit->mutable_inputs();
-    // As CUTLASS's generated units: the library's core headers (3/4 of a
-    // unit's), which every unit includes, and those of its kernel family
-    // (one of 200: the collective and epilogue it instantiates).
-    const int core = per_unit * 3 / 4;
-    const int family = u % 200;
-    const int spread = std::max(1, headers - core);
-    const int first = core + static_cast<int>((static_cast<int64_t>(family) * 7919) % spread);
-    for (int i = 0; i < core; ++i) *inputs.Add() = header_files[i];
-    for (int i = 0; i < per_unit - core; ++i) {
-      *inputs.Add() = header_files[core + (first - core + i) % spread];
-    }
-    // The unit's own source goes beside its tree.
-    const std::string source_path = "build/tools/library/generated/gemm/100/" + name + ".cu";
-    v1::InputFile* source = unit->add_inputs();
-    source->set_path(source_path);
-    *source->mutable_digest() = sources[u];
-    unit->set_workspace_root(request.workspace_root());
-    absl::Status moved =
-        client::CheckAndMoveIntoInputTree(*unit, files, source_path, system_prefixes);
-    if (!moved.ok()) {
-      std::cerr << moved << "\n";
+    unit->set_workspace_root(root);
+    // The scan's closure is the family's headers; the source goes beside.
+    absl::Status added =
+        client::AddUnitInputs(*unit, closures[u % closures.size()],
+                              absl::StrCat(root, "/", generated, "/", name, ".cu"), files,
+                              system_prefixes);
+    if (!added.ok()) {
+      std::cerr << added << "\n";
       return 1;
     }
   }
   client::PackLargeBuild(request, files);
   const absl::Duration request_time = absl::Now() - submit;
-  // What the upload leaves in the coordinator's store (each blob written
-  // and synced as CasStore does; no network).
-  for (const BlobSource& blob : files.folders) (void)(*cas)->Put(blob.digest, blob.bytes);
+  // What the upload leaves in the coordinator's store: the folders in
+  // batches of the client's size, each stored as BatchUpdateBlobs stores
+  // one (PutMany), and the plan blob (Put, as WriteBlob commits it); no
+  // network.
+  std::vector<std::pair<Digest, absl::string_view>> batch;
+  int64_t batch_bytes = 0;
+  auto store_batch = [&]() {
+    for (const absl::Status& stored : (*cas)->PutMany(batch)) {
+      if (!stored.ok()) std::cerr << stored << "\n";
+    }
+    batch.clear();
+    batch_bytes = 0;
+  };
+  for (const BlobSource& blob : files.folders) {
+    if (batch_bytes + blob.digest.size_bytes > kMaxBatchBytes - (64 << 10)) store_batch();
+    batch.emplace_back(blob.digest, blob.bytes);
+    batch_bytes += blob.digest.size_bytes + 128;
+  }
+  store_batch();
+  const absl::Duration folders_time = absl::Now() - submit - request_time;
   for (const BlobSource& blob : files.plan) (void)(*cas)->Put(blob.digest, blob.bytes);
   const double plan_blob_mb =
       files.plan.empty() ? 0 : files.plan.front().digest.size_bytes / 1048576.0;
@@ -157,8 +185,9 @@ int Run() {
   const absl::Duration client_time = absl::Now() - submit;
   std::cerr << "client: " << units << " units, " << distinct_trees << " distinct trees, " << folders
             << " folders, plan blob " << plan_blob_mb << " MiB in " << Seconds(client_time)
-            << " s (request " << Seconds(request_time) << " s, folders and plan stored "
-            << Seconds(client_time - request_time) << " s)\n";
+            << " s (request " << Seconds(request_time) << " s, folders stored "
+            << Seconds(folders_time) << " s, plan stored and memory freed "
+            << Seconds(client_time - request_time - folders_time) << " s)\n";
 
   // The coordinator: what BuildService::Start does before the scheduler.
   const double rss_before = ResidentMiB();

@@ -404,15 +404,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       unit->add_arguments(argument);
     }
     unit->add_output_paths(object);
-    std::set<std::string> seen;
-    for (const std::string& path : local.closure) {
-      if (!seen.insert(path).second) continue;
-      ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
-    }
     unit->set_workspace_root(root);
-    RETURN_IF_ERROR(CheckAndMoveIntoInputTree(
-        *unit, files, Relative(AbsolutePath(local.source, local.directory), root),
-        system_prefixes));
+    RETURN_IF_ERROR(AddUnitInputs(*unit, local.closure,
+                                  AbsolutePath(local.source, local.directory), files,
+                                  system_prefixes));
     local_objects[local.name] = local.local_object;
   }
   for (LocalSet& local : plan.sets) {

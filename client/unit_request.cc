@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
+#include <unordered_set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -194,22 +196,69 @@ absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>
   return absl::OkStatus();
 }
 
+namespace {
+
+// The check of a new tree's files for `unit` (CheckInputs): each path once
+// per build.
+CheckInputs CheckTreeFiles(const v1::CompileUnit& unit, WorkspaceFiles& files,
+                           const std::vector<std::string>& system_prefixes) {
+  return [&unit, &files, &system_prefixes](
+             const google::protobuf::RepeatedPtrField<v1::InputFile>& shared) -> absl::Status {
+    std::unordered_set<std::string>& known = files.checked.input_paths[unit.workspace_root()];
+    for (const v1::InputFile& input : shared) {
+      if (known.count(input.path()) != 0) continue;
+      RETURN_IF_ERROR(
+          Annotate(ValidateInputPath(unit.workspace_root(), input.path(), system_prefixes),
+                   absl::StrCat("unit ", unit.name())));
+      known.insert(input.path());
+    }
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
 absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& files,
                                        const std::string& own_path,
                                        const std::vector<std::string>& system_prefixes) {
-  RETURN_IF_ERROR(MoveIntoInputTree(
-      *unit.mutable_inputs(), *unit.mutable_input_root(), files, own_path,
-      [&](const google::protobuf::RepeatedPtrField<v1::InputFile>& shared) -> absl::Status {
-        for (const v1::InputFile& input : shared) {
-          if (files.checked_tree_paths.count(input.path()) != 0) continue;
-          RETURN_IF_ERROR(
-              Annotate(ValidateInputPath(unit.workspace_root(), input.path(), system_prefixes),
-                       absl::StrCat("unit ", unit.name())));
-          files.checked_tree_paths.insert(input.path());
-        }
-        return absl::OkStatus();
-      }));
-  return ValidateCompileUnit(unit, system_prefixes);
+  RETURN_IF_ERROR(MoveIntoInputTree(*unit.mutable_inputs(), *unit.mutable_input_root(), files,
+                                    own_path, CheckTreeFiles(unit, files, system_prefixes)));
+  return ValidateCompileUnit(unit, system_prefixes, &files.checked);
+}
+
+absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>& closure,
+                           const std::string& source, WorkspaceFiles& files,
+                           const std::vector<std::string>& system_prefixes) {
+  const std::string& root = unit.workspace_root();
+  // Each path after its length in 4 bytes: no two closures make one key.
+  std::string key;
+  size_t key_size = 0;
+  for (const std::string& path : closure) key_size += 4 + path.size();
+  key.reserve(key_size);
+  for (const std::string& path : closure) {
+    if (path == source) continue;
+    const uint32_t length = static_cast<uint32_t>(path.size());
+    key.append(reinterpret_cast<const char*>(&length), sizeof(length));
+    key.append(path);
+  }
+  ASSIGN_OR_RETURN(v1::InputFile own, InputFor(source, root, files));
+  unit.clear_inputs();
+  if (auto known = files.roots_by_closure.find(key); known != files.roots_by_closure.end()) {
+    *unit.mutable_input_root() = known->second;
+  } else {
+    std::set<std::string> seen;
+    for (const std::string& path : closure) {
+      if (!seen.insert(path).second) continue;
+      ASSIGN_OR_RETURN(*unit.add_inputs(), InputFor(path, root, files));
+    }
+    // The source spelled otherwise in the closure is still the unit's own.
+    RETURN_IF_ERROR(MoveIntoInputTree(*unit.mutable_inputs(), *unit.mutable_input_root(), files,
+                                      own.path(), CheckTreeFiles(unit, files, system_prefixes)));
+    unit.clear_inputs();
+    files.roots_by_closure.emplace(std::move(key), unit.input_root());
+  }
+  *unit.add_inputs() = std::move(own);
+  return ValidateCompileUnit(unit, system_prefixes, &files.checked);
 }
 
 absl::Status CheckClosure(const std::string& name, const std::vector<std::string>& closure) {

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/cas_client.h"
+#include "common/nvcc_args.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
@@ -66,8 +67,13 @@ struct WorkspaceFiles {
   // digests, in order): units of one kernel family include the same
   // headers, and their tree is made once.
   std::unordered_map<std::string, v1::Digest> roots;
-  // Paths of tree files already checked (CheckAndMoveIntoInputTree).
-  std::set<std::string> checked_tree_paths;
+  // The same by the closure a scan found (AddUnitInputs): the paths of its
+  // files but the unit's source, length-prefixed. Within one
+  // WorkspaceFiles a path has one digest, so equal paths make equal trees.
+  std::unordered_map<std::string, v1::Digest> roots_by_closure;
+  // What the units' checks found acceptable (tree files' paths, include
+  // folders), for one list of system prefixes.
+  CheckedUnitParts checked;
   // The BuildPlan blob of a build too large for one message (PackLargeBuild).
   std::vector<BlobSource> plan;
 
@@ -115,6 +121,17 @@ absl::Status MoveIntoInputTree(google::protobuf::RepeatedPtrField<v1::InputFile>
 absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& files,
                                        const std::string& own_path,
                                        const std::vector<std::string>& system_prefixes);
+
+// Gives `unit` (its workspace root set) its inputs from the closure
+// its scan found (absolute paths; repeats ignored): the file at absolute
+// `source` listed beside the tree of all the others, and checks it as
+// CheckAndMoveIntoInputTree does. Each file is hashed once per build
+// (InputFor). A closure seen before in `files` reuses its tree without
+// making its list again: the units of a kernel family include the same
+// headers, so a 55,000-unit CUTLASS build makes 200 lists, not 55,000.
+absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>& closure,
+                           const std::string& source, WorkspaceFiles& files,
+                           const std::vector<std::string>& system_prefixes);
 
 // The input for the file at absolute `path`, relative to `root`; hashed and
 // added to `files` the first time.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cas_client.h"
 #include "common/digest.h"
+#include "common/files.h"
 #include "common/nvcc_args.h"
 
 namespace distcc_cuda::client {
@@ -92,7 +93,8 @@ TEST(UnitRequestTest, EachTreesFilesAreCheckedOnceAndEachUnitWithItsOwnFiles) {
     EXPECT_EQ(compile.inputs_size(), 1);
   }
   EXPECT_EQ(files.roots.size(), 1u);
-  EXPECT_EQ(files.checked_tree_paths.size(), 20u);
+  // The 20 headers, each checked once, and the three sources.
+  EXPECT_EQ(files.checked.input_paths["/src/cutlass"].size(), 23u);
 
   // A header of a new tree among the system's, and a unit's own arguments.
   v1::CompileUnit system = UnitIncluding(7, 2);
@@ -112,6 +114,89 @@ TEST(UnitRequestTest, EachTreesFilesAreCheckedOnceAndEachUnitWithItsOwnFiles) {
   EXPECT_THAT(
       std::string(CheckAndMoveIntoInputTree(run, files, "gemm_0.cu", system_prefixes).message()),
       HasSubstr("--run"));
+}
+
+// Units given their inputs from the closures their scans found: a closure
+// seen before reuses its tree without its list being made again, whatever
+// the source's place in it or the repeats; each file is hashed once; the
+// tree is the one the full list makes (CheckAndMoveIntoInputTree), so the
+// coordinator sees the same units either way.
+TEST(UnitRequestTest, UnitsWithTheSameClosureShareTheTreeWithoutListingIt) {
+  absl::StatusOr<std::string> dir = MakeTempDirectory(testing::TempDir(), "closure-");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string root = *dir + "/workspace";
+  std::vector<std::string> headers;
+  for (int i = 0; i < 5; ++i) {
+    headers.push_back(absl::StrCat(root, "/include/cutlass/h", i, ".hpp"));
+    ASSERT_TRUE(WriteFileAtomically(headers.back(), absl::StrCat("// header ", i, "\n")).ok());
+  }
+  auto source = [&](int unit) { return absl::StrCat(root, "/gen/gemm_", unit, ".cu"); };
+  auto unit = [&](int n) {
+    v1::CompileUnit compile;
+    compile.set_name(absl::StrCat("gemm_", n));
+    compile.set_workspace_root(root);
+    compile.set_working_directory("gen");
+    for (const std::string& argument :
+         {std::string("-I../include"), std::string("-c"), absl::StrCat("gemm_", n, ".cu"),
+          std::string("-o"), absl::StrCat("gemm_", n, ".o")}) {
+      compile.add_arguments(argument);
+    }
+    compile.add_output_paths(absl::StrCat("gemm_", n, ".o"));
+    return compile;
+  };
+  for (int n = 0; n < 4; ++n) {
+    ASSERT_TRUE(WriteFileAtomically(source(n), absl::StrCat("// unit ", n, "\n")).ok());
+  }
+  const std::vector<std::string> prefixes = SystemIncludePrefixes();
+  WorkspaceFiles files;
+  std::vector<v1::CompileUnit> units;
+  // The source first, last, or absent from its closure; a header twice.
+  std::vector<std::vector<std::string>> closures = {
+      {source(0), headers[0], headers[1], headers[2]},
+      {headers[0], headers[1], headers[2], source(1)},
+      {headers[0], headers[1], headers[2]},
+      {headers[0], headers[1], headers[1], headers[3]},
+  };
+  for (int n = 0; n < 4; ++n) {
+    units.push_back(unit(n));
+    absl::Status added = AddUnitInputs(units.back(), closures[n], source(n), files, prefixes);
+    ASSERT_TRUE(added.ok()) << added;
+    ASSERT_EQ(units.back().inputs_size(), 1);
+    EXPECT_EQ(units.back().inputs(0).path(), absl::StrCat("gen/gemm_", n, ".cu"));
+  }
+  EXPECT_EQ(units[0].input_root().hash(), units[1].input_root().hash());
+  EXPECT_EQ(units[0].input_root().hash(), units[2].input_root().hash());
+  EXPECT_NE(units[0].input_root().hash(), units[3].input_root().hash());
+  // Two trees made from lists (units 0 and 3); units 1 and 2 found unit 0's
+  // closure, the source wherever it was or not at all.
+  EXPECT_EQ(files.roots.size(), 2u);
+  EXPECT_EQ(files.roots_by_closure.size(), 2u);
+  EXPECT_EQ(files.blobs.size(), 4u + 4u);  // four headers and four sources, once each
+
+  // The same tree as the full list gives.
+  WorkspaceFiles listed;
+  v1::CompileUnit whole = unit(0);
+  for (const std::string& path : {source(0), headers[0], headers[1], headers[2]}) {
+    ASSERT_TRUE(InputFor(path, root, listed).ok());
+    *whole.add_inputs() = *InputFor(path, root, listed);
+  }
+  ASSERT_TRUE(CheckAndMoveIntoInputTree(whole, listed, "gen/gemm_0.cu", prefixes).ok());
+  EXPECT_EQ(whole.input_root().hash(), units[0].input_root().hash());
+  EXPECT_EQ(whole.inputs(0).digest().hash(), units[0].inputs(0).digest().hash());
+
+  // A new closure with a file outside the workspace is refused, naming the unit.
+  ASSERT_TRUE(WriteFileAtomically(*dir + "/outside.h", "// outside\n").ok());
+  v1::CompileUnit bad = unit(0);
+  absl::Status refused =
+      AddUnitInputs(bad, {source(0), *dir + "/outside.h"}, source(0), files, prefixes);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("unit gemm_0: input '../outside.h'"));
+  // A closure whose source file is gone is an error naming it.
+  v1::CompileUnit gone = unit(9);
+  absl::Status missing = AddUnitInputs(gone, {headers[0]}, source(9), files, prefixes);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.message()), HasSubstr("gemm_9.cu"));
+  ASSERT_TRUE(RemoveAll(*dir).ok());
 }
 
 // No count of units meets the 8 MiB limit on one message: a large build
