@@ -275,6 +275,14 @@ class LocalCompilerWatch {
     return false;
   }
 
+  // Whether `pid` descends from this test's process.
+  static bool OfThisTest(pid_t pid) {
+    for (const testing::ProcessId& parent : testing::AncestorsOf(pid)) {
+      if (parent.pid == getpid()) return true;
+    }
+    return false;
+  }
+
   void Watch() {
     while (!stop_) {
       int local_nvcc = 0;
@@ -283,7 +291,8 @@ class LocalCompilerWatch {
         const std::optional<bool> known = OnWorker(p.pid);
         if (!known.has_value()) continue;
         const bool on_worker = *known;
-        if (p.command == "nvcc" && !on_worker) ++local_nvcc;
+        // Only this test's: ctest runs other tests' nvcc beside it.
+        if (p.command == "nvcc" && !on_worker && OfThisTest(p.pid)) ++local_nvcc;
         if (p.command == "cicc" && on_worker) ++remote_cicc_;
         if (p.command == "cicc" && !on_worker) {
           absl::StatusOr<std::string> line = ReadFile(absl::StrCat("/proc/", p.pid, "/cmdline"));
