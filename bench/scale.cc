@@ -145,10 +145,9 @@ int Run() {
     unit->add_output_paths(name + ".cu.o");
     unit->set_workspace_root(root);
     // The scan's closure is the family's headers; the source goes beside.
-    absl::Status added =
-        client::AddUnitInputs(*unit, closures[u % closures.size()],
-                              absl::StrCat(root, "/", generated, "/", name, ".cu"), files,
-                              system_prefixes);
+    absl::Status added = client::AddUnitInputs(*unit, closures[u % closures.size()],
+                                               absl::StrCat(root, "/", generated, "/", name, ".cu"),
+                                               files, system_prefixes);
     if (!added.ok()) {
       std::cerr << added << "\n";
       return 1;

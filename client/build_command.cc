@@ -405,9 +405,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     }
     unit->add_output_paths(object);
     unit->set_workspace_root(root);
-    RETURN_IF_ERROR(AddUnitInputs(*unit, local.closure,
-                                  AbsolutePath(local.source, local.directory), files,
-                                  system_prefixes));
+    RETURN_IF_ERROR(AddUnitInputs(*unit, local.closure, AbsolutePath(local.source, local.directory),
+                                  files, system_prefixes));
     local_objects[local.name] = local.local_object;
   }
   for (LocalSet& local : plan.sets) {

@@ -121,8 +121,7 @@ class CasStore {
   // their folders synced, each step for all of them, so a file system that
   // commits its journal once for many files (ext4) does so a few times per
   // batch, not twice per blob. Durable when it returns, as Put is.
-  std::vector<absl::Status> PutMany(
-      const std::vector<std::pair<Digest, absl::string_view>>& blobs);
+  std::vector<absl::Status> PutMany(const std::vector<std::pair<Digest, absl::string_view>>& blobs);
   // Stores `data` under its own digest and returns that digest.
   absl::StatusOr<Digest> PutBytes(absl::string_view data);
   // Copies the file at `path` into the store and returns its digest.

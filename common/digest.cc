@@ -9,7 +9,6 @@
 #include <cstring>
 #include <vector>
 
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 

@@ -331,7 +331,8 @@ bool IsPlainRelativePath(absl::string_view path) {
 }
 
 bool IsPlainAbsolutePath(absl::string_view path) {
-  return path == "/" || (!path.empty() && path.front() == '/' && IsPlainRelativePath(path.substr(1)));
+  return path == "/" ||
+         (!path.empty() && path.front() == '/' && IsPlainRelativePath(path.substr(1)));
 }
 
 std::string LexicallyNormal(absl::string_view path) {

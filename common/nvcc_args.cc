@@ -403,8 +403,8 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
       ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()});
   absl::Status arguments = parsed_here.status();
   if (arguments.ok()) {
-    arguments =
-        CheckCompileCommand(*parsed_here, policy, checked != nullptr ? &checked->path_flags : nullptr);
+    arguments = CheckCompileCommand(*parsed_here, policy,
+                                    checked != nullptr ? &checked->path_flags : nullptr);
   }
   if (!arguments.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", arguments.message()));

@@ -517,10 +517,10 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (size_t i = 0; i < units.size(); ++i) {
     NvccCommand command;
-    ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked,
-                                                  present, trees, limits, command));
-    PlannedUnit plan = Plan(toolchain, std::move(units[i]), command, families[i],
-                            instantiations[i], history, all_inputs);
+    ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked, present,
+                                                  trees, limits, command));
+    PlannedUnit plan = Plan(toolchain, std::move(units[i]), command, families[i], instantiations[i],
+                            history, all_inputs);
     absl::StatusOr<std::vector<ArchitecturePart>> targets =
         absl::FailedPreconditionError("split by architecture: never");
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {

@@ -544,20 +544,19 @@ TEST(ValidateCompileUnitTest, FlagSetsCheckedOnceGiveTheSameVerdicts) {
   const std::vector<std::string> cutlass = {"-I../../include", "-O3", "-isystem",
                                             "/usr/local/cuda/include"};
   std::vector<v1::CompileUnit> units = {
-      unit("/src", "tools/gen", cutlass),                      // inside
-      unit("/src", "gen", cutlass),                            // climbs out of /src
-      unit("/src", "tools/gen", cutlass, "b.cu", "b.o"),       // another unit, same flags
-      unit("/src", "tools/gen", cutlass, "../../../x.cu"),     // its source leaves
+      unit("/src", "tools/gen", cutlass),                          // inside
+      unit("/src", "gen", cutlass),                                // climbs out of /src
+      unit("/src", "tools/gen", cutlass, "b.cu", "b.o"),           // another unit, same flags
+      unit("/src", "tools/gen", cutlass, "../../../x.cu"),         // its source leaves
       unit("/src", "tools/gen", cutlass, "b.cu", "../../../b.o"),  // its output leaves
-      unit("/other", "tools/gen", {"-I/src/include", "-O3"}),  // outside this root
-      unit("/src", "tools/gen", {"-I/src/include", "-O3"}),    // inside this one
-      unit("/src", "tools/gen", {"-I/etc", "-O3"}),            // host-private
-      unit("/src", "tools/gen", {"-I/src/include", "-O2"}),    // -O2: same folders
+      unit("/other", "tools/gen", {"-I/src/include", "-O3"}),      // outside this root
+      unit("/src", "tools/gen", {"-I/src/include", "-O3"}),        // inside this one
+      unit("/src", "tools/gen", {"-I/etc", "-O3"}),                // host-private
+      unit("/src", "tools/gen", {"-I/src/include", "-O2"}),        // -O2: same folders
   };
   std::vector<bool> alone;
   for (const v1::CompileUnit& u : units) alone.push_back(ValidateCompileUnit(u, prefixes).ok());
-  EXPECT_EQ(alone,
-            std::vector<bool>({true, false, true, false, false, false, true, false, true}));
+  EXPECT_EQ(alone, std::vector<bool>({true, false, true, false, false, false, true, false, true}));
   for (bool reversed : {false, true}) {
     CheckedUnitParts checked;
     for (size_t k = 0; k < units.size(); ++k) {
@@ -565,8 +564,8 @@ TEST(ValidateCompileUnitTest, FlagSetsCheckedOnceGiveTheSameVerdicts) {
       for (int pass = 0; pass < 2; ++pass) {
         NvccCommand parsed;
         absl::Status verdict = ValidateCompileUnit(units[i], prefixes, &checked, &parsed);
-        EXPECT_EQ(verdict.ok(), alone[i]) << "unit " << i << (reversed ? " (reversed)" : "")
-                                          << ": " << verdict;
+        EXPECT_EQ(verdict.ok(), alone[i])
+            << "unit " << i << (reversed ? " (reversed)" : "") << ": " << verdict;
         if (verdict.ok()) {
           EXPECT_EQ(parsed.output, units[i].output_paths(0));
         }
