@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,13 +78,20 @@ def write_workload(root, units, fake, time_scale, memory_scale):
     coordinator compiles one target at a time costs one target."""
     src = os.path.join(root, "src")
     os.makedirs(src, exist_ok=True)
+    # As in flash-attention's tree: the forward kernels (split or not)
+    # include the forward launch template, the backward ones the backward.
+    for header in ("flash_fwd_launch_template.h", "flash_bwd_launch_template.h"):
+        with open(os.path.join(src, header), "w") as f:
+            f.write(f"// {header}\n")
     entries = []
     for u in units:
         path = os.path.join(src, u["name"] + ".cu")
         touch = max(1, int(u.get("target_peak_mib", u["peak_mib"]) / memory_scale))
         sleep_ms = max(1, int(u.get("target_wall_s", u["wall_s"]) * 1000 / time_scale))
+        template = "bwd" if u["name"].startswith("flash_bwd") else "fwd"
         with open(path, "w") as f:
-            f.write(f"// {u['name']}: FAKE_TARGET_MIB={touch} FAKE_TARGET_MS={sleep_ms}\n")
+            f.write(f'#include "flash_{template}_launch_template.h"\n'
+                    f"// {u['name']}: FAKE_TARGET_MIB={touch} FAKE_TARGET_MS={sleep_ms}\n")
         args = [fake, "-O3", "-std=c++17"]
         if u.get("five"):
             for arch in ARCHS:
@@ -190,6 +198,12 @@ def wait_for(path, pattern, timeout):
     raise RuntimeError(f"'{pattern}' did not appear in {path} within {timeout}s")
 
 
+def parse_size(text):
+    """A size as FormatByteSize writes it: "45 MiB", "2.0 GiB"."""
+    number, unit = text.split()
+    return float(number) * {"B": 1, "KiB": 1 << 10, "MiB": MIB, "GiB": GIB}[unit]
+
+
 def run_policy(args, label, units, db, root, admission, slots, state_from=None, split="auto"):
     run_root = os.path.join(root, label)
     os.makedirs(run_root)
@@ -215,6 +229,16 @@ def run_policy(args, label, units, db, root, admission, slots, state_from=None, 
     with open(os.path.join(run_root, "build.log"), "w") as f:
         f.write(text)
     kills = len(re.findall(r"killed for memory", text))
+    # How far each unit's predicted peak was from its measured one, from the
+    # unit lines ("peak 45 MiB (predicted 64 MiB, default)"): the median over
+    # all units, and how many were predicted from the default.
+    errors, from_default = [], 0
+    for peak, predicted, source in re.findall(
+            r"peak ([\d.]+ \w+) \(predicted ([\d.]+ \w+), ([^)]+)\)", text):
+        measured = parse_size(peak)
+        if measured > 0:
+            errors.append(abs(parse_size(predicted) - measured) / measured)
+        from_default += source == "default"
     peaks = cluster.node_peaks()
     peak_ratio = max((p / c for p, c in peaks), default=float("nan"))
     # The makespan is the scheduling part: from submission to the last unit
@@ -225,7 +249,9 @@ def run_policy(args, label, units, db, root, admission, slots, state_from=None, 
         makespan = float(m.group(1))
     return {"label": label, "ok": out.returncode == 0, "makespan": makespan, "memory_kills": kills,
             # Kills the node caps did not account for were the host's.
-            "host_ooms": max(0, ooms_total - kills), "peak_ratio": peak_ratio}
+            "host_ooms": max(0, ooms_total - kills), "peak_ratio": peak_ratio,
+            "prediction_error": round(100 * statistics.median(errors)) if errors else None,
+            "from_default": from_default}
 
 
 def lower_bound(units, slots_total, cap_total):
@@ -304,6 +330,9 @@ def main():
     parser.add_argument("--worker-args", default="", help="more worker flags, space-separated")
     parser.add_argument("--max-k", type=int, default=16)
     parser.add_argument("--workloads", default="fa96,fa96x5")
+    parser.add_argument("--policies", default="",
+                        help="run only these, comma-separated (distcc-cold, distcc-warm, "
+                             "distcc-cold-whole, distcc-warm-whole, static): a partial table")
     parser.add_argument("--bounds-only", action="store_true",
                         help="print the lower bounds and simulated list schedules, run nothing")
     args = parser.parse_args()
@@ -347,22 +376,33 @@ def main():
         if args.bounds_only:
             continue
         print(f"{'policy':<22}{'makespan s':>11}{'/ LB':>8}{'mem kills':>11}{'host OOM':>10}"
-              f"{'peak/cap':>10}  result")
+              f"{'peak/cap':>10}{'pred err':>10}{'default':>9}  result")
+        wanted = set(args.policies.split(",")) if args.policies else None
+
+        def want(label):
+            return wanted is None or label in wanted
+
         rows = []
-        cold = run_policy(args, "distcc-cold", units, db, wroot, "memory", args.slots)
-        warm = run_policy(args, "distcc-warm", units, db, wroot, "memory", args.slots,
-                          state_from=os.path.join(wroot, "distcc-cold"))
-        rows += [cold, warm]
-        whole = None
-        if per_target:
+        cold = warm = whole = None
+        if want("distcc-cold") or want("distcc-warm"):
+            cold = run_policy(args, "distcc-cold", units, db, wroot, "memory", args.slots)
+            rows.append(cold)
+        if want("distcc-warm"):
+            warm = run_policy(args, "distcc-warm", units, db, wroot, "memory", args.slots,
+                              state_from=os.path.join(wroot, "distcc-cold"))
+            rows.append(warm)
+        if per_target and (want("distcc-cold-whole") or want("distcc-warm-whole")):
             # The same, with every unit compiled whole (all its targets in one nvcc).
             cold_whole = run_policy(args, "distcc-cold-whole", units, db, wroot, "memory",
                                     args.slots, split="never")
-            whole = run_policy(args, "distcc-warm-whole", units, db, wroot, "memory", args.slots,
-                               state_from=os.path.join(wroot, "distcc-cold-whole"), split="never")
-            rows += [cold_whole, whole]
+            rows.append(cold_whole)
+            if want("distcc-warm-whole"):
+                whole = run_policy(args, "distcc-warm-whole", units, db, wroot, "memory",
+                                   args.slots, state_from=os.path.join(wroot, "distcc-cold-whole"),
+                                   split="never")
+                rows.append(whole)
         best_static = None
-        for k in range(1, args.max_k + 1):
+        for k in range(1, args.max_k + 1 if want("static") else 1):
             # A static job limit compiles units whole, as ninja -j / MAX_JOBS do.
             r = run_policy(args, f"static-k{k}", units, db, wroot, "static", k, split="never")
             rows.append(r)
@@ -371,9 +411,10 @@ def main():
             if best_static is None or r["makespan"] < best_static["makespan"]:
                 best_static = r
         for r in rows:
+            err = "-" if r["prediction_error"] is None else f"{r['prediction_error']}%"
             print(f"{r['label']:<22}{r['makespan']:>11.1f}{r['makespan'] / lb:>8.2f}"
-                  f"{r['memory_kills']:>11}{r['host_ooms']:>10}{r['peak_ratio']:>10.2f}  "
-                  f"{'built' if r['ok'] else 'FAILED'}")
+                  f"{r['memory_kills']:>11}{r['host_ooms']:>10}{r['peak_ratio']:>10.2f}"
+                  f"{err:>10}{r['from_default']:>9}  {'built' if r['ok'] else 'FAILED'}")
         summary[name] = (lb, cold, warm, best_static, rows, target_lb, whole)
     if args.bounds_only:
         shutil.rmtree(root, ignore_errors=True)
@@ -382,18 +423,25 @@ def main():
     fa5 = summary.get("fa96x5")
     all_rows = [r for s in summary.values() for r in s[4] if r["label"].startswith("distcc")]
     fields = []
-    if fa:
+    for name, s in summary.items():
+        if s[1]:
+            # The cold run's kills and prediction error: what a never-built
+            # family costs before the history knows it.
+            fields.append(f"{name}_cold_kills={s[1]['memory_kills']}")
+            fields.append(f"{name}_cold_prediction_error={s[1]['prediction_error']}%")
+    if fa and fa[2]:
         fields.append(f"fa96_ratio={fa[2]['makespan'] / fa[0]:.3f}")
-    if fa5:
+    if fa5 and fa5[2]:
         fields.append(f"fa96x5_ratio={fa5[2]['makespan'] / fa5[0]:.3f}")
-    if fa5 and fa5[6]:
+    if fa5 and fa5[2] and fa5[6]:
         # The same makespan over the bound of the one-target units it ran,
         # and the all-whole run over the bound as submitted.
         fields.append(f"fa96x5_ratio_to_target_lb={fa5[2]['makespan'] / fa5[5]:.3f}")
         fields.append(f"fa96x5_whole_ratio={fa5[6]['makespan'] / fa5[0]:.3f}")
     fields.append(f"oom={sum(r['host_ooms'] for r in all_rows)}")
-    fields.append(f"peak_over_cap={max(r['peak_ratio'] for r in all_rows):.3f}")
-    speedups = [s[3]["makespan"] / s[2]["makespan"] for s in summary.values() if s[3]]
+    peak_over_cap = max((r["peak_ratio"] for r in all_rows), default=float("nan"))
+    fields.append(f"peak_over_cap={peak_over_cap:.3f}")
+    speedups = [s[3]["makespan"] / s[2]["makespan"] for s in summary.values() if s[3] and s[2]]
     fields.append(f"best_static_speedup={min(speedups):.3f}" if speedups else
                   "best_static_speedup=nan")
     print()

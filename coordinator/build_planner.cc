@@ -85,11 +85,13 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
 }
 
 UnitDemand Predict(const PeakHistory* history, const std::string& identity,
-                   const std::string& family, int parallel, int instantiations) {
+                   const std::string& family, int parallel, int instantiations,
+                   const std::string& closure = "") {
   return history != nullptr
-             ? history->Predict(identity, family, parallel, instantiations)
+             ? history->Predict(identity, family, parallel, instantiations, closure)
              : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
-                          PredictionDefaults().wall * instantiations, "default"};
+                          PredictionDefaults().wall * instantiations, "default",
+                          PredictionBasis::kDefault};
 }
 
 // The compile unit of a generated source (one grid point or a group of
@@ -139,10 +141,12 @@ PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccC
   plan.action_digest = ActionDigest(toolchain, unit, inputs);
   plan.identity = UnitIdentity(toolchain, unit, command);
   plan.family = UnitFamily(toolchain, command, family);
+  plan.closure = ClosureFamily(toolchain, command, unit);
   int parallel = ParallelCompilations(command);
   plan.instantiations = instantiations;
   plan.parallel = parallel;
-  plan.demand = Predict(history, plan.identity, plan.family, parallel, instantiations);
+  plan.demand =
+      Predict(history, plan.identity, plan.family, parallel, instantiations, plan.closure);
   plan.unit = std::move(unit);
   return plan;
 }

@@ -104,6 +104,12 @@ std::string UnitFamily(const std::string& toolchain_digest, const NvccCommand& c
   return Key({"family", toolchain_digest, family_hint}, command.FlagArguments());
 }
 
+std::string ClosureFamily(const std::string& toolchain_digest, const NvccCommand& command,
+                          const v1::CompileUnit& unit) {
+  if (!unit.has_input_root() || unit.input_root().hash().empty()) return "";
+  return Key({"closure", toolchain_digest, unit.input_root().hash()}, command.FlagArguments());
+}
+
 absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string& path,
                                                                PredictionDefaults defaults) {
   std::unique_ptr<PeakHistory> history(new PeakHistory(path, defaults));
@@ -111,7 +117,7 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
   std::ifstream in(path);
   std::string line;
   struct Run {
-    std::string identity, family;
+    std::string identity, family, closure;
     int64_t peak = 0, wall_ms = 0;
     int instantiations = 1;
   };
@@ -121,14 +127,16 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
     ++lines;
     std::vector<std::string> fields = absl::StrSplit(line, '\t');
     Run run;
-    if (fields.size() < 4 || fields.size() > 5 || !absl::SimpleAtoi(fields[2], &run.peak) ||
+    // identity, family, peak, wall [, instantiations [, closure family]]
+    if (fields.size() < 4 || fields.size() > 6 || !absl::SimpleAtoi(fields[2], &run.peak) ||
         !absl::SimpleAtoi(fields[3], &run.wall_ms) ||
-        (fields.size() == 5 &&
+        (fields.size() >= 5 &&
          (!absl::SimpleAtoi(fields[4], &run.instantiations) || run.instantiations < 1))) {
       continue;  // a torn last line after a crash
     }
     run.identity = fields[0];
     run.family = fields[1];
+    if (fields.size() == 6) run.closure = fields[5];
     runs.push_back(std::move(run));
   }
   // Only each unit's latest runs count: older ones are left out of the
@@ -140,9 +148,9 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
   absl::MutexLock lock(&history->mu_);
   for (const Run& run : runs) {
     if (per_identity[run.identity]-- > kRunsPerIdentity) continue;
-    history->Add(run.identity, run.family, run.peak, run.wall_ms, run.instantiations);
+    history->Add(run.identity, run.family, run.closure, run.peak, run.wall_ms, run.instantiations);
     absl::StrAppend(&kept, run.identity, "\t", run.family, "\t", run.peak, "\t", run.wall_ms, "\t",
-                    run.instantiations, "\n");
+                    run.instantiations, run.closure.empty() ? "" : "\t", run.closure, "\n");
     ++kept_runs;
   }
   if (kept_runs < lines) {
@@ -164,48 +172,82 @@ void PeakHistory::Samples::Add(int64_t peak, int64_t wall, size_t keep) {
     peaks.erase(peaks.begin());
     wall_ms.erase(wall_ms.begin());
   }
+  quantiles.reset();
 }
 
-void PeakHistory::Add(const std::string& identity, const std::string& family, int64_t peak,
-                      int64_t wall_ms, int instantiations) {
+std::pair<int64_t, int64_t> PeakHistory::Samples::Quantiles(double quantile) {
+  if (!quantiles) quantiles.emplace(Quantile(peaks, quantile), Quantile(wall_ms, quantile));
+  return *quantiles;
+}
+
+void PeakHistory::Add(const std::string& identity, const std::string& family,
+                      const std::string& closure, int64_t peak, int64_t wall_ms,
+                      int instantiations) {
   by_identity_[identity].Add(peak, wall_ms, kRunsPerIdentity);
   by_family_[family].Add(peak / instantiations, wall_ms / instantiations, kRunsPerFamily);
+  if (!closure.empty() && closure != family) {
+    by_family_[closure].Add(peak / instantiations, wall_ms / instantiations, kRunsPerFamily);
+  }
   ++count_;
 }
 
 void PeakHistory::Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
-                         absl::Duration wall, int instantiations) {
+                         absl::Duration wall, int instantiations, const std::string& closure) {
   int64_t wall_ms = absl::ToInt64Milliseconds(wall);
   instantiations = std::max(1, instantiations);
   absl::MutexLock lock(&mu_);
-  Add(identity, family, peak_bytes, wall_ms, instantiations);
+  Add(identity, family, closure, peak_bytes, wall_ms, instantiations);
   if (path_.empty()) return;
   std::ofstream out(path_, std::ios::app);
   out << identity << '\t' << family << '\t' << peak_bytes << '\t' << wall_ms << '\t'
-      << instantiations << '\n';
+      << instantiations;
+  if (!closure.empty()) out << '\t' << closure;
+  out << '\n';
   if (!out) spdlog::warn("cannot append to {}; the history stays in memory", path_);
 }
 
 UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& family,
-                                int parallel_compilations, int instantiations) const {
+                                int parallel_compilations, int instantiations,
+                                const std::string& closure) const {
   instantiations = std::max(1, instantiations);
-  auto with_margin = [this](int64_t peak) {
-    return peak + static_cast<int64_t>(peak * defaults_.margin);
-  };
   absl::MutexLock lock(&mu_);
   if (auto own = by_identity_.find(identity); own != by_identity_.end()) {
-    return UnitDemand{with_margin(Quantile(own->second.peaks, defaults_.quantile)),
-                      absl::Milliseconds(Quantile(own->second.wall_ms, defaults_.quantile)),
-                      "history"};
+    auto [peak, wall_ms] = own->second.Quantiles(defaults_.quantile);
+    return UnitDemand{WithMargin(peak), absl::Milliseconds(wall_ms), "history",
+                      PredictionBasis::kOwnHistory};
   }
-  if (auto similar = by_family_.find(family); similar != by_family_.end()) {
-    return UnitDemand{
-        with_margin(Quantile(similar->second.peaks, defaults_.quantile) * instantiations),
-        absl::Milliseconds(Quantile(similar->second.wall_ms, defaults_.quantile) * instantiations),
-        "similar units"};
+  if (!closure.empty()) {
+    if (auto same = GroupDemand(closure, PredictionBasis::kSameClosure, instantiations)) {
+      return *same;
+    }
+  }
+  if (auto similar = GroupDemand(family, PredictionBasis::kSimilarUnits, instantiations)) {
+    return *similar;
   }
   int64_t scale = std::max(1, parallel_compilations) * instantiations;
-  return UnitDemand{defaults_.peak_bytes * scale, defaults_.wall * instantiations, "default"};
+  return UnitDemand{defaults_.peak_bytes * scale, defaults_.wall * instantiations, "default",
+                    PredictionBasis::kDefault};
+}
+
+std::optional<UnitDemand> PeakHistory::PredictFromGroup(const std::string& key,
+                                                        PredictionBasis basis,
+                                                        int instantiations) const {
+  absl::MutexLock lock(&mu_);
+  return GroupDemand(key, basis, std::max(1, instantiations));
+}
+
+std::optional<UnitDemand> PeakHistory::GroupDemand(const std::string& key, PredictionBasis basis,
+                                                   int instantiations) const {
+  auto group = by_family_.find(key);
+  if (group == by_family_.end()) return std::nullopt;
+  auto [peak, wall_ms] = group->second.Quantiles(defaults_.quantile);
+  return UnitDemand{WithMargin(peak * instantiations), absl::Milliseconds(wall_ms * instantiations),
+                    basis == PredictionBasis::kSameClosure ? "same closure" : "similar units",
+                    basis};
+}
+
+int64_t PeakHistory::WithMargin(int64_t peak) const {
+  return peak + static_cast<int64_t>(peak * defaults_.margin);
 }
 
 size_t PeakHistory::samples() const {

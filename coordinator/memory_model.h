@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,11 +40,29 @@ std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUni
 std::string UnitFamily(const std::string& toolchain_digest, const NvccCommand& command,
                        const std::string& family_hint);
 
+// The key of units with the same include closure and flags: toolchain, flags
+// without source and output (`command`'s), and the root of the unit's input
+// tree (its headers, without its own source). Kernel instantiations that
+// include the same templates cost alike, wherever their sources are; units
+// with other headers in the same folder (flash-attention's forward and
+// backward kernels) do not. "" for a unit without an input tree.
+std::string ClosureFamily(const std::string& toolchain_digest, const NvccCommand& command,
+                          const v1::CompileUnit& unit);
+
+// What a prediction was made from, weakest first.
+enum class PredictionBasis {
+  kDefault,       // nothing measured: the defaults
+  kSimilarUnits,  // units of the same family (flags and folder or set)
+  kSameClosure,   // units of the same include closure and flags
+  kOwnHistory,    // this unit's own runs
+};
+
 // A prediction and where it came from.
 struct UnitDemand {
   int64_t peak_bytes = 0;
   absl::Duration wall = absl::ZeroDuration();
-  std::string source;  // "history", "similar units", "default"
+  std::string source;  // "history", "same closure", "similar units", "default"
+  PredictionBasis basis = PredictionBasis::kDefault;
 };
 
 struct PredictionDefaults {
@@ -70,15 +89,25 @@ class PeakHistory {
                                                            PredictionDefaults defaults);
 
   // Records one finished (or memory-killed) run of a unit that compiled
-  // `instantiations` grid points. The family learns the cost per
-  // instantiation (peak and wall divided by their number).
+  // `instantiations` grid points. The family and the closure family
+  // (ClosureFamily; "" for none) learn the cost per instantiation (peak and
+  // wall divided by their number).
   void Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
-              absl::Duration wall, int instantiations = 1);
-  // A high quantile of the unit's own history, else of its family's cost
-  // per instantiation times `instantiations`, else the default times
-  // `parallel_compilations` and `instantiations`; plus the margin.
+              absl::Duration wall, int instantiations = 1, const std::string& closure = "");
+  // A high quantile of the unit's own history, else of its closure
+  // family's cost per instantiation times `instantiations`, else of its
+  // family's, else the default times `parallel_compilations` and
+  // `instantiations`; plus the margin.
   UnitDemand Predict(const std::string& identity, const std::string& family,
-                     int parallel_compilations, int instantiations = 1) const;
+                     int parallel_compilations, int instantiations = 1,
+                     const std::string& closure = "") const;
+
+  // The prediction of a unit of `instantiations` from the runs of its
+  // closure family (`basis` kSameClosure) or family (kSimilarUnits) `key`
+  // alone, as Predict makes it for a unit with no runs of its own; nullopt
+  // while `key` has none.
+  std::optional<UnitDemand> PredictFromGroup(const std::string& key, PredictionBasis basis,
+                                             int instantiations) const;
 
   size_t samples() const;
 
@@ -86,19 +115,30 @@ class PeakHistory {
   struct Samples {
     std::vector<int64_t> peaks;
     std::vector<int64_t> wall_ms;
+    // The quantiles of both, made when first asked after a change: a
+    // build's units ask for their family's many times between its runs.
+    std::optional<std::pair<int64_t, int64_t>> quantiles;
     // Adds a run, dropping the oldest beyond `keep`.
     void Add(int64_t peak, int64_t wall, size_t keep);
+    // The `quantile` of the peaks and of the times.
+    std::pair<int64_t, int64_t> Quantiles(double quantile);
   };
   PeakHistory(std::string path, PredictionDefaults defaults)
       : path_(std::move(path)), defaults_(defaults) {}
-  void Add(const std::string& identity, const std::string& family, int64_t peak, int64_t wall_ms,
-           int instantiations) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<UnitDemand> GroupDemand(const std::string& key, PredictionBasis basis,
+                                        int instantiations) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t WithMargin(int64_t peak) const;
+  void Add(const std::string& identity, const std::string& family, const std::string& closure,
+           int64_t peak, int64_t wall_ms, int instantiations) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const PredictionDefaults defaults_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Samples> by_identity_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Samples> by_family_ ABSL_GUARDED_BY(mu_);
+  // Mutable: Predict caches the quantiles it makes.
+  mutable std::map<std::string, Samples> by_identity_ ABSL_GUARDED_BY(mu_);
+  // Families and closure families (their keys differ: Key's first part).
+  mutable std::map<std::string, Samples> by_family_ ABSL_GUARDED_BY(mu_);
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

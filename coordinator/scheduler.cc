@@ -273,6 +273,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
                                                     Deferred& deferred) {
   WorkerState& worker = workers_.at(worker_id);
   if (static_cast<int>(worker.tasks.size()) >= worker.info.slots()) return std::nullopt;
+  PlaceMovedUnits();
   // The first unit in priority order that fits what the worker has left.
   // When the first unit of all has to wait for memory here, smaller units
   // fill in behind it only if they end before it could start, or leave it
@@ -398,7 +399,9 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
     // What it held when stopped is a lower bound of its need, not a peak of
     // its own: the node may have been over its cap because of others.
     history_->Record(unit.planned.identity, unit.planned.family, result.peak_memory_bytes(),
-                     absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations);
+                     absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations,
+                     unit.planned.closure);
+    LearnFrom(unit.planned);
   }
   std::string killed =
       absl::StrCat("killed for memory on ", worker.info.name(), " at ",
@@ -592,7 +595,9 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
         const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
         if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
           history_->Record(planned.identity, planned.family, result.peak_memory_bytes(),
-                           absl::Milliseconds(result.wall_time_ms()), planned.instantiations);
+                           absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
+                           planned.closure);
+          LearnFrom(planned);
         }
         FinishUnit(build_it->second, task->unit_index, result, false, deferred,
                    /*cacheable=*/worker->peer.authenticated);
@@ -641,6 +646,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   deferred.events.emplace_back(build.sink, std::move(done));
   spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
                build.failed, build.cached);
+  StopWaitingForHistory(build.id);
   builds_.erase(build.id);
 }
 
@@ -773,13 +779,119 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
   }
 }
 
+void BuildScheduler::WaitForHistory(const std::string& build_id, int unit_index) {
+  if (history_ == nullptr) return;
+  const PlannedUnit& planned = builds_.at(build_id).units[unit_index].planned;
+  const PredictionBasis basis = planned.demand.basis;
+  if (!planned.closure.empty() && basis < PredictionBasis::kSameClosure) {
+    waiting_[planned.closure].units.emplace_back(build_id, unit_index);
+  }
+  if (basis < PredictionBasis::kSimilarUnits) {
+    waiting_[planned.family].units.emplace_back(build_id, unit_index);
+  }
+}
+
+void BuildScheduler::StopWaitingForHistory(const std::string& build_id) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    std::vector<std::pair<std::string, int>>& units = it->second.units;
+    units.erase(std::remove_if(units.begin(), units.end(),
+                               [&](const auto& entry) { return entry.first == build_id; }),
+                units.end());
+    it = units.empty() ? waiting_.erase(it) : std::next(it);
+  }
+}
+
+void BuildScheduler::LearnFrom(const PlannedUnit& measured) {
+  const std::pair<const std::string*, PredictionBasis> keys[] = {
+      {&measured.closure, PredictionBasis::kSameClosure},
+      {&measured.family, PredictionBasis::kSimilarUnits}};
+  for (const auto& [key, level] : keys) {
+    auto waiting = waiting_.find(*key);
+    if (key->empty() || waiting == waiting_.end()) continue;
+    const int runs = ++waiting->second.measured;
+    if ((runs & (runs - 1)) != 0) continue;  // on the 1st, 2nd, 4th, ... run
+    // The same for every unit of one instantiation: asked once.
+    std::optional<UnitDemand> one = history_->PredictFromGroup(*key, level, 1);
+    if (!one) continue;
+    int repredicted = 0;
+    std::vector<std::pair<std::string, int>> still;
+    for (const auto& [build_id, index] : waiting->second.units) {
+      auto build = builds_.find(build_id);
+      if (build == builds_.end()) continue;
+      UnitState& unit = build->second.units[index];
+      PlannedUnit& planned = unit.planned;
+      // Running or done units keep what they reserved; a unit predicted
+      // from something closer to it (its own runs, its closure family's
+      // once its family waits) keeps that. For the rest this group is what
+      // Predict would find.
+      if (unit.phase != UnitPhase::kQueued || unit.split || planned.demand.basis > level) continue;
+      const absl::Duration before = planned.demand.wall;
+      planned.demand = planned.instantiations <= 1
+                           ? *one
+                           : *history_->PredictFromGroup(*key, level, planned.instantiations);
+      // A unit moves when its predicted time changed by more than a second
+      // and a fifth: the order is coarse, and moving costs a pass over the queue.
+      const absl::Duration change = absl::AbsDuration(planned.demand.wall - before);
+      if (change > std::max(absl::Seconds(1), before / 5) && !unit.moving) {
+        unit.moving = true;
+        moving_.emplace_back(build_id, index);
+      }
+      ++repredicted;
+      still.emplace_back(build_id, index);
+    }
+    if (repredicted > 0) {
+      spdlog::info("{} queued units predicted again from {} measured run{} of {} {}", repredicted,
+                   runs, runs == 1 ? "" : "s",
+                   level == PredictionBasis::kSameClosure ? "units with the same headers as"
+                                                          : "units similar to",
+                   measured.unit.name());
+    }
+    // Later runs refine the quantile; after kRelearnRuns it has settled.
+    if (still.empty() || runs >= kRelearnRuns) {
+      waiting_.erase(waiting);
+    } else {
+      waiting->second.units = std::move(still);
+    }
+  }
+}
+
+void BuildScheduler::PlaceMovedUnits() {
+  if (moving_.empty()) return;
+  // Only what is in the queue moves (a queued unit is there unless its
+  // build is being taken out of it).
+  std::deque<std::pair<std::string, int>> kept;
+  std::vector<std::pair<std::string, int>> moving;
+  for (auto& entry : queue_) {
+    if (builds_.at(entry.first).units[entry.second].moving) {
+      moving.push_back(entry);
+    } else {
+      kept.push_back(entry);
+    }
+  }
+  for (const auto& [build_id, index] : moving_) {
+    if (auto build = builds_.find(build_id); build != builds_.end()) {
+      build->second.units[index].moving = false;
+    }
+  }
+  moving_.clear();
+  queue_ = std::move(kept);
+  MergeIntoQueue(std::move(moving));
+}
+
 void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
+  std::vector<std::pair<std::string, int>> fresh;
+  for (int index : units) {
+    fresh.emplace_back(build_id, index);
+    WaitForHistory(build_id, index);
+  }
+  MergeIntoQueue(std::move(fresh));
+}
+
+void BuildScheduler::MergeIntoQueue(std::vector<std::pair<std::string, int>> fresh) {
   auto wall = [this](const std::pair<std::string, int>& entry) {
     return builds_.at(entry.first).units[entry.second].planned.demand.wall;
   };
   auto longer = [&](const auto& a, const auto& b) { return wall(a) > wall(b); };
-  std::vector<std::pair<std::string, int>> fresh;
-  for (int index : units) fresh.emplace_back(build_id, index);
   // Longest first; among equal predictions, what came first stays first.
   std::stable_sort(fresh.begin(), fresh.end(), longer);
   std::deque<std::pair<std::string, int>> merged;
@@ -806,6 +918,7 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
       "build {} cancelled: its client went away or cancelled it; {} queued units dropped, "
       "{} running units being stopped on their workers",
       build_id, queued.size(), running);
+  StopWaitingForHistory(build_id);
   builds_.erase(build);
   return running;
 }

@@ -72,6 +72,7 @@ struct PlannedUnit {
   std::string action_digest;
   std::string identity;
   std::string family;
+  std::string closure;  // ClosureFamily: units with the same headers and flags; may be ""
   UnitDemand demand;
   int instantiations = 1;  // grid points compiled in this unit
   int parallel = 1;        // compilations nvcc runs at once (ParallelCompilations)
@@ -170,6 +171,7 @@ class BuildScheduler {
     bool alone = false;                     // only on an otherwise idle worker
     int64_t needs_cap_above = 0;            // only on a worker with a larger cap
     bool split = false;                     // replaced by smaller units
+    bool moving = false;                    // LearnFrom is moving it in the queue
     std::set<std::string> refused_by = {};  // workers whose reports for it were refused
   };
   struct BuildState {
@@ -269,8 +271,29 @@ class BuildScheduler {
   // Replaces a killed task's unit by `parts` (the ladder's last rung).
   void SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
                  const std::string& reason, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Inserts units in priority order: longest predicted wall time first.
+  // Notes a unit predicted from less than its closure family's or its
+  // family's runs (the default, or its family's while its closure family has
+  // none) as waiting for them (LearnFrom).
+  void WaitForHistory(const std::string& build_id, int unit_index)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets a build that ended or was cancelled.
+  void StopWaitingForHistory(const std::string& build_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a measured (or memory-killed) run of `measured`: the queued units
+  // waiting for its closure family's or family's runs are predicted again,
+  // on its 1st, 2nd, 4th, ... run up to kRelearnRuns, so that the units of
+  // a family never built before stop reserving the default once the first
+  // of them finish, in this build; those whose predicted time changed move
+  // to their place in the longest-first order (PlaceMovedUnits, before the
+  // next lease: many runs of one round of reports reorder the queue once).
+  void LearnFrom(const PlannedUnit& measured) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlaceMovedUnits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts units in priority order (longest predicted wall time first) and
+  // notes those waiting for history.
   void Enqueue(const std::string& build_id, const std::vector<int>& units)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Merges `fresh` (build id, unit index) into the queue, longest predicted
+  // first; the queue's own order is kept.
+  void MergeIntoQueue(std::vector<std::pair<std::string, int>> fresh)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a unit's end; its result enters the result cache only if it
   // compiled, was not itself cached, and is `cacheable` (from an
@@ -316,6 +339,17 @@ class BuildScheduler {
   // wall time first.
   std::deque<std::pair<std::string, int>> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<ParkedLease> parked_ ABSL_GUARDED_BY(mu_);
+  // Queued units (build id, unit index) waiting for the first runs of a
+  // closure family or family (the key), and how many runs of it were
+  // measured since the first of them was queued (WaitForHistory, LearnFrom).
+  struct WaitingForHistory {
+    std::vector<std::pair<std::string, int>> units;
+    int measured = 0;
+  };
+  static constexpr int kRelearnRuns = 16;
+  // Queued units whose predicted time LearnFrom changed (UnitState::moving).
+  std::vector<std::pair<std::string, int>> moving_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, WaitingForHistory> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distcc_cuda::coordinator

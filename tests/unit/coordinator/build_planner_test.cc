@@ -124,6 +124,11 @@ TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
     ASSERT_TRUE(ExpandUnitInputs(unit, FoldersFrom(*cas_)).ok());
     EXPECT_FALSE(unit.has_input_root());
     EXPECT_EQ(listed(unit), listed((*from_list)[i].unit));
+    // The set's units share one tree of headers and their flags: one
+    // closure family, learned from whichever of them runs first.
+    EXPECT_FALSE((*from_tree)[i].closure.empty());
+    EXPECT_EQ((*from_tree)[i].closure, (*from_tree)[0].closure);
+    EXPECT_EQ((*from_list)[i].closure, "") << "a unit sent as a list has no tree to key";
   }
 
   // A tree beside a list (a unit's own source) is both; a path in both is

@@ -182,6 +182,78 @@ TEST(UnitKeysTest, IdentityIgnoresNothingButFamilyIgnoresTheSource) {
   EXPECT_NE(UnitIdentity("tc", a), UnitIdentity("tc", edited)) << "the source's content counts";
 }
 
+TEST(UnitKeysTest, ClosureFamilyIsTheHeadersAndFlagsWhereverTheSourceIs) {
+  auto unit = [](const std::string& source, const std::string& root,
+                 std::vector<std::string> flags) {
+    v1::CompileUnit unit;
+    flags.insert(flags.end(), {"-c", source, "-o", source + ".o"});
+    for (const std::string& arg : flags) unit.add_arguments(arg);
+    if (!root.empty()) unit.mutable_input_root()->set_hash(root);
+    return unit;
+  };
+  auto closure = [](const v1::CompileUnit& unit) {
+    absl::StatusOr<NvccCommand> command =
+        ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()});
+    EXPECT_TRUE(command.ok()) << command.status();
+    return ClosureFamily("tc", *command, unit);
+  };
+  const std::string fwd(64, 'f'), bwd(64, 'b');
+  v1::CompileUnit a = unit("src/flash_fwd_hdim64.cu", fwd, {"-O3"});
+  EXPECT_FALSE(closure(a).empty());
+  EXPECT_EQ(closure(a), closure(unit("other/flash_fwd_hdim128.cu", fwd, {"-O3"})))
+      << "the same headers and flags, another source in another folder";
+  EXPECT_NE(closure(a), closure(unit("src/flash_bwd_hdim64.cu", bwd, {"-O3"})))
+      << "other headers in the same folder";
+  EXPECT_NE(closure(a), closure(unit("src/flash_fwd_hdim64.cu", fwd, {"-O2"})));
+  absl::StatusOr<NvccCommand> command = ParseNvccCommand({"-O3", "-c", "a.cu", "-o", "a.o"});
+  ASSERT_TRUE(command.ok());
+  EXPECT_NE(ClosureFamily("tc", *command, a), ClosureFamily("other-toolchain", *command, a));
+  EXPECT_EQ(closure(unit("src/a.cu", "", {"-O3"})), "") << "no input tree, no closure family";
+  EXPECT_NE(closure(a), UnitFamily("tc", *command, "")) << "not a family key";
+}
+
+TEST(PeakHistoryTest, UnitsWithTheSameHeadersPredictBeforeTheirFolder) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
+  ASSERT_TRUE(history.ok());
+  // A folder family of forward and backward kernels; only the backward
+  // ones share their closure family "bwd".
+  (*history)->Record("fwd-64", "folder", 3 * kGiB, absl::Seconds(100), 1, "fwd");
+  (*history)->Record("bwd-64", "folder", 5 * kGiB, absl::Seconds(140), 1, "bwd");
+  UnitDemand fwd = (*history)->Predict("fwd-128", "folder", 1, 1, "fwd");
+  EXPECT_EQ(fwd.source, "same closure");
+  EXPECT_EQ(fwd.basis, PredictionBasis::kSameClosure);
+  EXPECT_EQ(fwd.peak_bytes, 3 * kGiB);
+  EXPECT_EQ(fwd.wall, absl::Seconds(100));
+  UnitDemand two = (*history)->Predict("fwd-pair", "folder", 1, 2, "fwd");
+  EXPECT_EQ(two.peak_bytes, 6 * kGiB) << "per instantiation, times two";
+  UnitDemand other = (*history)->Predict("split-64", "folder", 1, 1, "split");
+  EXPECT_EQ(other.source, "similar units") << "a closure never measured: the folder's";
+  EXPECT_EQ(other.basis, PredictionBasis::kSimilarUnits);
+  EXPECT_EQ(other.peak_bytes, 5 * kGiB);
+  EXPECT_EQ((*history)->Predict("fwd-64", "folder", 1, 1, "fwd").basis,
+            PredictionBasis::kOwnHistory);
+  EXPECT_EQ((*history)->Predict("x", "elsewhere", 2, 1, "").basis, PredictionBasis::kDefault);
+}
+
+TEST(PeakHistoryTest, ClosureFamiliesSurviveReopeningAndOldLinesStillLoad) {
+  std::string path = testing::NewTempDir("history-") + "/history.tsv";
+  // A line of the release before (five fields) and one of this release.
+  ASSERT_TRUE(WriteFileAtomically(path, "old-unit\tfolder\t1073741824\t5000\t1\n").ok());
+  {
+    absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open(path, {});
+    ASSERT_TRUE(history.ok());
+    (*history)->Record("new-unit", "folder", 3 * kGiB, absl::Seconds(12), 1, "closure-1");
+  }
+  absl::StatusOr<std::unique_ptr<PeakHistory>> reopened = PeakHistory::Open(path, {});
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->samples(), 2u);
+  EXPECT_EQ((*reopened)->Predict("old-unit", "folder", 1).source, "history");
+  UnitDemand same = (*reopened)->Predict("another", "folder", 1, 1, "closure-1");
+  EXPECT_EQ(same.source, "same closure");
+  EXPECT_EQ(same.peak_bytes, 3 * kGiB + 3 * kGiB / 20);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator
 

@@ -453,6 +453,114 @@ TEST_F(SchedulerTest, MeasuredPeaksGoIntoTheHistory) {
   EXPECT_EQ(demand.wall, absl::Seconds(4));
 }
 
+v1::TaskResult Measured(int64_t peak, int64_t wall_ms) {
+  v1::TaskResult result = Completed(0);
+  result.set_peak_memory_bytes(peak);
+  result.set_wall_time_ms(wall_ms);
+  return result;
+}
+
+TEST_F(SchedulerTest, QueuedUnitsOfANeverBuiltFamilyLearnFromItsFirstRuns) {
+  // Six cold units of one folder family, all at the 2 GiB default: three
+  // forward kernels (closure "fwd") and three backward ones ("bwd").
+  std::string worker = AddWorker("w", "13.0", 1, 16 * kGiB);
+  std::vector<PlannedUnit> units = Units(6, 2 * kGiB);
+  for (int i = 0; i < 6; ++i) units[i].closure = i < 3 ? "fwd" : "bwd";
+  ASSERT_TRUE(SubmitUnits(units).ok());
+  std::optional<v1::Task> fwd0 = LeaseNow(worker);
+  ASSERT_TRUE(fwd0);
+  EXPECT_EQ(fwd0->reserved_bytes(), 2 * kGiB) << "nothing measured yet: the default";
+  ASSERT_TRUE(Report(worker, *fwd0, Measured(4 * kGiB, 3000)).ok());
+
+  std::optional<v1::Task> fwd1 = LeaseNow(worker);
+  ASSERT_TRUE(fwd1);
+  EXPECT_EQ(fwd1->unit().name(), "unit1");
+  EXPECT_EQ(fwd1->reserved_bytes(), 4 * kGiB + 4 * kGiB / 20)
+      << "its closure's first run, plus the margin";
+  ASSERT_TRUE(Report(worker, *fwd1, Measured(3 * kGiB, 2000)).ok());
+  std::optional<v1::Task> fwd2 = LeaseNow(worker);
+  ASSERT_TRUE(fwd2);
+  EXPECT_EQ(fwd2->reserved_bytes(), 4 * kGiB + 4 * kGiB / 20)
+      << "a high quantile of the closure's two runs";
+  ASSERT_TRUE(Report(worker, *fwd2, Measured(4 * kGiB, 3000)).ok());
+
+  // The backward kernels' closure was never measured: their folder's runs.
+  std::optional<v1::Task> bwd0 = LeaseNow(worker);
+  ASSERT_TRUE(bwd0);
+  EXPECT_EQ(bwd0->unit().name(), "unit3");
+  EXPECT_EQ(bwd0->reserved_bytes(), 4 * kGiB + 4 * kGiB / 20);
+  ASSERT_TRUE(Report(worker, *bwd0, Measured(6 * kGiB, 5000)).ok());
+  std::optional<v1::Task> bwd1 = LeaseNow(worker);
+  ASSERT_TRUE(bwd1);
+  EXPECT_EQ(bwd1->reserved_bytes(), 6 * kGiB + 6 * kGiB / 20)
+      << "its own closure's run, not the forward kernels'";
+  ASSERT_TRUE(Report(worker, *bwd1, Measured(6 * kGiB, 5000)).ok());
+
+  std::map<std::string, std::string> sources;
+  for (const auto& event : events_) {
+    if (event.has_unit_finished()) {
+      sources[event.unit_finished().unit_name()] = event.unit_finished().prediction_source();
+    }
+  }
+  EXPECT_EQ(sources["unit0"], "default");
+  EXPECT_EQ(sources["unit1"], "same closure");
+  EXPECT_EQ(sources["unit3"], "similar units");
+  EXPECT_EQ(sources["unit4"], "same closure");
+}
+
+TEST_F(SchedulerTest, UnitsLearnedToBeLongMoveAheadInTheQueue) {
+  // Four cold units, equal by the default: the queue keeps their order
+  // until the first runs of their closures show which are long.
+  std::string worker = AddWorker("w", "13.0", 1, 16 * kGiB);
+  std::vector<PlannedUnit> units = Units(4, 1 * kGiB);
+  for (int i = 0; i < 4; ++i) units[i].closure = i % 2 == 0 ? "short" : "long";
+  ASSERT_TRUE(SubmitUnits(units).ok());
+  std::vector<std::string> order;
+  for (int64_t wall_ms : {2000, 50000, 0, 0}) {
+    std::optional<v1::Task> task = LeaseNow(worker);
+    ASSERT_TRUE(task);
+    order.push_back(task->unit().name());
+    // Reported 100 s after the lease: times are clamped to how long it was held.
+    ASSERT_TRUE(Report(worker, *task, Measured(1 * kGiB, wall_ms > 0 ? wall_ms : 1000),
+                       kStart + absl::Seconds(100))
+                    .ok());
+  }
+  EXPECT_THAT(order, ::testing::ElementsAre("unit0", "unit1", "unit3", "unit2"))
+      << "unit3 shares the 50 s closure of unit1 and goes before unit2 (2 s)";
+}
+
+TEST_F(SchedulerTest, AMemoryKillTeachesTheQueuedUnitsOfItsFamily) {
+  std::string worker = AddWorker("w", "13.0", 1, 16 * kGiB);
+  ASSERT_TRUE(SubmitUnits(Units(3, 2 * kGiB)).ok());
+  std::optional<v1::Task> first = LeaseNow(worker);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(Report(worker, *first, KilledForMemory(5 * kGiB)).ok());
+  // The killed unit retries first, with a larger reservation of its own;
+  // the next, never run, reserves what the kill showed its family needs.
+  std::optional<v1::Task> retry = LeaseNow(worker);
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->unit().name(), "unit0");
+  ASSERT_TRUE(Report(worker, *retry, Measured(5 * kGiB, 1000)).ok());
+  std::optional<v1::Task> next = LeaseNow(worker);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->unit().name(), "unit1");
+  EXPECT_GE(next->reserved_bytes(), 5 * kGiB) << "not the 2 GiB default";
+}
+
+TEST_F(SchedulerTest, UnitsPredictedFromTheirOwnRunsKeepTheirPrediction) {
+  std::string worker = AddWorker("w", "13.0", 1, 16 * kGiB);
+  std::vector<PlannedUnit> units = Units(2, 1 * kGiB);
+  units[1].demand.basis = PredictionBasis::kOwnHistory;
+  units[1].demand.source = "history";
+  ASSERT_TRUE(SubmitUnits(units).ok());
+  std::optional<v1::Task> first = LeaseNow(worker);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(Report(worker, *first, Measured(7 * kGiB, 1000)).ok());
+  std::optional<v1::Task> second = LeaseNow(worker);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->reserved_bytes(), 1 * kGiB) << "its own history knows it better";
+}
+
 TEST_F(SchedulerTest, MemoryKillClimbsTheRetryLadderAndFailsNamingThePeak) {
   std::string small = AddWorker("small", "13.0", 2, 1 * kGiB);
   ASSERT_TRUE(SubmitUnits(Units(1, 200 * kMiB)).ok());
