@@ -23,6 +23,7 @@
 #include "client/embedded_cluster.h"
 #include "client/kernel_manifest.h"
 #include "client/link_step.h"
+#include "client/prediction_report.h"
 #include "client/scan_cache.h"
 #include "client/trace.h"
 #include "client/unit_request.h"
@@ -251,6 +252,7 @@ struct UnitReport {
   int64_t cpu_ms = 0;
   int64_t peak_bytes = 0;
   int64_t predicted_bytes = 0;
+  std::string prediction_source;
 };
 
 std::string Seconds(absl::Duration d) {
@@ -567,7 +569,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                           result.wall_time_ms(),
                           result.cpu_time_ms(),
                           result.peak_memory_bytes(),
-                          done.predicted_peak_bytes()};
+                          done.predicted_peak_bytes(),
+                          done.prediction_source()};
         reports.push_back(report);
         out << absl::StrFormat(
             "  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
@@ -741,7 +744,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   absl::Duration compile_time = absl::Now() - compile_start;
 
   int cached = 0;
-  int above_prediction = 0;
+  PredictionReport predictions;
   int64_t cpu_ms = 0;
   const UnitReport* largest = nullptr;
   std::map<std::string, int> per_worker;
@@ -751,7 +754,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       continue;
     }
     cpu_ms += report.cpu_ms;
-    if (report.peak_bytes > report.predicted_bytes) ++above_prediction;
+    predictions.Add(report.peak_bytes, report.predicted_bytes, report.prediction_source);
     ++per_worker[report.worker];
     if (largest == nullptr || report.peak_bytes > largest->peak_bytes) largest = &report;
   }
@@ -852,9 +855,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     out << absl::StrFormat("  compile   %.1f s of CPU; largest peak %s (%s)\n", cpu_ms / 1000.0,
                            FormatByteSize(largest->peak_bytes), largest->name);
   }
-  if (total > cached) {
-    out << "  memory    " << (total - cached - above_prediction) << " of " << (total - cached)
-        << " units peaked within their predicted reservation\n";
+  if (std::string described = predictions.Describe(); !described.empty()) {
+    out << "  memory    " << described << "\n";
   }
   if (!verified.empty()) out << "  verify    " << verified << "\n";
   out << "  link      " << DescribeLink(link.argv, objects) << "\n";

@@ -22,6 +22,7 @@
 #include "client/coordinator_text.h"
 #include "client/embedded_cluster.h"
 #include "client/launcher.h"
+#include "client/prediction_report.h"
 #include "client/progress.h"
 #include "client/remote_compile.h"
 #include "client/scan_cache.h"
@@ -52,7 +53,7 @@ struct SessionTally {
   std::map<std::string, int> per_worker;
   int64_t largest_peak = 0;
   std::string largest_name;
-  int within_prediction = 0;
+  PredictionReport predictions;
   int scans_cached = 0;  // includes from the scan cache: no nvcc -M ran
   std::string toolchain;
 };
@@ -165,7 +166,7 @@ class Session final : public v1::LauncherSession::Service {
     } else {
       ++tally_.remote;
       ++tally_.per_worker[result.worker];
-      if (result.peak_bytes <= result.predicted_bytes) ++tally_.within_prediction;
+      tally_.predictions.Add(result.peak_bytes, result.predicted_bytes, result.prediction_source);
       if (result.peak_bytes > tally_.largest_peak) {
         tally_.largest_peak = result.peak_bytes;
         tally_.largest_name = decision.plan.name;
@@ -465,8 +466,7 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       << (workers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(workers, ", "), ")")) << "\n";
   if (tally.remote > 0) {
     out << "  memory    largest peak " << FormatByteSize(tally.largest_peak) << " ("
-        << tally.largest_name << "); " << tally.within_prediction << " of " << tally.remote
-        << " units peaked within their predicted reservation\n";
+        << tally.largest_name << "); " << tally.predictions.Describe() << "\n";
   }
   if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
   if (!options.trace_path.empty()) {

@@ -204,6 +204,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   compiled.wall_ms = result.wall_time_ms();
   compiled.peak_bytes = result.peak_memory_bytes();
   compiled.predicted_bytes = finished->predicted_peak_bytes();
+  compiled.prediction_source = finished->prediction_source();
   compiled.toolchain = DescribeToolchain(toolchain);
   if (compiled.exit_code != 0) return compiled;
   if (result.outputs_size() != 1) {

@@ -32,8 +32,9 @@ struct RemoteCompileResult {
   int64_t wall_ms = 0;
   int64_t peak_bytes = 0;
   int64_t predicted_bytes = 0;
-  std::string toolchain;     // DescribeToolchain of the nvcc it compiled with
-  bool scan_cached = false;  // its includes came from the scan cache: no nvcc -M ran
+  std::string prediction_source;  // what the coordinator predicted it from
+  std::string toolchain;          // DescribeToolchain of the nvcc it compiled with
+  bool scan_cached = false;       // its includes came from the scan cache: no nvcc -M ran
   // When each step ended, for --trace: the call came, its includes were
   // scanned, its inputs uploaded, a worker started it (InfinitePast when it
   // came from the cache), it finished, its object was written here.
