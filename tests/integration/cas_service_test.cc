@@ -4,6 +4,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <filesystem>
+
 #include "common/cas_client.h"
 #include "common/files.h"
 #include "coordinator/coordinator.h"
@@ -110,6 +113,53 @@ TEST_F(CasServiceTest, ReadingAMissingBlobIsNotFound) {
 TEST_F(CasServiceTest, MalformedDigestIsInvalidArgument) {
   absl::StatusOr<std::vector<Digest>> missing = client_->FindMissing({Digest{"xyz", 3}});
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A batch is stored as a batch (CasStore::PutMany); each blob's digest is
+// still checked before it names a file: a malformed one is refused on its
+// own, writes nothing anywhere, and does not cost the good blobs beside it.
+TEST_F(CasServiceTest, BatchBlobsWithMalformedDigestsAreRefusedOneByOne) {
+  const std::string good = "a good blob";
+  const std::string sha = DigestOf(good).hash;
+  std::string upper = sha;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  struct Bad {
+    std::string hash;
+    int64_t size;
+  };
+  const std::vector<Bad> bad = {
+      {"../../escaped", static_cast<int64_t>(good.size())},
+      {"/tmp/absolute", static_cast<int64_t>(good.size())},
+      {sha.substr(0, 63), static_cast<int64_t>(good.size())},
+      {sha + "0", static_cast<int64_t>(good.size())},
+      {upper, static_cast<int64_t>(good.size())},
+      {std::string(64, 'g'), static_cast<int64_t>(good.size())},
+      {"", static_cast<int64_t>(good.size())},
+      {sha, -1},
+  };
+  v1::BatchUpdateBlobsRequest request;
+  for (const Bad& b : bad) {
+    auto* blob = request.add_blobs();
+    blob->mutable_digest()->set_hash(b.hash);
+    blob->mutable_digest()->set_size_bytes(b.size);
+    blob->set_data(good);
+  }
+  auto* fine = request.add_blobs();
+  *fine->mutable_digest() = ToProto(DigestOf(good));
+  fine->set_data(good);
+  v1::BatchUpdateBlobsResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->BatchUpdateBlobs(&context, request, &response).ok());
+  ASSERT_EQ(response.results_size(), static_cast<int>(bad.size()) + 1);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_EQ(response.results(i).code(), static_cast<int>(absl::StatusCode::kInvalidArgument))
+        << "'" << bad[i].hash << "' size " << bad[i].size;
+  }
+  EXPECT_EQ(response.results(bad.size()).code(), 0) << response.results(bad.size()).message();
+  absl::StatusOr<std::vector<Digest>> missing = client_->FindMissing({DigestOf(good)});
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_TRUE(missing->empty()) << "the good blob is stored";
+  EXPECT_FALSE(std::filesystem::exists("/tmp/absolute")) << "nothing written where a hash pointed";
 }
 
 }  // namespace
