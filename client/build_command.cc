@@ -390,6 +390,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
   WorkspaceFiles files;
+  files.known_digest = [&](const std::string& path) { return scan_cache.KnownDigest(path); };
   std::map<std::string, std::string> local_objects;  // unit name -> local path
   for (const LocalUnit& local : plan.units) {
     v1::CompileUnit* unit = request.add_units();

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -347,7 +348,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   } remove_folder{folder};
   const std::string session_address = "unix:" + folder + "/session";
 
-  RemoteCompiler compiler(channel, address, UsableCores(), ScanCache::FolderFor(options.state_dir));
+  RemoteCompiler compiler(channel, address, UsableCores(), ScanCache::FolderFor(options.state_dir),
+                          options.state_dir);
   ArchCheck arch(options.target_gpus, options.strict_arch);
   BuildTrace trace;
   // On a terminal, one status line at the bottom; the command's output then
@@ -414,11 +416,18 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
     }
   });
   // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it.
-  absl::Notification ended;
+  // The watch wakes at once either way: on the cancel's eventfd, or on
+  // `ended_pipe` when the command ends (it used to poll every 100 ms, and
+  // every build waited up to that long after its command had ended).
+  int ended_pipe[2] = {-1, -1};
+  if (pipe2(ended_pipe, O_CLOEXEC) != 0) ended_pipe[0] = ended_pipe[1] = -1;
+  std::atomic<bool> ended{false};
   std::thread stop([&] {
     if (options.cancel == nullptr) return;
-    while (!ended.HasBeenNotified()) {
-      if (options.cancel->WaitFor(absl::Milliseconds(100))) {
+    while (!ended.load()) {
+      pollfd ready[2] = {{options.cancel->fd(), POLLIN, 0}, {ended_pipe[0], POLLIN, 0}};
+      poll(ready, 2, 100);
+      if (options.cancel->cancelled()) {
         kill(*child, SIGTERM);
         return;
       }
@@ -427,9 +436,13 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   int status = 0;
   while (waitpid(*child, &status, 0) < 0 && errno == EINTR) {
   }
-  ended.Notify();
+  ended.store(true);
+  if (ended_pipe[1] >= 0) (void)!write(ended_pipe[1], "x", 1);
   child_ended.Notify();
   stop.join();
+  for (int fd : ended_pipe) {
+    if (fd >= 0) close(fd);
+  }
   status_line.join();
   for (std::thread& forwarder : forwarders) forwarder.join();
   display.Finish();

@@ -292,7 +292,7 @@ int RunLauncher(int argc, char** argv) {
     return 2;
   }
   RemoteCompiler compiler(OpenChannel(coordinator, *tls), coordinator, 1,
-                          ScanCache::FolderFor(DefaultStateDir()));
+                          ScanCache::FolderFor(DefaultStateDir()), DefaultStateDir());
   LauncherOutcome outcome = CompileOrRunHere(compiler, call, decision, nullptr, fallback_local);
   if (verbose && outcome.remote) {
     std::cerr << "distcc-cuda: " << decision.plan.name << " compiled on " << outcome.remote->worker

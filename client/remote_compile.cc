@@ -2,6 +2,7 @@
 #include "client/remote_compile.h"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -24,19 +25,25 @@ namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 
 RemoteCompiler::RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address,
-                               int scan_slots, std::string scan_cache_folder)
+                               int scan_slots, std::string scan_cache_folder, std::string state_dir)
     : channel_(std::move(channel)),
       address_(std::move(address)),
       scans_free_(std::max(1, scan_slots)),
-      scan_cache_folder_(std::move(scan_cache_folder)) {}
+      scan_cache_folder_(std::move(scan_cache_folder)),
+      state_dir_(std::move(state_dir)) {}
 
 absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::string& nvcc) {
-  {
+  auto known = [&]() -> std::optional<v1::ToolchainFingerprint> {
     absl::MutexLock lock(&mu_);
     auto found = toolchains_.find(nvcc);
-    if (found != toolchains_.end()) return found->second;
-  }
-  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ComputeToolchainFingerprint(nvcc));
+    if (found == toolchains_.end()) return std::nullopt;
+    return found->second;
+  };
+  if (std::optional<v1::ToolchainFingerprint> toolchain = known()) return *toolchain;
+  absl::MutexLock fingerprinting(&fingerprinting_);
+  if (std::optional<v1::ToolchainFingerprint> toolchain = known()) return *toolchain;
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
+                   ComputeToolchainFingerprint(nvcc, "g++", state_dir_));
   absl::MutexLock lock(&mu_);
   toolchains_[nvcc] = toolchain;
   return toolchain;
@@ -116,6 +123,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   }
   unit->add_output_paths(object);
   WorkspaceFiles files;
+  files.known_digest = [&](const std::string& path) { return scan_cache.KnownDigest(path); };
   std::set<std::string> seen;
   for (const std::string& path : closure) {
     if (!seen.insert(path).second) continue;

@@ -51,9 +51,10 @@ class RemoteCompiler {
   // `address` only names the coordinator in messages. At most `scan_slots`
   // dependency passes (nvcc -M) run here at once, however many calls wait.
   // Scans are answered from the scan cache in `scan_cache_folder` where
-  // nothing changed ("": no scan cache).
+  // nothing changed ("": no scan cache). Each nvcc's toolchain is
+  // fingerprinted once, its files' hashes kept in `state_dir` ("": hashed).
   RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address, int scan_slots,
-                 std::string scan_cache_folder);
+                 std::string scan_cache_folder, std::string state_dir = "");
 
   // Compiles `call` (planned by DecideWhereToCompile) on the cluster. Returns
   // nvcc's exit code and output; on exit code 0 the object is at the call's
@@ -73,9 +74,13 @@ class RemoteCompiler {
   std::shared_ptr<grpc::Channel> channel_;
   std::string address_;
   absl::Mutex mu_;
+  // Held while a toolchain is fingerprinted, so that calls arriving together
+  // hash it once.
+  absl::Mutex fingerprinting_ ABSL_ACQUIRED_BEFORE(mu_);
   std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
   int scans_free_ ABSL_GUARDED_BY(mu_);
   const std::string scan_cache_folder_;
+  const std::string state_dir_;
 };
 
 // A launcher call's answer, and the remote result when it compiled there.

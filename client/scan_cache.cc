@@ -236,7 +236,11 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
   }
   ++hits_;
   ScanAnswer answer;
-  for (const v1::ScanCacheEntry::File& file : entry.files()) answer.files.push_back(file.path());
+  absl::MutexLock lock(&known_mu_);
+  for (const v1::ScanCacheEntry::File& file : entry.files()) {
+    answer.files.push_back(file.path());
+    known_[file.path()] = Digest{file.sha256(), file.size()};
+  }
   answer.dependency_text = entry.dependency_text();
   return answer;
 }
@@ -269,10 +273,19 @@ void ScanCache::Remember(const ScanQuestion& question, const ScanAnswer& answer,
     SetStat(before, file);
     if (!SameStat(after, *file)) return;  // changed while it was hashed
     file->set_sha256(digest->hash);
+    absl::MutexLock lock(&known_mu_);
+    known_[path] = *digest;
   }
   const std::string path = EntryPath(entry.question());
   if (!MakeDirectories(fs::path(path).parent_path().string()).ok()) return;
   (void)WriteFileAtomically(path, Packed(entry.SerializeAsString()));
+}
+
+std::optional<Digest> ScanCache::KnownDigest(const std::string& path) const {
+  absl::MutexLock lock(&known_mu_);
+  auto it = known_.find(path);
+  if (it == known_.end()) return std::nullopt;
+  return it->second;
 }
 
 int ScanCache::Trim(int64_t max_bytes) {

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -76,6 +77,10 @@ struct WorkspaceFiles {
   CheckedUnitParts checked;
   // The BuildPlan blob of a build too large for one message (PackLargeBuild).
   std::vector<BlobSource> plan;
+  // Where set, the digest of a file already known to be current (the scan
+  // cache vouched for it: ScanCache::KnownDigest); InputFor hashes the
+  // others.
+  std::function<std::optional<Digest>(const std::string& path)> known_digest;
 
   // Everything to upload: the files, the folders that name them, the plan.
   std::vector<BlobSource> AllBlobs() const;
@@ -133,8 +138,9 @@ absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>
                            const std::string& source, WorkspaceFiles& files,
                            const std::vector<std::string>& system_prefixes);
 
-// The input for the file at absolute `path`, relative to `root`; hashed and
-// added to `files` the first time.
+// The input for the file at absolute `path`, relative to `root`; hashed
+// (unless `files.known_digest` knows it) and added to `files` the first
+// time.
 absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
                                        WorkspaceFiles& files);
 

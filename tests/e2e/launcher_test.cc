@@ -128,9 +128,18 @@ TEST_F(LauncherTest, ACompileRunsOnAWorkerAndWritesNvccsObjectAndDependencyFile)
   // Files written less than 100 ms before a scan are too new for the scan
   // cache to remember.
   absl::SleepFor(absl::Milliseconds(250));
-  ProcessResult session = Session(command, proj_);
+  const std::vector<std::string> state = {"--state-dir", root_ + "/client-state"};
+  ProcessResult session = Session(command, proj_, {}, state);
   ASSERT_EQ(session.exit_code, 0) << session.stderr_text;
   EXPECT_THAT(session.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  // The session hashed the toolkit (150 MB) once and kept the hashes for
+  // the next build, as the plan form does.
+  int kept = 0;
+  for (const auto& entry : fs::directory_iterator(root_ + "/client-state")) {
+    kept += absl::StartsWith(entry.path().filename().string(), "toolchain-") &&
+            absl::EndsWith(entry.path().string(), ".hashes");
+  }
+  EXPECT_EQ(kept, 1);
   EXPECT_THAT(session.stderr_text, HasSubstr("workers   1 (l-"));
   EXPECT_THAT(session.stderr_text, Not(HasSubstr("here ")));
   absl::StatusOr<std::string> remote_object = ReadFile(proj_ + "/obj/k.o");
@@ -155,7 +164,7 @@ TEST_F(LauncherTest, ACompileRunsOnAWorkerAndWritesNvccsObjectAndDependencyFile)
   // Again: the result cache answers, and the object is the same; the scan
   // cache answers the include scan and writes nvcc's dependency file.
   fs::remove(proj_ + "/obj/k.d");
-  ProcessResult again = Session(command, proj_);
+  ProcessResult again = Session(command, proj_, {}, state);
   ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
   EXPECT_THAT(again.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
   EXPECT_THAT(again.stderr_text,

@@ -260,6 +260,41 @@ TEST_F(ScanCacheTest, ADamagedEntryIsAMissAndIsWrittenAgain) {
   EXPECT_EQ(scans, 0) << "the entry was not written again";
 }
 
+// What the cache vouched for in this process (the files of an answer it
+// gave or remembered) needs no hashing again; what it has not seen, or saw
+// change, it does not vouch for.
+TEST_F(ScanCacheTest, ItVouchesForTheDigestsOfTheFilesOfItsAnswers) {
+  const std::string b = proj_ + "/inc1/sub/b.h";
+  int scans = 0;
+  {
+    ScanCache cache = Cache();
+    EXPECT_FALSE(cache.KnownDigest(b).has_value()) << "nothing scanned yet";
+    Scan(cache, &scans);
+    ASSERT_EQ(scans, 1);
+    EXPECT_EQ(cache.KnownDigest(b), DigestOfFile(b).value()) << "hashed when remembered";
+  }
+  ScanCache cache = Cache();  // a new process: the entry on disk only
+  EXPECT_FALSE(cache.KnownDigest(b).has_value());
+  Scan(cache, &scans);
+  ASSERT_EQ(scans, 0);
+  for (const std::string& file : {proj_ + "/src/k.cu", proj_ + "/inc1/a.h", b}) {
+    EXPECT_EQ(cache.KnownDigest(file), DigestOfFile(file).value()) << file;
+  }
+  EXPECT_FALSE(cache.KnownDigest(proj_ + "/inc2/a.h").has_value()) << "never read";
+  // Edited (same size, other bytes): the next answer hashes it again.
+  absl::StatusOr<std::string> header = ReadFile(b);
+  ASSERT_TRUE(header.ok());
+  std::string edited = *header;
+  edited[edited.size() - 2] = ' ';
+  Write("inc1/sub/b.h", edited);
+  Settle();
+  ScanCache after = Cache();
+  Scan(after, &scans);
+  EXPECT_EQ(scans, 1);
+  EXPECT_EQ(after.KnownDigest(b), DigestOfFile(b).value());
+  EXPECT_NE(after.KnownDigest(b), cache.KnownDigest(b));
+}
+
 TEST(ScanCacheFolderTest, FollowsTheStateDirUnlessTheEnvironmentSays) {
   unsetenv("DISTCC_CUDA_SCAN_CACHE");
   EXPECT_EQ(ScanCache::FolderFor("/state"), "/state/scan");

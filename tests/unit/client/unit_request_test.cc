@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/nvcc_args.h"
+#include "tests/support/test_paths.h"
 
 namespace distcc_cuda::client {
 namespace {
@@ -122,7 +125,7 @@ TEST(UnitRequestTest, EachTreesFilesAreCheckedOnceAndEachUnitWithItsOwnFiles) {
 // tree is the one the full list makes (CheckAndMoveIntoInputTree), so the
 // coordinator sees the same units either way.
 TEST(UnitRequestTest, UnitsWithTheSameClosureShareTheTreeWithoutListingIt) {
-  absl::StatusOr<std::string> dir = MakeTempDirectory(testing::TempDir(), "closure-");
+  absl::StatusOr<std::string> dir = MakeTempDirectory(::testing::TempDir(), "closure-");
   ASSERT_TRUE(dir.ok()) << dir.status();
   const std::string root = *dir + "/workspace";
   std::vector<std::string> headers;
@@ -201,6 +204,69 @@ TEST(UnitRequestTest, UnitsWithTheSameClosureShareTheTreeWithoutListingIt) {
 
 // No count of units meets the 8 MiB limit on one message: a large build
 // sends its units as a blob.
+// A digest the scan cache vouched for is taken as it is: a rebuild's
+// inputs are not hashed twice. Files it does not know are hashed.
+TEST(UnitRequestTest, InputForTakesTheDigestsTheScanCacheKnows) {
+  const std::string dir = AbsolutePath(testing::NewTempDir("unit_request-"));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/known.h", "known").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/new.h", "new").ok());
+  // Not the file's own digest, so that taking it cannot be mistaken for
+  // hashing the file.
+  const Digest vouched = DigestOf("what the scan cache remembered");
+  WorkspaceFiles files;
+  std::vector<std::string> asked;
+  files.known_digest = [&](const std::string& path) -> std::optional<Digest> {
+    asked.push_back(path);
+    if (path == dir + "/known.h") return vouched;
+    return std::nullopt;
+  };
+  absl::StatusOr<v1::InputFile> known = InputFor(dir + "/known.h", dir, files);
+  absl::StatusOr<v1::InputFile> unknown = InputFor(dir + "/new.h", dir, files);
+  ASSERT_TRUE(known.ok() && unknown.ok());
+  EXPECT_EQ(FromProto(known->digest()), vouched);
+  EXPECT_EQ(FromProto(unknown->digest()), DigestOf("new"));
+  EXPECT_EQ(known->path(), "known.h");
+  ASSERT_EQ(files.blobs.size(), 2u);
+  EXPECT_EQ(files.blobs[0].digest, vouched);
+  // Each path is asked once; the second time it is the build's own.
+  ASSERT_TRUE(InputFor(dir + "/known.h", dir, files).ok());
+  EXPECT_EQ(asked.size(), 2u);
+}
+
+// The closure's files are read through links: a link to a private file or
+// folder of this machine, anywhere in the path, is refused naming both;
+// folders are resolved once for all the files in them.
+TEST(UnitRequestTest, AClosureThatReadsAPrivateFileThroughALinkIsRefused) {
+  const std::string dir = AbsolutePath(testing::NewTempDir("closure-links-"));
+  std::vector<std::string> closure;
+  for (int folder = 0; folder < 20; ++folder) {
+    for (int file = 0; file < 10; ++file) {
+      const std::string path = absl::StrCat(dir, "/inc/f", folder, "/h", file, ".h");
+      ASSERT_TRUE(WriteFileAtomically(path, "").ok());
+      closure.push_back(path);
+    }
+  }
+  closure.push_back(dir + "/inc/f3/../f4/h1.h");
+  closure.push_back(dir + "/not-there.h");  // nvcc's answer, gone since: not a private file
+  EXPECT_TRUE(CheckClosure("unit k", closure).ok());
+
+  std::filesystem::create_directories(dir + "/linked");
+  std::filesystem::create_symlink("/etc", dir + "/linked/etc");
+  std::filesystem::create_symlink("/etc/hostname", dir + "/inc/f7/hostname.h");
+  std::filesystem::create_symlink(dir + "/inc/f2", dir + "/inc/harmless");
+  EXPECT_TRUE(CheckClosure("unit k", {dir + "/inc/harmless/h1.h"}).ok())
+      << "a link that stays in the project";
+  for (const std::string& path : {dir + "/linked/etc/hostname", dir + "/inc/f7/hostname.h",
+                                  dir + "/linked/etc/../etc/hostname"}) {
+    std::vector<std::string> with = closure;
+    with.insert(with.begin() + 50, path);
+    absl::Status checked = CheckClosure("unit k", with);
+    EXPECT_FALSE(checked.ok()) << path;
+    EXPECT_THAT(checked.message(), HasSubstr("unit k reads " + path)) << checked;
+    EXPECT_THAT(checked.message(), HasSubstr("(a link to /etc/hostname)")) << checked;
+  }
+}
+
 TEST(UnitRequestTest, ALargeBuildTravelsAsAPlanBlob) {
   v1::SubmitBuildRequest request;
   request.set_build_name("cutlass");
