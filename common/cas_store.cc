@@ -307,15 +307,29 @@ absl::Status CasStore::Verify(const Digest& digest) const {
   Used(digest);
   {
     absl::MutexLock lock(&mu_);
+    auto settled = [this, &digest]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return verifying_.count(digest.hash) == 0;
+    };
+    mu_.Await(absl::Condition(&settled));
     if (verified_.count(digest.hash)) return absl::OkStatus();
+    if (!Contains(digest)) {  // the caller before found it damaged
+      return absl::NotFoundError(absl::StrCat("blob ", digest.ToString(), " is not in the store"));
+    }
+    verifying_.insert(digest.hash);
   }
   absl::StatusOr<Digest> actual = DigestOfFile(PathOf(digest));
-  if (actual.ok() && *actual == digest) {
-    MarkVerified(digest);
-    return absl::OkStatus();
+  const bool good = actual.ok() && *actual == digest;
+  // Removed before the callers waiting on it look again.
+  if (!good) {
+    Discard(digest, actual.ok() ? absl::StrCat("its bytes hash to ", actual->hash.substr(0, 16))
+                                : std::string(actual.status().message()));
   }
-  Discard(digest, actual.ok() ? absl::StrCat("its bytes hash to ", actual->hash.substr(0, 16))
-                              : std::string(actual.status().message()));
+  {
+    absl::MutexLock lock(&mu_);
+    verifying_.erase(digest.hash);
+    if (good) verified_.insert(digest.hash);
+  }
+  if (good) return absl::OkStatus();
   return absl::DataLossError(
       absl::StrCat("blob ", digest.ToString(), " was damaged on disk and has been removed"));
 }

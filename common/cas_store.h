@@ -105,7 +105,8 @@ class CasStore {
   // read and hashed once per store opened (so after every restart, when a
   // disk may have damaged it) and then remembered. A blob that does not
   // match is removed, so that it is uploaded or rebuilt again: DATA_LOSS;
-  // NOT_FOUND if absent.
+  // NOT_FOUND if absent. Callers verifying the same blob at once hash it
+  // once.
   absl::Status Verify(const Digest& digest) const;
   // Removes a blob that a reader found damaged (its bytes do not hash to its
   // digest), and logs it.
@@ -175,7 +176,11 @@ class CasStore {
   std::string root_;
   const int64_t max_bytes_;
   mutable absl::Mutex mu_;
-  mutable std::unordered_set<std::string> verified_ ABSL_GUARDED_BY(mu_);      // hashes
+  mutable std::unordered_set<std::string> verified_ ABSL_GUARDED_BY(mu_);  // hashes
+  // Blobs being hashed by a Verify now: another Verify of the same blob
+  // waits for its verdict instead of hashing it too (the first units of a
+  // build ask for the same headers at once).
+  mutable std::unordered_set<std::string> verifying_ ABSL_GUARDED_BY(mu_);
   mutable std::unordered_map<std::string, Entry> index_ ABSL_GUARDED_BY(mu_);  // by hash
   mutable int64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::unordered_map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);  // hash -> count

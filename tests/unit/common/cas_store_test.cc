@@ -9,10 +9,12 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -144,6 +146,43 @@ TEST_F(CasStoreTest, AStoreOpenedAgainFindsABlobDamagedAtTheSameSizeAndRemovesIt
   // Uploaded again, it is whole again.
   ASSERT_TRUE((*reopened)->Put(digest, "header v1").ok());
   EXPECT_TRUE((*reopened)->Verify(digest).ok());
+}
+
+// The first units of a build ask for the same headers at once: each blob
+// is hashed by one caller, the others wait for its verdict. A damaged blob
+// is found damaged once (DATA_LOSS), and then is not in the store.
+TEST_F(CasStoreTest, CallersVerifyingTheSameBlobAtOnceHashItOnce) {
+  const std::string big(32 << 20, 'h');  // hashing takes long enough to overlap
+  const Digest good = DigestOf(big);
+  std::string other = big;
+  other[0] = 'x';
+  const Digest damaged = DigestOf(other);
+  ASSERT_TRUE(store_->Put(good, big).ok());
+  ASSERT_TRUE(store_->Put(damaged, other).ok());
+  Damage(store_->PathOf(damaged), big);  // the same size, other bytes
+  absl::StatusOr<std::unique_ptr<CasStore>> reopened = CasStore::Open(dir_ + "/cas");
+  ASSERT_TRUE(reopened.ok());
+  constexpr int kCallers = 8;
+  std::vector<absl::Status> goods(kCallers), damages(kCallers);
+  absl::Notification go;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      go.WaitForNotification();
+      damages[i] = (*reopened)->Verify(damaged);
+      goods[i] = (*reopened)->Verify(good);
+    });
+  }
+  go.Notify();
+  for (std::thread& caller : callers) caller.join();
+  int data_loss = 0;
+  for (int i = 0; i < kCallers; ++i) {
+    EXPECT_TRUE(goods[i].ok()) << goods[i];
+    data_loss += absl::IsDataLoss(damages[i]);
+    EXPECT_TRUE(absl::IsDataLoss(damages[i]) || absl::IsNotFound(damages[i])) << damages[i];
+  }
+  EXPECT_EQ(data_loss, 1) << "the damaged blob was hashed by more than one caller";
+  EXPECT_FALSE(fs::exists(store_->PathOf(damaged)));
 }
 
 TEST_F(CasStoreTest, MaterializeRefusesADamagedBlobAndRemovesIt) {
