@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "client/unit_request.h"
 #include "client/verify.h"
 #include "common/byte_size.h"
+#include "common/cancellation.h"
 #include "common/cas_client.h"
 #include "common/compile_identity.h"
 #include "common/fatbin.h"
@@ -463,25 +465,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   // seeing its client go, stops the build's units on the workers.
   absl::Mutex stream_mu;
   grpc::ClientContext* stream_context = nullptr;  // guarded by stream_mu
-  absl::Notification stream_ended;
-  std::thread cancel_watch([&] {
-    if (options.cancel == nullptr) return;
-    while (!stream_ended.HasBeenNotified()) {
-      if (options.cancel->WaitFor(absl::Milliseconds(50))) {
-        absl::MutexLock lock(&stream_mu);
-        if (stream_context != nullptr) stream_context->TryCancel();
-        return;
-      }
-    }
+  std::optional<CancelWatch> cancel_watch;
+  cancel_watch.emplace(options.cancel, [&] {
+    absl::MutexLock lock(&stream_mu);
+    if (stream_context != nullptr) stream_context->TryCancel();
   });
-  struct JoinAtExit {
-    std::thread& thread;
-    absl::Notification& ended;
-    ~JoinAtExit() {
-      if (!ended.HasBeenNotified()) ended.Notify();
-      thread.join();
-    }
-  } join_watch{cancel_watch, stream_ended};
   std::set<std::string> started;  // units a worker began and that have not finished
   std::vector<UnitReport> reports;
   std::set<std::string> have;  // units whose result is here (in `reports`)
@@ -703,7 +691,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     out << "distcc-cuda: the coordinator is back after " << Seconds(absl::Now() - lost_at)
         << "; submitting the build again (" << reuploaded << " inputs uploaded again)\n";
   }
-  stream_ended.Notify();
+  cancel_watch.reset();
   if (resubmissions > 0) {
     out << "distcc-cuda: after " << resubmissions << " resubmission"
         << (resubmissions > 1 ? "s" : "") << ", " << came_back_cached

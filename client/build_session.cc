@@ -12,6 +12,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "client/scan_cache.h"
 #include "client/trace.h"
 #include "common/byte_size.h"
+#include "common/cancellation.h"
 #include "common/files.h"
 #include "common/host_resources.h"
 #include "common/status.h"
@@ -415,34 +417,15 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       display.SetStatus(StatusLine(now.remote + now.cached, absl::Now() - start, cluster));
     }
   });
-  // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it.
-  // The watch wakes at once either way: on the cancel's eventfd, or on
-  // `ended_pipe` when the command ends (it used to poll every 100 ms, and
-  // every build waited up to that long after its command had ended).
-  int ended_pipe[2] = {-1, -1};
-  if (pipe2(ended_pipe, O_CLOEXEC) != 0) ended_pipe[0] = ended_pipe[1] = -1;
-  std::atomic<bool> ended{false};
-  std::thread stop([&] {
-    if (options.cancel == nullptr) return;
-    while (!ended.load()) {
-      pollfd ready[2] = {{options.cancel->fd(), POLLIN, 0}, {ended_pipe[0], POLLIN, 0}};
-      poll(ready, 2, 100);
-      if (options.cancel->cancelled()) {
-        kill(*child, SIGTERM);
-        return;
-      }
-    }
-  });
+  // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it;
+  // the watch ends at once when the command does.
+  std::optional<CancelWatch> stop;
+  stop.emplace(options.cancel, [&] { kill(*child, SIGTERM); });
   int status = 0;
   while (waitpid(*child, &status, 0) < 0 && errno == EINTR) {
   }
-  ended.store(true);
-  if (ended_pipe[1] >= 0) (void)!write(ended_pipe[1], "x", 1);
+  stop.reset();
   child_ended.Notify();
-  stop.join();
-  for (int fd : ended_pipe) {
-    if (fd >= 0) close(fd);
-  }
   status_line.join();
   for (std::thread& forwarder : forwarders) forwarder.join();
   display.Finish();

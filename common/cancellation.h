@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -44,6 +45,23 @@ class CancelToken {
   mutable absl::Mutex mu_;
   std::string reason_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs `on_cancel` once, on a thread of its own, if `token` is cancelled
+// while the watch lives (a build's Ctrl-C ending a stream or a command).
+// Ending the watch wakes that thread: the destructor returns at once, not
+// after a poll interval. A null token watches nothing and starts no thread.
+class CancelWatch {
+ public:
+  CancelWatch(const CancelToken* token, std::function<void()> on_cancel);
+  ~CancelWatch();
+  CancelWatch(const CancelWatch&) = delete;
+  CancelWatch& operator=(const CancelWatch&) = delete;
+
+ private:
+  int ended_fd_ = -1;  // an eventfd written when the watch ends
+  std::atomic<bool> ended_{false};
+  std::thread thread_;
 };
 
 }  // namespace distcc_cuda
