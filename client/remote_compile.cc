@@ -4,14 +4,13 @@
 #include <filesystem>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "client/coordinator_text.h"
 #include "client/dependency_scan.h"
 #include "client/trace.h"
 #include "client/unit_request.h"
+#include "common/cancellation.h"
 #include "common/cas_client.h"
 #include "common/files.h"
 #include "common/nvcc_args.h"
@@ -143,44 +142,54 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
                      "when it cannot be reached"));
   };
   CasClient cas(v1::ContentStore::NewStub(channel_));
-  absl::StatusOr<int> uploaded = cas.UploadMissing(files.AllBlobs());
-  if (!uploaded.ok()) {
-    if (absl::IsUnavailable(uploaded.status())) {
-      return unreachable(std::string(uploaded.status().message()));
-    }
-    return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
-  }
-  compiled.uploaded = absl::Now();
-
-  grpc::ClientContext context;
-  absl::Notification done;
-  std::thread watch([&] {
-    if (cancel == nullptr) return;
-    while (!done.HasBeenNotified()) {
-      if (cancel->WaitFor(absl::Milliseconds(50))) {
-        context.TryCancel();
-        return;
+  // The unit goes first: a result the coordinator holds needs none of its
+  // inputs, so an unchanged rebuild uploads nothing and asks for nothing.
+  // A coordinator that lacks an input says so (FAILED_PRECONDITION); the
+  // missing ones are uploaded and the unit sent again.
+  struct Submitted {
+    grpc::Status status;
+    std::optional<v1::BuildEvent::UnitFinished> finished;
+    std::string failure;
+  };
+  auto submit = [&]() {
+    Submitted submitted;
+    grpc::ClientContext context;
+    std::optional<CancelWatch> watch;
+    watch.emplace(cancel, [&context] { context.TryCancel(); });
+    auto reader = v1::BuildService::NewStub(channel_)->SubmitBuild(&context, request);
+    v1::BuildEvent event;
+    while (reader->Read(&event)) {
+      MakePrintable(event);
+      if (event.has_unit_started()) {
+        compiled.started = CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
+      } else if (event.has_unit_finished()) {
+        compiled.finished = CoordinatorTimeOrNow(event.unit_finished().finished_unix_micros());
+        submitted.finished = event.unit_finished();
+      } else if (event.has_finished() && !event.finished().success() && !submitted.finished) {
+        submitted.failure = event.finished().message();
       }
     }
-  });
-  auto reader = v1::BuildService::NewStub(channel_)->SubmitBuild(&context, request);
-  v1::BuildEvent event;
-  std::optional<v1::BuildEvent::UnitFinished> finished;
-  std::string failure;
-  while (reader->Read(&event)) {
-    MakePrintable(event);
-    if (event.has_unit_started()) {
-      compiled.started = CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
-    } else if (event.has_unit_finished()) {
-      compiled.finished = CoordinatorTimeOrNow(event.unit_finished().finished_unix_micros());
-      finished = event.unit_finished();
-    } else if (event.has_finished() && !event.finished().success() && !finished) {
-      failure = event.finished().message();
+    submitted.status = reader->Finish();
+    watch.reset();
+    return submitted;
+  };
+  compiled.uploaded = absl::Now();  // nothing to upload, until the coordinator asks
+  Submitted submitted = submit();
+  if (submitted.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      !(cancel != nullptr && cancel->cancelled())) {
+    absl::StatusOr<int> uploaded = cas.UploadMissing(files.AllBlobs());
+    if (!uploaded.ok()) {
+      if (absl::IsUnavailable(uploaded.status())) {
+        return unreachable(std::string(uploaded.status().message()));
+      }
+      return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
     }
+    compiled.uploaded = absl::Now();
+    submitted = submit();
   }
-  grpc::Status status = reader->Finish();
-  done.Notify();
-  watch.join();
+  const grpc::Status& status = submitted.status;
+  const std::optional<v1::BuildEvent::UnitFinished>& finished = submitted.finished;
+  const std::string& failure = submitted.failure;
   if (cancel != nullptr && cancel->cancelled()) {
     return absl::CancelledError(absl::StrCat("cancelled: ", cancel->reason()));
   }

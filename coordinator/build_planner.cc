@@ -434,6 +434,38 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
   return read;
 }
 
+std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildRequest& request,
+                                                        const PeakHistory* history,
+                                                        const BuildLimits& limits,
+                                                        const IsCached& is_cached) {
+  if (is_cached == nullptr || request.has_plan() || request.instantiation_sets_size() > 0 ||
+      request.units_size() == 0 || request.architecture_split() != v1::ARCHITECTURE_SPLIT_NEVER ||
+      !CheckBuildLimits(request, limits, nullptr).ok()) {
+    return std::nullopt;
+  }
+  const std::string& toolchain = request.toolchain().digest();
+  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
+  CheckedUnitParts checked;
+  std::set<std::string> names;
+  std::vector<PlannedUnit> planned;
+  for (const v1::CompileUnit& sent : request.units()) {
+    // A unit whose inputs are all in its tree, as PlanBuild would take it:
+    // mounted at the build's root, the root of all its inputs its tree's.
+    if (!sent.has_input_root() || sent.inputs_size() > 0) return std::nullopt;
+    const Digest root = FromProto(sent.input_root());
+    if (!ValidateDigest(root).ok() || !names.insert(sent.name()).second) return std::nullopt;
+    v1::CompileUnit unit = sent;
+    unit.set_workspace_root(request.workspace_root());
+    NvccCommand command;
+    if (!ValidateCompileUnit(unit, system_prefixes, &checked, &command).ok()) return std::nullopt;
+    const std::string family = absl::StrCat("folder:", unit.working_directory());
+    PlannedUnit plan = Plan(toolchain, std::move(unit), command, family, 1, history, root);
+    if (!is_cached(plan.action_digest)) return std::nullopt;
+    planned.push_back(std::move(plan));
+  }
+  return planned;
+}
+
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
     const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits,

@@ -2,6 +2,7 @@
 #include "coordinator/build_service.h"
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -53,14 +54,33 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
       StartDone("", read.status());
       return;
     }
+    const v1::SubmitBuildRequest& request = *read;
+    auto is_cached = [results](const std::string& action_digest) {
+      return results->Lookup(action_digest).has_value();
+    };
+    // Nothing to compile: answered from the result cache without reading
+    // the trees (a launcher sends its unit before uploading its inputs).
+    // The results found are the ones answered, so none can go between.
+    std::map<std::string, v1::TaskResult> hits;
+    auto hit = [&](const std::string& action_digest) {
+      std::optional<v1::TaskResult> result = results->Lookup(action_digest);
+      if (result) hits[action_digest] = *std::move(result);
+      return result.has_value();
+    };
+    if (std::optional<std::vector<PlannedUnit>> units =
+            PlanCachedBuild(request, history, limits, hit)) {
+      std::map<int, v1::TaskResult> cached;
+      for (size_t i = 0; i < units->size(); ++i) cached[i] = hits[(*units)[i].action_digest];
+      Schedule(request, std::move(*units), std::move(cached), {});
+      return;
+    }
     // The input trees stay trees: read and checked once here, expanded by
     // the workers that compile them.
-    absl::StatusOr<std::unique_ptr<BuildInputs>> trees = BuildInputs::Read(*read, *cas, limits);
+    absl::StatusOr<std::unique_ptr<BuildInputs>> trees = BuildInputs::Read(request, *cas, limits);
     if (!trees.ok()) {
       StartDone("", trees.status());
       return;
     }
-    const v1::SubmitBuildRequest& request = *read;
     std::vector<Digest> inputs = (*trees)->blobs();
     for (const v1::CompileUnit& unit : request.units()) {
       for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
@@ -70,13 +90,9 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     }
     handle_->pin = cas->Pin(inputs);
     std::vector<std::string> notes;
-    absl::StatusOr<std::vector<PlannedUnit>> units = PlanBuild(
-        request, *cas, history, scheduler_->Capacity(request.toolchain().digest()), unit_sizes,
-        limits,
-        [results](const std::string& action_digest) {
-          return results->Lookup(action_digest).has_value();
-        },
-        &notes, trees->get());
+    absl::StatusOr<std::vector<PlannedUnit>> units =
+        PlanBuild(request, *cas, history, scheduler_->Capacity(request.toolchain().digest()),
+                  unit_sizes, limits, is_cached, &notes, trees->get());
     trees->reset();
     if (!units.ok()) {
       StartDone("", units.status());
@@ -86,9 +102,16 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     for (size_t i = 0; i < units->size(); ++i) {
       if (auto hit = results->Lookup((*units)[i].action_digest)) cached[i] = *hit;
     }
+    Schedule(request, std::move(*units), std::move(cached), std::move(notes));
+  }
+
+  // Hands the planned units to the scheduler; those in `cached` (by index)
+  // are done.
+  void Schedule(const v1::SubmitBuildRequest& request, std::vector<PlannedUnit> units,
+                std::map<int, v1::TaskResult> cached, std::vector<std::string> notes) {
     std::shared_ptr<Handle> handle = handle_;
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
-        request.build_name(), request.toolchain(), std::move(*units), std::move(cached),
+        request.build_name(), request.toolchain(), std::move(units), std::move(cached),
         [handle, notes](const v1::BuildEvent& event) {
           if (!event.has_accepted() || notes.empty()) {
             handle->Push(event);

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
@@ -250,6 +252,140 @@ TEST_F(BuildPlannerTest, AnInputTreesFilesAreCheckedAsListedInputs) {
     EXPECT_THAT(std::string(status.message()), HasSubstr("unit gemm: ")) << c.what;
     EXPECT_THAT(std::string(status.message()), HasSubstr(c.error)) << c.what;
   }
+}
+
+// A launcher's unit: all its inputs in one tree (the source with its
+// headers), never split by architecture.
+class CachedBuildTest : public BuildPlannerTest {
+ protected:
+  v1::CompileUnit& AddUnit(v1::SubmitBuildRequest& request, const std::string& name) {
+    google::protobuf::RepeatedPtrField<v1::InputFile> files;
+    for (const auto& [path, content] : std::vector<std::pair<std::string, std::string>>{
+             {"src/" + name + ".cu", "#include \"k.cuh\"\n// " + name}, {"src/k.cuh", "k"}}) {
+      v1::InputFile* input = files.Add();
+      input->set_path(path);
+      *input->mutable_digest() = ToProto(*cas_->PutBytes(content));
+    }
+    absl::StatusOr<InputTree> tree = BuildInputTree(files);
+    EXPECT_TRUE(tree.ok()) << tree.status();
+    for (const auto& [digest, bytes] : tree->directories)
+      EXPECT_TRUE(cas_->Put(digest, bytes).ok());
+    v1::CompileUnit* unit = request.add_units();
+    unit->set_name(name + ".cu");
+    unit->set_working_directory("src");
+    for (const std::string& arg :
+         {std::string("-O3"), std::string("-c"), name + ".cu", std::string("-o"), name + ".o"}) {
+      unit->add_arguments(arg);
+    }
+    unit->add_output_paths(name + ".o");
+    *unit->mutable_input_root() = ToProto(tree->root);
+    return *unit;
+  }
+
+  v1::SubmitBuildRequest Launched(const std::vector<std::string>& names) {
+    v1::SubmitBuildRequest request;
+    request.mutable_toolchain()->set_digest("toolchain-a");
+    request.set_workspace_root("/src/project");
+    request.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
+    for (const std::string& name : names) AddUnit(request, name);
+    return request;
+  }
+
+  // The result cache as holding what PlanBuild keys `request`'s units by.
+  IsCached CachedAsPlanned(const v1::SubmitBuildRequest& request) {
+    absl::StatusOr<std::vector<PlannedUnit>> planned =
+        PlanBuild(request, *cas_, nullptr, ClusterCapacity{}, nullptr);
+    EXPECT_TRUE(planned.ok()) << planned.status();
+    std::set<std::string> digests;
+    if (planned.ok()) {
+      for (const PlannedUnit& unit : *planned) digests.insert(unit.action_digest);
+    }
+    return [digests](const std::string& digest) { return digests.count(digest) > 0; };
+  }
+};
+
+TEST_F(CachedBuildTest, ACachedBuildIsKeyedAsPlanBuildKeysItWithoutItsTrees) {
+  const v1::SubmitBuildRequest request = Launched({"a", "b"});
+  absl::StatusOr<std::vector<PlannedUnit>> planned =
+      PlanBuild(request, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  std::optional<std::vector<PlannedUnit>> cached =
+      PlanCachedBuild(request, nullptr, {}, CachedAsPlanned(request));
+  ASSERT_TRUE(cached.has_value());
+  ASSERT_EQ(cached->size(), planned->size());
+  for (size_t i = 0; i < planned->size(); ++i) {
+    EXPECT_EQ((*cached)[i].action_digest, (*planned)[i].action_digest);
+    EXPECT_EQ((*cached)[i].identity, (*planned)[i].identity);
+    EXPECT_EQ((*cached)[i].family, (*planned)[i].family);
+    EXPECT_EQ((*cached)[i].closure, (*planned)[i].closure);
+    EXPECT_EQ((*cached)[i].unit.name(), (*planned)[i].unit.name());
+    EXPECT_EQ((*cached)[i].unit.workspace_root(), "/src/project");
+  }
+  // Nothing of the trees is read: with an empty store PlanBuild asks for
+  // them, the cached plan does not.
+  auto empty = CasStore::Open(testing::NewTempDir("planner-empty-") + "/cas");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(PlanBuild(request, **empty, nullptr, ClusterCapacity{}, nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CachedBuildTest, AnythingButAWholeCachedBuildOfTreeUnitsIsLeftToPlanBuild) {
+  const IsCached everything = [](const std::string&) { return true; };
+  const IsCached nothing = [](const std::string&) { return false; };
+  EXPECT_TRUE(PlanCachedBuild(Launched({"a"}), nullptr, {}, everything).has_value());
+  EXPECT_FALSE(PlanCachedBuild(Launched({"a"}), nullptr, {}, nothing).has_value());
+  EXPECT_FALSE(PlanCachedBuild(Launched({"a"}), nullptr, {}, nullptr).has_value());
+  {
+    // One unit of two cached: the other must be compiled, from its tree.
+    v1::SubmitBuildRequest a = Launched({"a"});
+    IsCached only_a = CachedAsPlanned(a);
+    EXPECT_TRUE(PlanCachedBuild(a, nullptr, {}, only_a).has_value());
+    EXPECT_FALSE(PlanCachedBuild(Launched({"a", "b"}), nullptr, {}, only_a).has_value());
+  }
+  struct Case {
+    const char* what;
+    std::function<void(v1::SubmitBuildRequest&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"a unit with a list of its own",
+       [&](v1::SubmitBuildRequest& r) {
+         v1::InputFile* input = r.mutable_units(0)->add_inputs();
+         input->set_path("src/extra.h");
+         *input->mutable_digest() = ToProto(header_);
+       }},
+      {"a unit without a tree",
+       [](v1::SubmitBuildRequest& r) { r.mutable_units(0)->clear_input_root(); }},
+      {"a malformed root",
+       [](v1::SubmitBuildRequest& r) {
+         r.mutable_units(0)->mutable_input_root()->set_hash("not a digest");
+       }},
+      {"split by architecture when it pays",
+       [](v1::SubmitBuildRequest& r) { r.set_architecture_split(v1::ARCHITECTURE_SPLIT_AUTO); }},
+      {"an instantiation set",
+       [&](v1::SubmitBuildRequest& r) {
+         *r.add_instantiation_sets() = request_.instantiation_sets(0);
+       }},
+      {"two units of one name", [&](v1::SubmitBuildRequest& r) { *r.add_units() = r.units(0); }},
+      {"an output outside the workspace",
+       [](v1::SubmitBuildRequest& r) {
+         v1::CompileUnit* unit = r.mutable_units(0);
+         unit->set_arguments(4, "/etc/cron.d/a.o");
+         unit->set_output_paths(0, "/etc/cron.d/a.o");
+       }},
+      {"an argument that reads a host file",
+       [](v1::SubmitBuildRequest& r) {
+         r.mutable_units(0)->add_arguments("--options-file=/etc/shadow");
+       }},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitBuildRequest request = Launched({"a"});
+    c.change(request);
+    EXPECT_FALSE(PlanCachedBuild(request, nullptr, {}, everything).has_value()) << c.what;
+  }
+  BuildLimits limits;
+  limits.max_units = 1;
+  EXPECT_FALSE(PlanCachedBuild(Launched({"a", "b"}), nullptr, limits, everything).has_value())
+      << "over the build's limits";
 }
 
 TEST_F(BuildPlannerTest, ABuildPlanBlobIsReadInPlaceOfItsDigest) {
