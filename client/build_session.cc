@@ -323,7 +323,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   if (address.empty()) {
     ASSIGN_OR_RETURN(embedded,
                      EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
-                                            options.embedded_slots, options.embedded_sandbox));
+                                            options.embedded_slots, options.embedded_sandbox,
+                                            /*worker_in_background=*/true));
     address = embedded->address();
     slots = embedded->slots();
     out << "distcc-cuda: no --coordinator given; compiling on this machine (" << slots
@@ -357,7 +358,11 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   // On a terminal, one status line at the bottom; the command's output then
   // comes through here, above it.
   ProgressDisplay display(out, std::cout, IsLiveTerminal(STDERR_FILENO));
-  Session session(compiler, arch, trace, options.cancel,
+  // The build's cancel: the caller's (Ctrl-C), or the embedded worker
+  // failing to start, after the command has.
+  CancelToken cancel;
+  CancelWatch forward_cancel(options.cancel, [&] { cancel.Cancel(options.cancel->reason()); });
+  Session session(compiler, arch, trace, &cancel,
                   std::getenv("DISTCC_CUDA_FALLBACK") != nullptr &&
                       std::string(std::getenv("DISTCC_CUDA_FALLBACK")) == "local",
                   display);
@@ -420,16 +425,34 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it;
   // the watch ends at once when the command does.
   std::optional<CancelWatch> stop;
-  stop.emplace(options.cancel, [&] { kill(*child, SIGTERM); });
+  stop.emplace(&cancel, [&] { kill(*child, SIGTERM); });
+  absl::Status worker_started;
+  std::thread worker_watch([&] {
+    if (embedded == nullptr) return;
+    worker_started = embedded->WorkerStarted();
+    if (!worker_started.ok()) {
+      cancel.Cancel(
+          absl::StrCat("this machine's worker could not start: ", worker_started.message()));
+    }
+  });
   int status = 0;
   while (waitpid(*child, &status, 0) < 0 && errno == EINTR) {
   }
   stop.reset();
+  worker_watch.join();
   child_ended.Notify();
   status_line.join();
   for (std::thread& forwarder : forwarders) forwarder.join();
   display.Finish();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // As when the worker started before the command: the build fails, saying
+  // why (a sandbox that cannot run here, and what to do).
+  if (!worker_started.ok()) {
+    return absl::Status(worker_started.code(),
+                        absl::StrCat("this machine's worker could not start, so `",
+                                     absl::StrJoin(options.command, " "),
+                                     "` was stopped: ", worker_started.message()));
+  }
 
   SessionTally tally = session.tally();
   ScanCache(ScanCache::FolderFor(options.state_dir), "").Trim(kScanCacheBytes);

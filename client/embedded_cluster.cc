@@ -20,7 +20,8 @@ std::string DefaultStateDir() {
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
-    const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox) {
+    const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox,
+    bool worker_in_background) {
   auto cluster = std::make_unique<EmbeddedCluster>();
   // Mutual TLS with certificates made here, kept in memory only: no other
   // user of this machine can submit to, or work for, this build's
@@ -65,19 +66,47 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.cas_max_bytes = DefaultCasMaxBytes(worker_options.work_dir + "/cas");
   worker_options.sandbox = sandbox;
   ASSIGN_OR_RETURN(worker_options.tls, issue(PeerRole::kWorker, "local", {}));
-  absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(worker_options);
-  if (!worker.ok() && sandbox && absl::IsFailedPrecondition(worker.status())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        worker.status().message(),
-        ". For `distcc-cuda build` on this machine, --insecure-no-sandbox compiles without "
-        "one (only your own builds reach this machine's embedded coordinator, but any local "
-        "user could connect to it while it runs)"));
-  }
-  if (!worker.ok()) return worker.status();
-  cluster->worker_ = *std::move(worker);
   cluster->slots_ = worker_options.slots;
   cluster->memory_cap_bytes_ = worker_options.memory_cap_bytes;
+  EmbeddedCluster* self = cluster.get();
+  auto start_worker = [self, worker_options] {
+    absl::StatusOr<std::unique_ptr<worker::Worker>> worker = worker::Worker::Start(worker_options);
+    if (worker.ok()) {
+      self->worker_ = *std::move(worker);
+    } else if (worker_options.sandbox && absl::IsFailedPrecondition(worker.status())) {
+      self->worker_status_ = absl::FailedPreconditionError(absl::StrCat(
+          worker.status().message(),
+          ". For `distcc-cuda build` on this machine, --insecure-no-sandbox compiles without "
+          "one (only your own builds reach this machine's embedded coordinator, but any local "
+          "user could connect to it while it runs)"));
+    } else {
+      self->worker_status_ = worker.status();
+    }
+    self->worker_started_.Notify();
+  };
+  if (worker_in_background) {
+    cluster->worker_start_ = std::thread(start_worker);
+  } else {
+    start_worker();
+    RETURN_IF_ERROR(cluster->worker_status_);
+  }
   return cluster;
+}
+
+EmbeddedCluster::~EmbeddedCluster() {
+  if (worker_start_.joinable()) worker_start_.join();
+  worker_.reset();
+  coordinator_.reset();
+}
+
+absl::Status EmbeddedCluster::WorkerStarted() {
+  worker_started_.WaitForNotification();
+  return worker_status_;
+}
+
+std::string EmbeddedCluster::sandbox_description() {
+  if (!WorkerStarted().ok()) return "no worker: it could not start";
+  return worker_->sandbox_description();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(

@@ -8,8 +8,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/tls_credentials.h"
 #include "coordinator/coordinator.h"
@@ -28,21 +30,36 @@ class EmbeddedCluster {
   // the worker gets
   // `slots` (0: the usable cores) and the machine's default memory cap, and
   // sandboxes every compile unless `sandbox` is false.
+  // With `worker_in_background` only the coordinator has started when
+  // Start returns; the worker starts on a thread of its own (its toolkit
+  // fingerprint, sandbox probe, store and registration: about 55 ms), beside
+  // the build's command, whose cached units need no worker. WorkerStarted()
+  // says how that went.
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(const std::string& state_dir,
                                                                 const std::string& nvcc, int slots,
-                                                                bool sandbox = true);
+                                                                bool sandbox = true,
+                                                                bool worker_in_background = false);
+  ~EmbeddedCluster();
+
+  // Waits for the worker's start: OK, or why it cannot compile here (what
+  // Start returns for a worker started in the foreground).
+  absl::Status WorkerStarted();
 
   std::string address() const { return coordinator_->address(); }
   // The client certificate of this run, for the build's channel.
   const TlsMaterial& client_tls() const { return client_tls_; }
   int slots() const { return slots_; }
   int64_t memory_cap_bytes() const { return memory_cap_bytes_; }
-  // How the worker isolates compiles (Worker::sandbox_description).
-  std::string sandbox_description() const { return worker_->sandbox_description(); }
+  // How the worker isolates compiles (Worker::sandbox_description); waits
+  // for its start.
+  std::string sandbox_description();
 
  private:
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<worker::Worker> worker_;  // destroyed first
+  std::thread worker_start_;
+  absl::Notification worker_started_;
+  absl::Status worker_status_;  // set before worker_started_ is notified
   TlsMaterial client_tls_;
   int slots_ = 0;
   int64_t memory_cap_bytes_ = 0;

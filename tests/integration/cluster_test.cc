@@ -32,6 +32,7 @@
 #include "common/fatbin.h"
 #include "common/files.h"
 #include "common/memory_cap.h"
+#include "common/subprocess.h"
 #include "coordinator/coordinator.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "tests/support/background_process.h"
@@ -1109,6 +1110,72 @@ TEST(EmbeddedClusterTest, SecondEmbeddedBuildOnTheSameStateDirIsRefused) {
               HasSubstr("another distcc-cuda build is running on this machine with the same "
                         "state dir"));
   EXPECT_THAT(second.status().message(), HasSubstr("--state-dir"));
+}
+
+// `distcc-cuda build -- COMMAND` with no cluster: the command starts while
+// this machine's worker does; the unit compiles on it, and the rebuild is
+// answered from the result cache.
+class EmbeddedSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewTempDir("embedded-session-");
+    ASSERT_TRUE(WriteFileAtomically(root_ + "/src/k.cu", "__global__ void k() {}\n").ok());
+  }
+
+  ProcessResult Build(const std::string& nvcc, const std::vector<std::string>& command) {
+    ProcessSpec spec;
+    spec.argv = {testing::BinaryPath("distcc-cuda"),
+                 "build",
+                 "--state-dir",
+                 root_ + "/state",
+                 "--nvcc",
+                 nvcc,
+                 "--insecure-no-sandbox",
+                 "--"};
+    spec.argv.insert(spec.argv.end(), command.begin(), command.end());
+    spec.working_directory = root_;
+    spec.timeout = absl::Seconds(120);
+    absl::StatusOr<ProcessResult> ran = RunProcess(spec);
+    EXPECT_TRUE(ran.ok()) << ran.status();
+    return ran.ok() ? *ran : ProcessResult{};
+  }
+
+  std::string root_;
+};
+
+TEST_F(EmbeddedSessionTest, ACommandCompilesOnThisMachinesWorkerAndItsRebuildIsCached) {
+  const std::string nvcc =
+      testing::WriteNvccWrapper(root_ + "/cuda/bin/nvcc", testing::FakeNvccPath());
+  const std::vector<std::string> command = {"sh", "-c", "$PYTORCH_NVCC -c src/k.cu -o k.o"};
+  ProcessResult cold = Build(nvcc, command);
+  ASSERT_EQ(cold.exit_code, 0) << cold.stdout_text << cold.stderr_text;
+  EXPECT_THAT(cold.stdout_text + cold.stderr_text,
+              HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(cold.stdout_text + cold.stderr_text, HasSubstr("workers   1 (local: 1)"));
+  ASSERT_TRUE(IsRegularFile(root_ + "/k.o"));
+  std::filesystem::remove(root_ + "/k.o");
+  ProcessResult warm = Build(nvcc, command);
+  ASSERT_EQ(warm.exit_code, 0) << warm.stdout_text << warm.stderr_text;
+  EXPECT_THAT(warm.stdout_text + warm.stderr_text,
+              HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
+  EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
+}
+
+// The worker starts beside the command: when it cannot, the command is
+// stopped and the build fails with the worker's reason, as it did when the
+// worker started first.
+TEST_F(EmbeddedSessionTest, AWorkerThatCannotStartStopsTheCommandAndFailsTheBuild) {
+  const std::string nvcc = root_ + "/broken/bin/nvcc";
+  ASSERT_TRUE(
+      WriteFileAtomically(nvcc, "#!/bin/sh\necho 'nvcc: broken toolkit' >&2\nexit 3\n").ok());
+  ASSERT_EQ(chmod(nvcc.c_str(), 0755), 0);
+  const absl::Time began = absl::Now();
+  ProcessResult failed = Build(nvcc, {"sleep", "60"});
+  EXPECT_LT(absl::Now() - began, absl::Seconds(50)) << "the command was not stopped";
+  EXPECT_NE(failed.exit_code, 0);
+  EXPECT_THAT(failed.stderr_text, HasSubstr(nvcc)) << failed.stdout_text << failed.stderr_text;
+  EXPECT_THAT(failed.stdout_text + failed.stderr_text,
+              HasSubstr("this machine's worker could not start"));
 }
 
 }  // namespace
