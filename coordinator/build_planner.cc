@@ -131,6 +131,17 @@ absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet&
   return unit;
 }
 
+// One of `request`'s own units as both planners take it: mounted at the
+// build's root on the workers, and similar to the units compiled in its
+// folder (its family).
+v1::CompileUnit SentUnit(const v1::SubmitBuildRequest& request, const v1::CompileUnit& sent,
+                         std::string* family) {
+  v1::CompileUnit unit = sent;
+  unit.set_workspace_root(request.workspace_root());
+  *family = absl::StrCat("folder:", unit.working_directory());
+  return unit;
+}
+
 // Keys and predicts one unit, whose arguments parse as `command`.
 // `inputs`: the root of all its inputs (InputTreeExpander::RootWith).
 PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccCommand& command,
@@ -454,11 +465,10 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
     if (!sent.has_input_root() || sent.inputs_size() > 0) return std::nullopt;
     const Digest root = FromProto(sent.input_root());
     if (!ValidateDigest(root).ok() || !names.insert(sent.name()).second) return std::nullopt;
-    v1::CompileUnit unit = sent;
-    unit.set_workspace_root(request.workspace_root());
+    std::string family;
+    v1::CompileUnit unit = SentUnit(request, sent, &family);
     NvccCommand command;
     if (!ValidateCompileUnit(unit, system_prefixes, &checked, &command).ok()) return std::nullopt;
-    const std::string family = absl::StrCat("folder:", unit.working_directory());
     PlannedUnit plan = Plan(toolchain, std::move(unit), command, family, 1, history, root);
     if (!is_cached(plan.action_digest)) return std::nullopt;
     planned.push_back(std::move(plan));
@@ -478,14 +488,13 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   BuildInputs& trees = *inputs;
   RETURN_IF_ERROR(CheckBuildLimits(request, limits, inputs));
   const std::string& toolchain = request.toolchain().digest();
-  std::vector<v1::CompileUnit> units(request.units().begin(), request.units().end());
-  // Every unit is mounted at the build's root on the workers.
-  for (v1::CompileUnit& unit : units) unit.set_workspace_root(request.workspace_root());
   // Similar units: those of one instantiation set, or ordinary units
   // compiled in the same folder.
+  std::vector<v1::CompileUnit> units;
   std::vector<std::string> families;
-  for (const v1::CompileUnit& unit : units) {
-    families.push_back(absl::StrCat("folder:", unit.working_directory()));
+  for (const v1::CompileUnit& sent : request.units()) {
+    families.emplace_back();
+    units.push_back(SentUnit(request, sent, &families.back()));
   }
   std::vector<int> instantiations(units.size(), 1);
   // Per unit: the generated group it compiles, for splitting it later.
