@@ -243,6 +243,16 @@ class ScanOfMacroDrivenIncludesTest : public ScanInputClosureTest {
     return path;
   }
 
+  // Scans a.cu with `host_compiler` as nvcc's -ccbin: the closure is the
+  // expected one whichever pass gave it.
+  void ExpectTheClosureWith(const std::string& host_compiler) {
+    absl::StatusOr<std::vector<std::string>> files =
+        ScanInputClosure(nvcc_, dir_, {"-ccbin", host_compiler, "-Ifirst", "-Isecond"}, "a.cu",
+                         ExcludedPrefixes(nvcc_));
+    ASSERT_TRUE(files.ok()) << files.status();
+    EXPECT_THAT(*files, UnorderedElementsAreArray(Expected()));
+  }
+
   std::string HostLog() const {
     absl::StatusOr<std::string> log = ReadFile(dir_ + "/host.log");
     return log.ok() ? *log : "";
@@ -279,10 +289,7 @@ TEST_F(ScanOfMacroDrivenIncludesTest, TheDependencyFileIsNvccsOwn) {
 
 TEST_F(ScanOfMacroDrivenIncludesTest, GccPreprocessesDirectivesOnly) {
   const std::string gcc = HostCompiler("g++", /*refuse=*/false);
-  absl::StatusOr<std::vector<std::string>> files = ScanInputClosure(
-      nvcc_, dir_, {"-ccbin", gcc, "-Ifirst", "-Isecond"}, "a.cu", ExcludedPrefixes(nvcc_));
-  ASSERT_TRUE(files.ok()) << files.status();
-  EXPECT_THAT(*files, UnorderedElementsAreArray(Expected()));
+  ExpectTheClosureWith(gcc);
   // nvcc's two preprocessing passes (device and host), both directives
   // only, and no plain pass after them.
   std::vector<std::string> passes;
@@ -296,20 +303,14 @@ TEST_F(ScanOfMacroDrivenIncludesTest, GccPreprocessesDirectivesOnly) {
 
 TEST_F(ScanOfMacroDrivenIncludesTest, AHostCompilerThatRefusesTheFastPassGetsThePlainOne) {
   const std::string gcc = HostCompiler("g++", /*refuse=*/true);
-  absl::StatusOr<std::vector<std::string>> files = ScanInputClosure(
-      nvcc_, dir_, {"-ccbin", gcc, "-Ifirst", "-Isecond"}, "a.cu", ExcludedPrefixes(nvcc_));
-  ASSERT_TRUE(files.ok()) << files.status();
-  EXPECT_THAT(*files, UnorderedElementsAreArray(Expected()));
+  ExpectTheClosureWith(gcc);
   EXPECT_THAT(HostLog(), HasSubstr("-fdirectives-only")) << "the fast pass was not tried";
 }
 
 TEST_F(ScanOfMacroDrivenIncludesTest, ClangIsScannedPlainly) {
   if (access("/usr/bin/clang++", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/clang++";
   const std::string clang = HostCompiler("clang++", /*refuse=*/true);
-  absl::StatusOr<std::vector<std::string>> files = ScanInputClosure(
-      nvcc_, dir_, {"-ccbin", clang, "-Ifirst", "-Isecond"}, "a.cu", ExcludedPrefixes(nvcc_));
-  ASSERT_TRUE(files.ok()) << files.status();
-  EXPECT_THAT(*files, UnorderedElementsAreArray(Expected()));
+  ExpectTheClosureWith(clang);
   EXPECT_THAT(HostLog(), Not(HasSubstr("-fdirectives-only")))
       << "clang refuses the option: asking it costs a failed nvcc run per scan";
 }
