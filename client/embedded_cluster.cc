@@ -41,6 +41,10 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   coordinator_options.listen_address = "127.0.0.1:0";
   coordinator_options.state_dir = state_dir + "/coordinator";
   coordinator_options.cas_max_bytes = DefaultCasMaxBytes(coordinator_options.state_dir + "/cas");
+  // The worker registers while the build's command starts: a unit sent
+  // before it has waits for it, as at a coordinator's own start, instead of
+  // being refused for want of workers.
+  coordinator_options.scheduler.startup_grace = 2 * coordinator_options.scheduler.heartbeat_timeout;
   ASSIGN_OR_RETURN(coordinator_options.tls,
                    issue(PeerRole::kCoordinator, "embedded-coordinator", {"127.0.0.1"}));
   ASSIGN_OR_RETURN(cluster->client_tls_, issue(PeerRole::kClient, "embedded-client", {}));
@@ -114,6 +118,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
     const std::optional<TlsMaterial>& tls, absl::Duration timeout) {
   auto channel = OpenChannel(
       address, embedded == nullptr ? tls : std::optional<TlsMaterial>(embedded->client_tls()));
+  if (embedded != nullptr) {
+    // It listens in this process already: the handshake (about 20 ms) goes
+    // on while the build's command starts, and the first call waits for it.
+    channel->GetState(/*try_to_connect=*/true);
+    return channel;
+  }
   if (channel->WaitForConnected(std::chrono::system_clock::now() +
                                 absl::ToChronoMilliseconds(timeout))) {
     return channel;

@@ -65,9 +65,10 @@ class EmbeddedCluster {
   int64_t memory_cap_bytes_ = 0;
 };
 
-// A channel to the coordinator at `address` once it answers: `embedded`'s
-// (with its certificates) when not null, else a cluster's (over `tls` if
-// set). UNAVAILABLE within `timeout`, saying what to check.
+// A channel to the coordinator at `address`: `embedded`'s (with its
+// certificates, connecting, not waited for) when not null, else a cluster's
+// (over `tls` if set) once it answers. UNAVAILABLE within `timeout`, saying
+// what to check.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
     const std::string& address, const EmbeddedCluster* embedded,
     const std::optional<TlsMaterial>& tls, absl::Duration timeout);

@@ -1161,6 +1161,36 @@ TEST_F(EmbeddedSessionTest, ACommandCompilesOnThisMachinesWorkerAndItsRebuildIsC
   EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
 }
 
+// The worker registers while the command starts. A unit that reaches the
+// coordinator first waits for it; it used to be refused ("no worker is
+// connected"), which a fast scan made happen now and then.
+TEST_F(EmbeddedSessionTest, AUnitSentBeforeTheWorkerRegisteredWaitsForIt) {
+  // The worker is given the toolkit's nvcc through a link whose name makes
+  // `nvcc --version` answer 2 s late, so it registers 2 s after it starts;
+  // the command's compiles name the nvcc itself (the same toolchain) and
+  // reach the coordinator long before that.
+  const std::string nvcc = testing::FakeNvccWithRelease(root_, "13.0");
+  ASSERT_TRUE(WriteFileAtomically(
+                  nvcc,
+                  "#!/bin/sh\n"
+                  "case \"$0\" in */late/*) [ \"$1\" = --version ] && sleep 2;; esac\n"
+                  "FAKE_NVCC_RELEASE=13.0 exec \"$(dirname \"$(readlink -f \"$0\")\")/fake_nvcc\" "
+                  "\"$@\"\n")
+                  .ok());
+  ASSERT_EQ(chmod(nvcc.c_str(), 0755), 0);
+  std::filesystem::create_directories(root_ + "/late/bin");
+  std::filesystem::create_symlink(nvcc, root_ + "/late/bin/nvcc");
+  const absl::Time began = absl::Now();
+  ProcessResult cold =
+      Build(root_ + "/late/bin/nvcc",
+            {"sh", "-c", "$CMAKE_CUDA_COMPILER_LAUNCHER " + nvcc + " -c src/k.cu -o k.o"});
+  ASSERT_EQ(cold.exit_code, 0) << cold.stdout_text << cold.stderr_text;
+  EXPECT_THAT(cold.stdout_text + cold.stderr_text,
+              HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_GE(absl::Now() - began, absl::Seconds(2)) << "the worker was not late";
+  EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
+}
+
 // The worker starts beside the command: when it cannot, the command is
 // stopped and the build fails with the worker's reason, as it did when the
 // worker started first.
