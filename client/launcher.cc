@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -266,7 +267,14 @@ int RunLauncher(int argc, char** argv) {
     grpc::ClientContext context;
     v1::LauncherCompileReply reply;
     grpc::Status status = stub->Compile(&context, request, &reply);
-    if (status.ok()) return deliver(reply);
+    if (status.ok()) {
+      const int exit_code = deliver(reply);
+      // The caller has its answer; this process has nothing left to write.
+      // Returning would tear the channel down first, joining gRPC's threads
+      // (about 15 ms of every launched compile, measured).
+      std::fflush(nullptr);
+      _exit(exit_code);
+    }
     std::string why = absl::StrCat("the build session at ", session, " did not answer (",
                                    status.error_message(), ")");
     if (fallback_local) return run_here(why + "; DISTCC_CUDA_FALLBACK=local");
