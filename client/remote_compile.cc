@@ -39,10 +39,10 @@ absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::
     return found->second;
   };
   if (std::optional<v1::ToolchainFingerprint> toolchain = known()) return *toolchain;
-  absl::MutexLock fingerprinting(&fingerprinting_);
-  if (std::optional<v1::ToolchainFingerprint> toolchain = known()) return *toolchain;
+  // Callers arriving together wait for one fingerprint, shared with this
+  // process's embedded worker.
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   ComputeToolchainFingerprint(nvcc, "g++", state_dir_));
+                   SharedToolchainFingerprint(nvcc, "g++", state_dir_));
   absl::MutexLock lock(&mu_);
   toolchains_[nvcc] = toolchain;
   return toolchain;

@@ -74,9 +74,6 @@ class RemoteCompiler {
   std::shared_ptr<grpc::Channel> channel_;
   std::string address_;
   absl::Mutex mu_;
-  // Held while a toolchain is fingerprinted, so that calls arriving together
-  // hash it once.
-  absl::Mutex fingerprinting_ ABSL_ACQUIRED_BEFORE(mu_);
   std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
   int scans_free_ ABSL_GUARDED_BY(mu_);
   const std::string scan_cache_folder_;

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 
@@ -16,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/status.h"
@@ -187,6 +190,61 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
                             "\n", fingerprint.host_compiler()))
           .hash);
   return fingerprint;
+}
+
+namespace {
+
+// The file `program` runs: itself when it names a path, else the first
+// executable of that name in $PATH; "" when there is none.
+std::string ProgramInPath(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  for (absl::string_view folder : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(folder, "/", program);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ToolchainFingerprint> SharedToolchainFingerprint(
+    const std::string& nvcc_path, const std::string& host_compiler,
+    const std::string& hash_cache_dir) {
+  struct Fingerprinting {
+    absl::Notification done;
+    absl::StatusOr<v1::ToolchainFingerprint> result;
+  };
+  static absl::Mutex mu;
+  static auto* known = new std::map<std::string, std::shared_ptr<Fingerprinting>>();
+  const std::string key =
+      absl::StrCat(AbsolutePath(nvcc_path), "\n", host_compiler, "\n",
+                   ToolchainFilesSignature(nvcc_path), StatSignature(ProgramInPath(host_compiler)));
+  std::shared_ptr<Fingerprinting> entry;
+  bool mine = false;
+  {
+    absl::MutexLock lock(&mu);
+    std::shared_ptr<Fingerprinting>& slot = (*known)[key];
+    if (slot == nullptr) {
+      slot = std::make_shared<Fingerprinting>();
+      mine = true;
+    }
+    entry = slot;
+  }
+  if (!mine) {
+    entry->done.WaitForNotification();
+    if (entry->result.ok()) return entry->result;
+    // Its failure may have been its own (a timeout under load): try again.
+    return ComputeToolchainFingerprint(nvcc_path, host_compiler, hash_cache_dir);
+  }
+  entry->result = ComputeToolchainFingerprint(nvcc_path, host_compiler, hash_cache_dir);
+  if (!entry->result.ok()) {
+    absl::MutexLock lock(&mu);
+    auto it = known->find(key);
+    if (it != known->end() && it->second == entry) known->erase(it);
+  }
+  entry->done.Notify();
+  return entry->result;
 }
 
 std::string ToolchainFilesSignature(const std::string& nvcc_path) {

@@ -25,6 +25,17 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler = "g++",
     const std::string& hash_cache_dir = "");
 
+// ComputeToolchainFingerprint, once per process for the same arguments
+// while the toolkit's files (ToolchainFilesSignature) and the host compiler
+// found in $PATH keep their inode, size and times: the embedded worker and
+// the build's client in one process fingerprint the same nvcc, and a caller
+// arriving while another computes it waits for that answer (`nvcc --version`
+// and `g++ --version` cost 10-40 ms, before the first unit is sent). A
+// failure is not remembered.
+absl::StatusOr<v1::ToolchainFingerprint> SharedToolchainFingerprint(
+    const std::string& nvcc_path, const std::string& host_compiler,
+    const std::string& hash_cache_dir);
+
 // OK if `required` is empty or names the fingerprint's release: "12.8"
 // matches any 12.8.x, "12.8.93" only that version. Else FAILED_PRECONDITION
 // naming the release found, where, and how to point at the right one;

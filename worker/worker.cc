@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                                                         "another distcc-cuda-worker"));
   worker->work_dir_lock_ = std::make_unique<FolderLock>(std::move(lock));
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   ComputeToolchainFingerprint(options.nvcc_path, "g++", options.work_dir));
+                   SharedToolchainFingerprint(options.nvcc_path, "g++", options.work_dir));
   RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
   {
     absl::MutexLock lock(&worker->toolchain_mu_);

@@ -6,8 +6,11 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/digest.h"
 #include "common/files.h"
 #include "tests/support/test_paths.h"
@@ -127,6 +130,84 @@ TEST(ToolchainFingerprintTest, HashesAreRememberedUntilAToolkitFileChanges) {
   EXPECT_NE(third->digest(), first->digest());
   // Without a cache folder nothing is remembered.
   EXPECT_EQ(ComputeToolchainFingerprint(nvcc)->cicc_sha256(), DigestOf("cicc two").hash);
+}
+
+// How many lines of `log` equal `line`.
+int Lines(const std::string& log, const std::string& line) {
+  absl::StatusOr<std::string> text = ReadFile(log);
+  int count = 0;
+  for (absl::string_view got : absl::StrSplit(text.ok() ? *text : "", '\n')) count += got == line;
+  return count;
+}
+
+// The embedded worker and the build's client fingerprint the same nvcc in one
+// process: asked together or one after the other, nvcc and the host compiler
+// answer once, until one of them is replaced.
+TEST(ToolchainFingerprintTest, SharedOnceAProcessUntilNvccOrTheHostCompilerChanges) {
+  std::string dir = testing::NewTempDir("toolchain-shared-");
+  const std::string log = dir + "/calls.log";
+  const std::string fake = testing::FakeNvccWithRelease(dir, "12.8");
+  const std::string nvcc =
+      testing::WriteNvccWrapper(dir + "/bin/nvcc", fake, "echo \"nvcc $*\" >> " + log + "\n");
+  const std::string host = dir + "/bin/g++";
+  auto write_host = [&](const std::string& version) {
+    ASSERT_TRUE(WriteFileAtomically(host, absl::StrCat("#!/bin/sh\necho \"g++ $*\" >> ", log,
+                                                       "\necho 'g++ (fake) ", version, "'\n"))
+                    .ok());
+    ASSERT_EQ(chmod(host.c_str(), 0755), 0);
+  };
+  write_host("12.2.0");
+
+  std::vector<absl::StatusOr<v1::ToolchainFingerprint>> together(8);
+  {
+    std::vector<std::thread> threads;
+    for (auto& result : together) {
+      threads.emplace_back([&] { result = SharedToolchainFingerprint(nvcc, host, ""); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  for (const auto& result : together) {
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->digest(), together[0]->digest());
+    EXPECT_EQ(result->host_compiler(), "g++ (fake) 12.2.0");
+  }
+  EXPECT_EQ(Lines(log, "nvcc --version"), 1) << "8 callers at once, one nvcc --version";
+  EXPECT_EQ(Lines(log, "g++ --version"), 1);
+  ASSERT_TRUE(SharedToolchainFingerprint(nvcc, host, "").ok());
+  EXPECT_EQ(Lines(log, "nvcc --version"), 1) << "remembered";
+
+  write_host("13.1.0");  // a new host compiler (a new file at the same path)
+  auto upgraded = SharedToolchainFingerprint(nvcc, host, "");
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status();
+  EXPECT_EQ(upgraded->host_compiler(), "g++ (fake) 13.1.0");
+  EXPECT_NE(upgraded->digest(), together[0]->digest());
+  EXPECT_EQ(Lines(log, "g++ --version"), 2);
+  EXPECT_EQ(Lines(log, "nvcc --version"), 2) << "the whole fingerprint is taken again";
+
+  // nvcc replaced by another release.
+  testing::WriteNvccWrapper(nvcc, testing::FakeNvccWithRelease(dir, "13.1"),
+                            "echo \"nvcc $*\" >> " + log + "\n");
+  auto replaced = SharedToolchainFingerprint(nvcc, host, "");
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(replaced->nvcc_release(), "13.1");
+  EXPECT_EQ(Lines(log, "nvcc --version"), 3);
+
+  // ComputeToolchainFingerprint itself asks every time.
+  ASSERT_TRUE(ComputeToolchainFingerprint(nvcc, host, "").ok());
+  EXPECT_EQ(Lines(log, "nvcc --version"), 4);
+}
+
+TEST(ToolchainFingerprintTest, AFailedFingerprintIsNotShared) {
+  std::string dir = testing::NewTempDir("toolchain-shared-failure-");
+  const std::string nvcc = dir + "/bin/nvcc";
+  ASSERT_TRUE(WriteFileAtomically(nvcc, "#!/bin/sh\necho 'no release here'\n").ok());
+  ASSERT_EQ(chmod(nvcc.c_str(), 0755), 0);
+  auto broken = SharedToolchainFingerprint(nvcc, "g++", "");
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kFailedPrecondition);
+  testing::WriteNvccWrapper(nvcc, testing::FakeNvccWithRelease(dir, "12.8"));
+  auto mended = SharedToolchainFingerprint(nvcc, "g++", "");
+  ASSERT_TRUE(mended.ok()) << mended.status();
+  EXPECT_EQ(mended->nvcc_release(), "12.8");
 }
 
 TEST(ToolchainFingerprintTest, MissingNvccIsNamed) {
