@@ -91,7 +91,6 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   if (closure.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
   }
-  RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", plan.name), closure));
 
   std::vector<std::string> anchors = {directory};
   anchors.insert(anchors.end(), closure.begin(), closure.end());
@@ -121,19 +120,40 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
     unit->add_arguments(argument);
   }
   unit->add_output_paths(object);
-  WorkspaceFiles files;
-  files.known_digest = [&](const std::string& path) { return scan_cache.KnownDigest(path); };
-  std::set<std::string> seen;
-  for (const std::string& path : closure) {
-    if (!seen.insert(path).second) continue;
-    ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
-  }
   unit->set_workspace_root(root);
   std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
-  RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
-  RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files,
-                                    Relative(AbsolutePath(plan.source, directory), root)));
+  const std::string source_in_tree = Relative(AbsolutePath(plan.source, directory), root);
+  // The unit's inputs as a tree: every file checked (what it reads, where it
+  // is), hashed (or vouched for by the scan cache), and its folders made.
+  WorkspaceFiles files;
+  files.known_digest = [&](const std::string& path) { return scan_cache.KnownDigest(path); };
+  auto build_tree = [&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", plan.name), closure));
+    unit->clear_inputs();
+    unit->clear_input_root();
+    std::set<std::string> seen;
+    for (const std::string& path : closure) {
+      if (!seen.insert(path).second) continue;
+      ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
+    }
+    RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
+    RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files,
+                                      source_in_tree));
+    scan_cache.RememberTree(root, source_in_tree, closure, *unit);
+    return absl::OkStatus();
+  };
+  // An unchanged unit's tree is the one built for it last time: it goes by
+  // that root alone, and is built only if the coordinator lacks an input.
+  bool tree_built = false;
+  if (std::optional<v1::CompileUnit> known = scan_cache.FindTree(root, source_in_tree, closure)) {
+    *unit->mutable_input_root() = known->input_root();
+    *unit->mutable_inputs() = known->inputs();
+    RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
+  } else {
+    RETURN_IF_ERROR(build_tree());
+    tree_built = true;
+  }
 
   auto unreachable = [&](const std::string& what) {
     return absl::UnavailableError(
@@ -177,6 +197,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   Submitted submitted = submit();
   if (submitted.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
       !(cancel != nullptr && cancel->cancelled())) {
+    if (!tree_built) RETURN_IF_ERROR(build_tree());
     absl::StatusOr<int> uploaded = cas.UploadMissing(files.AllBlobs());
     if (!uploaded.ok()) {
       if (absl::IsUnavailable(uploaded.status())) {

@@ -48,6 +48,13 @@ void SetStat(const struct stat& info, v1::ScanCacheEntry::File* file) {
   file->set_device(info.st_dev);
 }
 
+// What the tree memo keys a file by besides its digest: a chmod changes the
+// tree (a file's executable bit) and the change time, not the digest.
+std::string StatText(const v1::ScanCacheEntry::File& file) {
+  return absl::StrCat(file.size(), ":", file.mtime_ns(), ":", file.ctime_ns(), ":", file.inode(),
+                      ":", file.device());
+}
+
 bool SameStat(const struct stat& info, const v1::ScanCacheEntry::File& file) {
   return file.size() == info.st_size && file.mtime_ns() == Nanos(info.st_mtim) &&
          file.ctime_ns() == Nanos(info.st_ctim) && file.inode() == info.st_ino &&
@@ -239,7 +246,7 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
   absl::MutexLock lock(&known_mu_);
   for (const v1::ScanCacheEntry::File& file : entry.files()) {
     answer.files.push_back(file.path());
-    known_[file.path()] = Digest{file.sha256(), file.size()};
+    known_[file.path()] = Vouched{Digest{file.sha256(), file.size()}, StatText(file)};
   }
   answer.dependency_text = entry.dependency_text();
   return answer;
@@ -274,7 +281,7 @@ void ScanCache::Remember(const ScanQuestion& question, const ScanAnswer& answer,
     if (!SameStat(after, *file)) return;  // changed while it was hashed
     file->set_sha256(digest->hash);
     absl::MutexLock lock(&known_mu_);
-    known_[path] = *digest;
+    known_[path] = Vouched{*digest, StatText(*file)};
   }
   const std::string path = EntryPath(entry.question());
   if (!MakeDirectories(fs::path(path).parent_path().string()).ok()) return;
@@ -285,7 +292,50 @@ std::optional<Digest> ScanCache::KnownDigest(const std::string& path) const {
   absl::MutexLock lock(&known_mu_);
   auto it = known_.find(path);
   if (it == known_.end()) return std::nullopt;
-  return it->second;
+  return it->second.digest;
+}
+
+std::string ScanCache::TreePath(const std::string& root, const std::string& source,
+                                const std::vector<std::string>& files) const {
+  if (folder_.empty()) return "";
+  std::string text = absl::StrCat("distcc-cuda tree 1\nroot ", root, "\nsource ", source, "\n");
+  {
+    absl::MutexLock lock(&known_mu_);
+    for (const std::string& file : files) {
+      auto it = known_.find(file);
+      if (it == known_.end()) return "";
+      absl::StrAppend(&text, it->second.digest.hash, " ", it->second.digest.size_bytes, " ",
+                      it->second.stat, " ", file, "\n");
+    }
+  }
+  const std::string key = DigestOf(text).hash;
+  return absl::StrCat(folder_, "/trees/", key.substr(0, 2), "/", key);
+}
+
+std::optional<v1::CompileUnit> ScanCache::FindTree(const std::string& root,
+                                                   const std::string& source,
+                                                   const std::vector<std::string>& files) const {
+  const std::string path = TreePath(root, source, files);
+  if (path.empty()) return std::nullopt;
+  absl::StatusOr<std::string> stored = ReadFile(path);
+  v1::CompileUnit inputs;
+  if (!stored.ok() || !inputs.ParseFromString(*stored) ||
+      !ValidateDigest(FromProto(inputs.input_root())).ok()) {
+    return std::nullopt;
+  }
+  utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used, for Trim
+  return inputs;
+}
+
+void ScanCache::RememberTree(const std::string& root, const std::string& source,
+                             const std::vector<std::string>& files,
+                             const v1::CompileUnit& unit) const {
+  const std::string path = TreePath(root, source, files);
+  if (path.empty() || !MakeDirectories(fs::path(path).parent_path().string()).ok()) return;
+  v1::CompileUnit inputs;
+  *inputs.mutable_input_root() = unit.input_root();
+  *inputs.mutable_inputs() = unit.inputs();
+  (void)WriteFileAtomically(path, inputs.SerializeAsString());
 }
 
 int ScanCache::Trim(int64_t max_bytes) {

@@ -1161,6 +1161,38 @@ TEST_F(EmbeddedSessionTest, ACommandCompilesOnThisMachinesWorkerAndItsRebuildIsC
   EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
 }
 
+// A rebuild sends an unchanged unit by the tree root its last build made
+// (the scan cache's memo). A coordinator that lacks that tree (its state was
+// lost) says so, and the unit's tree is made, uploaded and compiled.
+TEST_F(EmbeddedSessionTest, AUnitSentByItsRememberedTreeIsUploadedWhenTheCoordinatorLacksIt) {
+  const std::string nvcc =
+      testing::WriteNvccWrapper(root_ + "/cuda/bin/nvcc", testing::FakeNvccPath());
+  ASSERT_TRUE(WriteFileAtomically(root_ + "/src/k.h", "// a header\n").ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(root_ + "/src/k.cu", "#include \"k.h\"\n__global__ void k() {}\n").ok());
+  const std::vector<std::string> command = {"sh", "-c", "$PYTORCH_NVCC -c src/k.cu -o k.o"};
+  absl::SleepFor(absl::Milliseconds(250));  // old enough for the scan cache
+  ProcessResult cold = Build(nvcc, command);
+  ASSERT_EQ(cold.exit_code, 0) << cold.stdout_text << cold.stderr_text;
+  ASSERT_TRUE(IsRegularFile(root_ + "/k.o"));
+  ASSERT_TRUE(std::filesystem::exists(root_ + "/state/scan/trees")) << "no tree remembered";
+  std::filesystem::remove_all(root_ + "/state/coordinator");
+  std::filesystem::remove_all(root_ + "/state/worker");
+  std::filesystem::remove(root_ + "/k.o");
+  ProcessResult again = Build(nvcc, command);
+  ASSERT_EQ(again.exit_code, 0) << again.stdout_text << again.stderr_text;
+  EXPECT_THAT(again.stdout_text + again.stderr_text,
+              HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(again.stdout_text + again.stderr_text, HasSubstr("from the scan cache"));
+  ASSERT_TRUE(IsRegularFile(root_ + "/k.o"));
+  std::filesystem::remove(root_ + "/k.o");
+  ProcessResult warm = Build(nvcc, command);
+  ASSERT_EQ(warm.exit_code, 0) << warm.stdout_text << warm.stderr_text;
+  EXPECT_THAT(warm.stdout_text + warm.stderr_text,
+              HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
+  EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
+}
+
 // The worker registers while the command starts. A unit that reaches the
 // coordinator first waits for it; it used to be refused ("no worker is
 // connected"), which a fast scan made happen now and then.

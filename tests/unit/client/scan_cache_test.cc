@@ -295,6 +295,77 @@ TEST_F(ScanCacheTest, ItVouchesForTheDigestsOfTheFilesOfItsAnswers) {
   EXPECT_NE(after.KnownDigest(b), cache.KnownDigest(b));
 }
 
+// The inputs a unit had, remembered under its files' paths, digests and
+// stats: found again by a new process whose scan vouched for the same files,
+// and by nothing that differs in a file's bytes, mode, root or source.
+TEST_F(ScanCacheTest, AUnitsTreeIsFoundAgainOnlyForTheSameFiles) {
+  v1::CompileUnit unit;
+  unit.mutable_input_root()->set_hash(std::string(64, 'a'));
+  unit.mutable_input_root()->set_size_bytes(120);
+  unit.add_inputs()->set_path("src/k.cu");
+  int scans = 0;
+  std::vector<std::string> files;
+  {
+    ScanCache cache = Cache();
+    files = Scan(cache, &scans);
+    EXPECT_FALSE(cache.FindTree(proj_, "src/k.cu", files)) << "nothing remembered yet";
+    cache.RememberTree(proj_, "src/k.cu", files, unit);
+  }
+  auto found_in_new_process = [&](const std::string& root, const std::string& source) {
+    ScanCache cache = Cache();
+    std::vector<std::string> now = Scan(cache, &scans);
+    return cache.FindTree(root, source, now);
+  };
+  std::optional<v1::CompileUnit> found = found_in_new_process(proj_, "src/k.cu");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->input_root().hash(), unit.input_root().hash());
+  EXPECT_EQ(found->input_root().size_bytes(), 120);
+  ASSERT_EQ(found->inputs_size(), 1);
+  EXPECT_EQ(found->inputs(0).path(), "src/k.cu");
+  EXPECT_FALSE(found_in_new_process(dir_, "proj/src/k.cu")) << "another root";
+  EXPECT_FALSE(found_in_new_process(proj_, "src/other.cu")) << "another source";
+  {
+    ScanCache unvouched = Cache();  // no scan in this process
+    EXPECT_FALSE(unvouched.FindTree(proj_, "src/k.cu", files));
+  }
+  // A header made executable: the same bytes, another tree.
+  ASSERT_EQ(chmod((proj_ + "/inc1/sub/b.h").c_str(), 0755), 0);
+  Settle();
+  EXPECT_FALSE(found_in_new_process(proj_, "src/k.cu")) << "the mode changed";
+  // Remembered again for the new state, then an edit: another digest.
+  {
+    ScanCache cache = Cache();
+    cache.RememberTree(proj_, "src/k.cu", Scan(cache, &scans), unit);
+  }
+  ASSERT_TRUE(found_in_new_process(proj_, "src/k.cu").has_value());
+  Write("inc1/sub/b.h", "#pragma once\n__device__ inline void b() { }\n");
+  Settle();
+  EXPECT_FALSE(found_in_new_process(proj_, "src/k.cu")) << "a header's bytes changed";
+}
+
+TEST_F(ScanCacheTest, ADamagedTreeMemoIsNotFound) {
+  v1::CompileUnit unit;
+  unit.mutable_input_root()->set_hash(std::string(64, 'b'));
+  unit.mutable_input_root()->set_size_bytes(7);
+  int scans = 0;
+  ScanCache cache = Cache();
+  std::vector<std::string> files = Scan(cache, &scans);
+  cache.RememberTree(proj_, "src/k.cu", files, unit);
+  ASSERT_TRUE(cache.FindTree(proj_, "src/k.cu", files).has_value());
+  int damaged = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir_ + "/scan/trees")) {
+    if (!entry.is_regular_file()) continue;
+    ASSERT_TRUE(WriteFileAtomically(entry.path().string(), "not a unit").ok());
+    ++damaged;
+  }
+  ASSERT_EQ(damaged, 1);
+  EXPECT_FALSE(cache.FindTree(proj_, "src/k.cu", files));
+  // A memo whose root is no digest is no memo.
+  unit.mutable_input_root()->set_hash("../../etc/passwd");
+  cache.RememberTree(proj_, "src/k.cu", files, unit);
+  EXPECT_FALSE(cache.FindTree(proj_, "src/k.cu", files));
+}
+
 TEST(ScanCacheFolderTest, FollowsTheStateDirUnlessTheEnvironmentSays) {
   unsetenv("DISTCC_CUDA_SCAN_CACHE");
   EXPECT_EQ(ScanCache::FolderFor("/state"), "/state/scan");
