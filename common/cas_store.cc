@@ -164,6 +164,7 @@ void CasStore::Unpin(const std::vector<std::string>& hashes) const {
 
 int64_t CasStore::size_bytes() const {
   absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&indexed_));
   return total_bytes_;
 }
 
@@ -199,6 +200,10 @@ void CasStore::Used(const Digest& digest) const {
 
 void CasStore::EvictLocked() const {
   if (max_bytes_ <= 0 || total_bytes_ <= max_bytes_) return;
+  // Over the limit with what came in since the store opened alone: what it
+  // held before is counted first, and may be the older.
+  mu_.Await(absl::Condition(&indexed_));
+  if (total_bytes_ <= max_bytes_) return;
   std::vector<std::pair<absl::Time, std::string>> candidates;
   for (const auto& [hash, entry] : index_) {
     if (!pins_.count(hash)) candidates.emplace_back(entry.last_use, hash);
@@ -257,30 +262,53 @@ absl::StatusOr<std::unique_ptr<CasStore>> CasStore::Open(const std::string& root
         absl::StrCat("cannot make the content store ", absolute, " private: ", strerror(errno)));
   }
   std::unique_ptr<CasStore> store(new CasStore(absolute, max_bytes));
-  // What the store holds, each blob last used when its file last changed.
-  {
-    absl::MutexLock lock(&store->mu_);
-    for (const auto& folder : fs::directory_iterator(absolute, error)) {
-      if (folder.path().filename() == "tmp" || !folder.is_directory(error)) continue;
-      for (const auto& blob : fs::directory_iterator(folder.path(), error)) {
-        const std::string name = blob.path().filename().string();
-        size_t underscore = name.find('_');
-        int64_t size = 0;
-        struct stat info;
-        if (underscore == std::string::npos ||
-            !absl::SimpleAtoi(name.substr(underscore + 1), &size) ||
-            lstat(blob.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
-          continue;
-        }
-        CasStore::Entry& entry = store->index_[name.substr(0, underscore)];
-        entry.size = size;
-        entry.last_use = absl::TimeFromTimespec(info.st_mtim);
-        store->total_bytes_ += size;
-      }
-    }
-    store->EvictLocked();
-  }
+  store->indexer_ = std::thread([raw = store.get()] { raw->Index(); });
   return store;
+}
+
+CasStore::~CasStore() {
+  closing_ = true;
+  if (indexer_.joinable()) indexer_.join();
+}
+
+void CasStore::Index() {
+  // What the store holds, each blob last used when its file last changed.
+  struct Found {
+    std::string hash;
+    int64_t size;
+    absl::Time last_use;
+  };
+  std::vector<Found> found;
+  std::error_code error;
+  for (const auto& folder : fs::directory_iterator(root_, error)) {
+    if (closing_) break;
+    if (folder.path().filename() == "tmp" || !folder.is_directory(error)) continue;
+    for (const auto& blob : fs::directory_iterator(folder.path(), error)) {
+      const std::string name = blob.path().filename().string();
+      size_t underscore = name.find('_');
+      int64_t size = 0;
+      struct stat info;
+      if (underscore == std::string::npos ||
+          !absl::SimpleAtoi(name.substr(underscore + 1), &size) ||
+          lstat(blob.path().c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+        continue;
+      }
+      found.push_back({name.substr(0, underscore), size, absl::TimeFromTimespec(info.st_mtim)});
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (Found& blob : found) {
+    if (discarded_while_indexing_.count(blob.hash)) continue;
+    // A blob stored meanwhile is already counted, as used now.
+    auto [entry, inserted] = index_.try_emplace(std::move(blob.hash));
+    if (!inserted) continue;
+    entry->second.size = blob.size;
+    entry->second.last_use = blob.last_use;
+    total_bytes_ += blob.size;
+  }
+  discarded_while_indexing_.clear();
+  indexed_ = true;
+  if (!closing_) EvictLocked();  // a walk cut short by closing counts too little
 }
 
 std::string CasStore::PathOf(const Digest& digest) const {
@@ -348,6 +376,7 @@ void CasStore::Discard(const Digest& digest, const std::string& how) const {
       total_bytes_ -= found->second.size;
       index_.erase(found);
     }
+    if (!indexed_) discarded_while_indexing_.insert(digest.hash);
   }
   std::error_code error;
   fs::remove(PathOf(digest), error);

@@ -3,8 +3,10 @@
 // coordinator (the build's CAS) and by each worker (its local input cache).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -95,8 +97,14 @@ class CasStore {
   // With `max_bytes` > 0 the store keeps itself under that size: when a new
   // blob takes it over, the least recently used blobs that no CasPin holds
   // are removed until it is under 90% of it.
+  //
+  // What the store already holds is counted on a thread of its own (a walk
+  // of every blob: 9 ms for 600 blobs, far more for a large store), so that
+  // opening does not wait for it; until it is done nothing is evicted and
+  // size_bytes() waits for it.
   static absl::StatusOr<std::unique_ptr<CasStore>> Open(const std::string& root,
                                                         int64_t max_bytes = 0);
+  ~CasStore();
 
   // True if the store holds the blob: a regular file of the digest's size
   // (its content was verified when it came in).
@@ -155,6 +163,8 @@ class CasStore {
   friend class CasPin;
   explicit CasStore(std::string root, int64_t max_bytes)
       : root_(std::move(root)), max_bytes_(max_bytes) {}
+  // Counts the blobs on disk into the index (Open's thread).
+  void Index();
   struct Entry {
     int64_t size = 0;
     absl::Time last_use;
@@ -186,6 +196,12 @@ class CasStore {
   mutable std::unordered_map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);  // hash -> count
   mutable int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   mutable bool warned_full_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when Index has counted what was on disk; until then, the blobs
+  // discarded, which its walk may still have seen.
+  mutable bool indexed_ ABSL_GUARDED_BY(mu_) = false;
+  mutable std::unordered_set<std::string> discarded_while_indexing_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> closing_{false};
+  std::thread indexer_;
 };
 
 }  // namespace distcc_cuda

@@ -122,6 +122,35 @@ TEST_F(CasStoreTest, OpenTwiceSeesTheSameBlobs) {
   EXPECT_TRUE((*again)->Contains(digest));
 }
 
+// What a reopened store holds is counted on a thread of its own; a blob
+// stored and one discarded while it counts are counted as they end up,
+// whichever comes first, and the count is what is on disk.
+TEST_F(CasStoreTest, AStoreOpenedAgainCountsWhatItHoldsBesideItsFirstCallers) {
+  std::vector<std::pair<Digest, std::string>> blobs;
+  int64_t total = 0;
+  for (int i = 0; i < 4000; ++i) {
+    std::string bytes = absl::StrCat("blob ", i);
+    blobs.emplace_back(DigestOf(bytes), bytes);
+    total += bytes.size();
+  }
+  std::vector<std::pair<Digest, absl::string_view>> batch(blobs.begin(), blobs.end() - 1);
+  for (const absl::Status& status : store_->PutMany(batch)) ASSERT_TRUE(status.ok()) << status;
+  const auto& [added, added_bytes] = blobs.back();  // stored while it counts
+  const auto& [damaged, damaged_bytes] = blobs[1500];
+  const int64_t expected = total - static_cast<int64_t>(damaged_bytes.size());
+  for (int round = 0; round < 2; ++round) {
+    absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/cas");
+    ASSERT_TRUE(again.ok()) << again.status();
+    if (round == 0) {
+      ASSERT_TRUE((*again)->Put(added, added_bytes).ok());
+      (*again)->Discard(damaged, "a test");
+    }
+    EXPECT_EQ((*again)->size_bytes(), expected) << "round " << round;
+    EXPECT_FALSE((*again)->Contains(damaged));
+    EXPECT_TRUE((*again)->Contains(added));
+  }
+}
+
 // Overwrites a stored blob in place, as a failing disk or a stray write
 // would, keeping its size.
 void Damage(const std::string& path, const std::string& bytes) {
