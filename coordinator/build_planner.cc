@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -448,7 +449,8 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
 std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildRequest& request,
                                                         const PeakHistory* history,
                                                         const BuildLimits& limits,
-                                                        const IsCached& is_cached) {
+                                                        const IsCached& is_cached,
+                                                        const CasStore* cas) {
   if (is_cached == nullptr || request.has_plan() || request.instantiation_sets_size() > 0 ||
       request.units_size() == 0 || request.architecture_split() != v1::ARCHITECTURE_SPLIT_NEVER ||
       !CheckBuildLimits(request, limits, nullptr).ok()) {
@@ -459,16 +461,33 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
   CheckedUnitParts checked;
   std::set<std::string> names;
   std::vector<PlannedUnit> planned;
+  // The folders on the paths of the units' own files (a launched unit's
+  // source beside its tree), read to key the unit as PlanBuild does.
+  std::optional<InputTreeExpander> folders;
+  InputTreeLimits tree_limits;
+  tree_limits.max_files = limits.max_inputs_per_unit;
+  tree_limits.max_folders = limits.max_inputs_per_unit;
+  if (cas != nullptr) folders.emplace(FoldersFrom(*cas));
   for (const v1::CompileUnit& sent : request.units()) {
-    // A unit whose inputs are all in its tree, as PlanBuild would take it:
-    // mounted at the build's root, the root of all its inputs its tree's.
-    if (!sent.has_input_root() || sent.inputs_size() > 0) return std::nullopt;
-    const Digest root = FromProto(sent.input_root());
+    // A unit with a tree (and its own files beside it, given the store),
+    // as PlanBuild would take it: mounted at the build's root.
+    if (!sent.has_input_root() || (sent.inputs_size() > 0 && !folders)) return std::nullopt;
+    Digest root = FromProto(sent.input_root());
     if (!ValidateDigest(root).ok() || !names.insert(sent.name()).second) return std::nullopt;
     std::string family;
     v1::CompileUnit unit = SentUnit(request, sent, &family);
     NvccCommand command;
     if (!ValidateCompileUnit(unit, system_prefixes, &checked, &command).ok()) return std::nullopt;
+    if (unit.inputs_size() > 0) {
+      for (const v1::InputFile& input : unit.inputs()) {
+        const Digest digest = FromProto(input.digest());
+        if (!ValidateDigest(digest).ok() || !cas->Contains(digest)) return std::nullopt;
+      }
+      // The root of all its inputs, its tree's and its own.
+      absl::StatusOr<Digest> all = folders->RootWith(&root, unit.inputs(), tree_limits);
+      if (!all.ok()) return std::nullopt;
+      root = *all;
+    }
     PlannedUnit plan = Plan(toolchain, std::move(unit), command, family, 1, history, root);
     if (!is_cached(plan.action_digest)) return std::nullopt;
     planned.push_back(std::move(plan));

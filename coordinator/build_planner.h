@@ -71,20 +71,23 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
 using IsCached = std::function<bool(const std::string& action_digest)>;
 
 // The plan of a build all of whose units are in the result cache, made
-// without reading their input trees or looking for their inputs in the
-// store: what a launcher's rebuild sends, unit by unit, when nothing
-// changed. Applies to a request of plain units, each with all its inputs in
-// its tree (input_root, no own list), never split by architecture; each is
-// checked (ValidateCompileUnit, the build's limits) and keyed as PlanBuild
-// keys it, so a hit is the result of exactly the action PlanBuild would
-// have made. An action cached is one whose tree was read and checked when
-// it first ran, and whose root names every byte of it. nullopt when the
-// request is of another kind, fails a check (PlanBuild then says why) or
-// has a unit that is not cached: plan it with PlanBuild.
+// without reading their input trees: what a launcher's rebuild sends, unit
+// by unit, when nothing changed. Applies to a request of plain units, each
+// with a tree (input_root) and, given `cas`, its own files beside it (a
+// launched unit's source: their digests must be in the store, and only the
+// folders on their paths are read, to make the root of all its inputs),
+// never split by architecture; each is checked (ValidateCompileUnit, the
+// build's limits) and keyed as PlanBuild keys it, so a hit is the result of
+// exactly the action PlanBuild would have made. An action cached is one
+// whose tree was read and checked when it first ran, and whose root names
+// every byte of it. nullopt when the request is of another kind, fails a
+// check (PlanBuild then says why) or has a unit that is not cached: plan it
+// with PlanBuild.
 std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildRequest& request,
                                                         const PeakHistory* history,
                                                         const BuildLimits& limits,
-                                                        const IsCached& is_cached);
+                                                        const IsCached& is_cached,
+                                                        const CasStore* cas = nullptr);
 
 // Plans `request` into units. An instantiation set's unit size (grid points
 // per unit) is chosen from the predicted cost per instantiation and the

@@ -68,7 +68,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
       return result.has_value();
     };
     if (std::optional<std::vector<PlannedUnit>> units =
-            PlanCachedBuild(request, history, limits, hit)) {
+            PlanCachedBuild(request, history, limits, hit, cas)) {
       std::map<int, v1::TaskResult> cached;
       for (size_t i = 0; i < units->size(); ++i) cached[i] = hits[(*units)[i].action_digest];
       Schedule(request, std::move(*units), std::move(cached), {});

@@ -258,11 +258,15 @@ TEST_F(BuildPlannerTest, AnInputTreesFilesAreCheckedAsListedInputs) {
 // headers), never split by architecture.
 class CachedBuildTest : public BuildPlannerTest {
  protected:
-  v1::CompileUnit& AddUnit(v1::SubmitBuildRequest& request, const std::string& name) {
+  // A unit whose inputs are all in its tree, or (`own_source`) with its
+  // source beside the tree, as the launcher sends it.
+  v1::CompileUnit& AddUnit(v1::SubmitBuildRequest& request, const std::string& name,
+                           bool own_source = false) {
     google::protobuf::RepeatedPtrField<v1::InputFile> files;
+    google::protobuf::RepeatedPtrField<v1::InputFile> own;
     for (const auto& [path, content] : std::vector<std::pair<std::string, std::string>>{
              {"src/" + name + ".cu", "#include \"k.cuh\"\n// " + name}, {"src/k.cuh", "k"}}) {
-      v1::InputFile* input = files.Add();
+      v1::InputFile* input = own_source && path == "src/" + name + ".cu" ? own.Add() : files.Add();
       input->set_path(path);
       *input->mutable_digest() = ToProto(*cas_->PutBytes(content));
     }
@@ -279,15 +283,16 @@ class CachedBuildTest : public BuildPlannerTest {
     }
     unit->add_output_paths(name + ".o");
     *unit->mutable_input_root() = ToProto(tree->root);
+    *unit->mutable_inputs() = own;
     return *unit;
   }
 
-  v1::SubmitBuildRequest Launched(const std::vector<std::string>& names) {
+  v1::SubmitBuildRequest Launched(const std::vector<std::string>& names, bool own_source = false) {
     v1::SubmitBuildRequest request;
     request.mutable_toolchain()->set_digest("toolchain-a");
     request.set_workspace_root("/src/project");
     request.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
-    for (const std::string& name : names) AddUnit(request, name);
+    for (const std::string& name : names) AddUnit(request, name, own_source);
     return request;
   }
 
@@ -329,6 +334,64 @@ TEST_F(CachedBuildTest, ACachedBuildIsKeyedAsPlanBuildKeysItWithoutItsTrees) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// The launcher sends a unit's source beside its tree: the cached plan reads
+// the folders on the source's path from the store (not the tree's files)
+// and keys it as PlanBuild does.
+TEST_F(CachedBuildTest, AUnitWithItsSourceBesideItsTreeIsKeyedAsPlanBuildKeysIt) {
+  const v1::SubmitBuildRequest request = Launched({"a", "b"}, /*own_source=*/true);
+  ASSERT_EQ(request.units(0).inputs_size(), 1);
+  absl::StatusOr<std::vector<PlannedUnit>> planned =
+      PlanBuild(request, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  std::optional<std::vector<PlannedUnit>> cached =
+      PlanCachedBuild(request, nullptr, {}, CachedAsPlanned(request), cas_.get());
+  ASSERT_TRUE(cached.has_value());
+  ASSERT_EQ(cached->size(), planned->size());
+  for (size_t i = 0; i < planned->size(); ++i) {
+    EXPECT_EQ((*cached)[i].action_digest, (*planned)[i].action_digest);
+    EXPECT_EQ((*cached)[i].identity, (*planned)[i].identity);
+    EXPECT_EQ((*cached)[i].closure, (*planned)[i].closure);
+  }
+  // The same unit with its source in the tree names the same inputs.
+  const v1::SubmitBuildRequest whole = Launched({"a", "b"});
+  EXPECT_EQ(PlanCachedBuild(whole, nullptr, {}, CachedAsPlanned(whole))->at(0).action_digest,
+            (*cached)[0].action_digest);
+  const IsCached everything = [](const std::string&) { return true; };
+  EXPECT_FALSE(PlanCachedBuild(request, nullptr, {}, everything).has_value()) << "no store given";
+  struct Case {
+    const char* what;
+    std::function<void(v1::SubmitBuildRequest&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"its source not in the store",
+       [](v1::SubmitBuildRequest& r) {
+         *r.mutable_units(0)->mutable_inputs(0)->mutable_digest() = ToProto(DigestOf("absent"));
+       }},
+      {"a malformed digest",
+       [](v1::SubmitBuildRequest& r) {
+         r.mutable_units(0)->mutable_inputs(0)->mutable_digest()->set_hash("../../etc/passwd");
+       }},
+      {"a path out of the workspace",
+       [](v1::SubmitBuildRequest& r) {
+         r.mutable_units(0)->mutable_inputs(0)->set_path("../a.cu");
+       }},
+      {"a file the tree has too",
+       [](v1::SubmitBuildRequest& r) {
+         r.mutable_units(0)->mutable_inputs(0)->set_path("src/k.cuh");
+       }},
+      {"its tree's folders not in the store",
+       [](v1::SubmitBuildRequest& r) {
+         *r.mutable_units(0)->mutable_input_root() = ToProto(DigestOf("no such folder"));
+       }},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitBuildRequest changed = request;
+    c.change(changed);
+    EXPECT_FALSE(PlanCachedBuild(changed, nullptr, {}, everything, cas_.get()).has_value())
+        << c.what;
+  }
+}
+
 TEST_F(CachedBuildTest, AnythingButAWholeCachedBuildOfTreeUnitsIsLeftToPlanBuild) {
   const IsCached everything = [](const std::string&) { return true; };
   const IsCached nothing = [](const std::string&) { return false; };
@@ -347,7 +410,7 @@ TEST_F(CachedBuildTest, AnythingButAWholeCachedBuildOfTreeUnitsIsLeftToPlanBuild
     std::function<void(v1::SubmitBuildRequest&)> change;
   };
   const std::vector<Case> cases = {
-      {"a unit with a list of its own",
+      {"a unit with a list of its own, with no store to read its folders from",
        [&](v1::SubmitBuildRequest& r) {
          v1::InputFile* input = r.mutable_units(0)->add_inputs();
          input->set_path("src/extra.h");
