@@ -479,6 +479,7 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
     NvccCommand command;
     if (!ValidateCompileUnit(unit, system_prefixes, &checked, &command).ok()) return std::nullopt;
     if (unit.inputs_size() > 0) {
+      if (unit.inputs_size() > limits.max_inputs_per_unit) return std::nullopt;
       for (const v1::InputFile& input : unit.inputs()) {
         const Digest digest = FromProto(input.digest());
         if (!ValidateDigest(digest).ok() || !cas->Contains(digest)) return std::nullopt;

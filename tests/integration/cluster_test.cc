@@ -1140,6 +1140,17 @@ class EmbeddedSessionTest : public ::testing::Test {
     return ran.ok() ? *ran : ProcessResult{};
   }
 
+  // Builds `command` with `nvcc`, expecting success and k.o made (then
+  // removed); returns what the build printed.
+  std::string BuildsTheObject(const std::string& nvcc, const std::vector<std::string>& command) {
+    ProcessResult ran = Build(nvcc, command);
+    const std::string out = ran.stdout_text + ran.stderr_text;
+    EXPECT_EQ(ran.exit_code, 0) << out;
+    EXPECT_TRUE(IsRegularFile(root_ + "/k.o")) << out;
+    std::filesystem::remove(root_ + "/k.o");
+    return out;
+  }
+
   std::string root_;
 };
 
@@ -1147,18 +1158,11 @@ TEST_F(EmbeddedSessionTest, ACommandCompilesOnThisMachinesWorkerAndItsRebuildIsC
   const std::string nvcc =
       testing::WriteNvccWrapper(root_ + "/cuda/bin/nvcc", testing::FakeNvccPath());
   const std::vector<std::string> command = {"sh", "-c", "$PYTORCH_NVCC -c src/k.cu -o k.o"};
-  ProcessResult cold = Build(nvcc, command);
-  ASSERT_EQ(cold.exit_code, 0) << cold.stdout_text << cold.stderr_text;
-  EXPECT_THAT(cold.stdout_text + cold.stderr_text,
-              HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
-  EXPECT_THAT(cold.stdout_text + cold.stderr_text, HasSubstr("workers   1 (local: 1)"));
-  ASSERT_TRUE(IsRegularFile(root_ + "/k.o"));
-  std::filesystem::remove(root_ + "/k.o");
-  ProcessResult warm = Build(nvcc, command);
-  ASSERT_EQ(warm.exit_code, 0) << warm.stdout_text << warm.stderr_text;
-  EXPECT_THAT(warm.stdout_text + warm.stderr_text,
+  const std::string cold = BuildsTheObject(nvcc, command);
+  EXPECT_THAT(cold, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(cold, HasSubstr("workers   1 (local: 1)"));
+  EXPECT_THAT(BuildsTheObject(nvcc, command),
               HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
-  EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
 }
 
 // A rebuild sends an unchanged unit by the tree root its last build made
@@ -1172,25 +1176,15 @@ TEST_F(EmbeddedSessionTest, AUnitSentByItsRememberedTreeIsUploadedWhenTheCoordin
       WriteFileAtomically(root_ + "/src/k.cu", "#include \"k.h\"\n__global__ void k() {}\n").ok());
   const std::vector<std::string> command = {"sh", "-c", "$PYTORCH_NVCC -c src/k.cu -o k.o"};
   absl::SleepFor(absl::Milliseconds(250));  // old enough for the scan cache
-  ProcessResult cold = Build(nvcc, command);
-  ASSERT_EQ(cold.exit_code, 0) << cold.stdout_text << cold.stderr_text;
-  ASSERT_TRUE(IsRegularFile(root_ + "/k.o"));
+  BuildsTheObject(nvcc, command);
   ASSERT_TRUE(std::filesystem::exists(root_ + "/state/scan/trees")) << "no tree remembered";
   std::filesystem::remove_all(root_ + "/state/coordinator");
   std::filesystem::remove_all(root_ + "/state/worker");
-  std::filesystem::remove(root_ + "/k.o");
-  ProcessResult again = Build(nvcc, command);
-  ASSERT_EQ(again.exit_code, 0) << again.stdout_text << again.stderr_text;
-  EXPECT_THAT(again.stdout_text + again.stderr_text,
-              HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
-  EXPECT_THAT(again.stdout_text + again.stderr_text, HasSubstr("from the scan cache"));
-  ASSERT_TRUE(IsRegularFile(root_ + "/k.o"));
-  std::filesystem::remove(root_ + "/k.o");
-  ProcessResult warm = Build(nvcc, command);
-  ASSERT_EQ(warm.exit_code, 0) << warm.stdout_text << warm.stderr_text;
-  EXPECT_THAT(warm.stdout_text + warm.stderr_text,
+  const std::string again = BuildsTheObject(nvcc, command);
+  EXPECT_THAT(again, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(again, HasSubstr("from the scan cache"));
+  EXPECT_THAT(BuildsTheObject(nvcc, command),
               HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
-  EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
 }
 
 // The worker registers while the command starts. A unit that reaches the
@@ -1213,14 +1207,11 @@ TEST_F(EmbeddedSessionTest, AUnitSentBeforeTheWorkerRegisteredWaitsForIt) {
   std::filesystem::create_directories(root_ + "/late/bin");
   std::filesystem::create_symlink(nvcc, root_ + "/late/bin/nvcc");
   const absl::Time began = absl::Now();
-  ProcessResult cold =
-      Build(root_ + "/late/bin/nvcc",
-            {"sh", "-c", "$CMAKE_CUDA_COMPILER_LAUNCHER " + nvcc + " -c src/k.cu -o k.o"});
-  ASSERT_EQ(cold.exit_code, 0) << cold.stdout_text << cold.stderr_text;
-  EXPECT_THAT(cold.stdout_text + cold.stderr_text,
+  EXPECT_THAT(BuildsTheObject(
+                  root_ + "/late/bin/nvcc",
+                  {"sh", "-c", "$CMAKE_CUDA_COMPILER_LAUNCHER " + nvcc + " -c src/k.cu -o k.o"}),
               HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
   EXPECT_GE(absl::Now() - began, absl::Seconds(2)) << "the worker was not late";
-  EXPECT_TRUE(IsRegularFile(root_ + "/k.o"));
 }
 
 // The worker starts beside the command: when it cannot, the command is

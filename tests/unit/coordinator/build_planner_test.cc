@@ -390,6 +390,9 @@ TEST_F(CachedBuildTest, AUnitWithItsSourceBesideItsTreeIsKeyedAsPlanBuildKeysIt)
     EXPECT_FALSE(PlanCachedBuild(changed, nullptr, {}, everything, cas_.get()).has_value())
         << c.what;
   }
+  BuildLimits limits;
+  limits.max_inputs_per_unit = 0;  // more own files than a unit may have
+  EXPECT_FALSE(PlanCachedBuild(request, nullptr, limits, everything, cas_.get()).has_value());
 }
 
 TEST_F(CachedBuildTest, AnythingButAWholeCachedBuildOfTreeUnitsIsLeftToPlanBuild) {
