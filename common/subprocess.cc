@@ -169,39 +169,6 @@ absl::StatusOr<std::map<std::string, std::string>> BuildEnvironment(const Proces
   return merged;
 }
 
-// The path to hand to execve for `program`, looked up as execvp would but in
-// the child's PATH and relative to the child's working directory.
-absl::StatusOr<std::string> ResolveProgram(const std::string& program,
-                                           const std::map<std::string, std::string>& environment,
-                                           const std::string& working_directory) {
-  if (program.find('/') != std::string::npos) return program;
-  auto path_entry = environment.find("PATH");
-  std::string search_path = path_entry == environment.end() ? "/bin:/usr/bin" : path_entry->second;
-  bool found_not_executable = false;
-  for (absl::string_view dir : absl::StrSplit(search_path, ':')) {
-    // An empty PATH entry means the current directory.
-    std::string candidate = absl::StrCat(dir.empty() ? absl::string_view(".") : dir, "/", program);
-    std::string on_disk = candidate;
-    if (candidate[0] != '/' && !working_directory.empty()) {
-      on_disk = absl::StrCat(working_directory, "/", candidate);
-    }
-    struct stat info;
-    if (stat(on_disk.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
-    if (access(on_disk.c_str(), X_OK) != 0) {
-      found_not_executable = true;
-      continue;
-    }
-    return candidate;
-  }
-  if (found_not_executable) {
-    return absl::PermissionDeniedError(absl::StrCat("program '", program, "' is in PATH '",
-                                                    search_path,
-                                                    "' but not executable; check its permissions"));
-  }
-  return absl::NotFoundError(absl::StrCat("program '", program, "' not found in PATH '",
-                                          search_path, "'; install it or give its path"));
-}
-
 enum class ChildStage : int {
   kNone = 0,
   kRedirect = 1,
@@ -475,6 +442,37 @@ absl::Status Reap(pid_t pid, int& status, struct rusage& usage) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ResolveProgram(const std::string& program,
+                                           const std::map<std::string, std::string>& environment,
+                                           const std::string& working_directory) {
+  if (program.find('/') != std::string::npos) return program;
+  auto path_entry = environment.find("PATH");
+  std::string search_path = path_entry == environment.end() ? "/bin:/usr/bin" : path_entry->second;
+  bool found_not_executable = false;
+  for (absl::string_view dir : absl::StrSplit(search_path, ':')) {
+    // An empty PATH entry means the current directory.
+    std::string candidate = absl::StrCat(dir.empty() ? absl::string_view(".") : dir, "/", program);
+    std::string on_disk = candidate;
+    if (candidate[0] != '/' && !working_directory.empty()) {
+      on_disk = absl::StrCat(working_directory, "/", candidate);
+    }
+    struct stat info;
+    if (stat(on_disk.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    if (access(on_disk.c_str(), X_OK) != 0) {
+      found_not_executable = true;
+      continue;
+    }
+    return candidate;
+  }
+  if (found_not_executable) {
+    return absl::PermissionDeniedError(absl::StrCat("program '", program, "' is in PATH '",
+                                                    search_path,
+                                                    "' but not executable; check its permissions"));
+  }
+  return absl::NotFoundError(absl::StrCat("program '", program, "' not found in PATH '",
+                                          search_path, "'; install it or give its path"));
+}
 
 absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty()) {

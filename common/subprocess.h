@@ -124,6 +124,14 @@ struct ProcessResult {
 // SIGCHLD to SIG_IGN (the kernel would then reap the child behind its back).
 absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec);
 
+// The path RunProcess hands to execve for `program`: itself when it has a
+// slash, else looked up as execvp would, in `environment`'s PATH
+// (/bin:/usr/bin without one), relative to `working_directory`. NOT_FOUND,
+// or PERMISSION_DENIED for a match that is not executable, naming the PATH.
+absl::StatusOr<std::string> ResolveProgram(const std::string& program,
+                                           const std::map<std::string, std::string>& environment,
+                                           const std::string& working_directory);
+
 // OK if children can be given a mount namespace with a folder mounted at
 // `target` (made if missing) and a PID namespace of their own: tries it once
 // with `true`. Else why not.

@@ -192,22 +192,6 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   return fingerprint;
 }
 
-namespace {
-
-// The file `program` runs: itself when it names a path, else the first
-// executable of that name in $PATH; "" when there is none.
-std::string ProgramInPath(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  const char* path = std::getenv("PATH");
-  for (absl::string_view folder : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
-    std::string candidate = absl::StrCat(folder, "/", program);
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-}  // namespace
-
 absl::StatusOr<v1::ToolchainFingerprint> SharedToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler,
     const std::string& hash_cache_dir) {
@@ -217,9 +201,13 @@ absl::StatusOr<v1::ToolchainFingerprint> SharedToolchainFingerprint(
   };
   static absl::Mutex mu;
   static auto* known = new std::map<std::string, std::shared_ptr<Fingerprinting>>();
+  // The host compiler as `RunProcess` finds it for the fingerprint.
+  std::map<std::string, std::string> environment;
+  if (const char* path = std::getenv("PATH")) environment["PATH"] = path;
+  absl::StatusOr<std::string> host = ResolveProgram(host_compiler, environment, "");
   const std::string key =
       absl::StrCat(AbsolutePath(nvcc_path), "\n", host_compiler, "\n",
-                   ToolchainFilesSignature(nvcc_path), StatSignature(ProgramInPath(host_compiler)));
+                   ToolchainFilesSignature(nvcc_path), StatSignature(host.ok() ? *host : ""));
   std::shared_ptr<Fingerprinting> entry;
   bool mine = false;
   {

@@ -17,6 +17,13 @@ absl::StatusOr<std::string> ReadNamedBlob(const CasStore& cas, const Digest& dig
   return absl::FailedPreconditionError(missing);
 }
 
+InputTreeLimits TreeLimitsOf(const BuildLimits& limits) {
+  InputTreeLimits tree;
+  tree.max_files = limits.max_inputs_per_unit;
+  tree.max_folders = limits.max_inputs_per_unit;
+  return tree;
+}
+
 FetchDirectory FoldersFrom(const CasStore& cas) {
   return [&cas](const Digest& digest) {
     return ReadNamedBlob(
@@ -30,8 +37,7 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
     const v1::SubmitBuildRequest& request, const CasStore& cas, const BuildLimits& limits) {
   std::unique_ptr<BuildInputs> inputs(new BuildInputs());
   inputs->trees_ = std::make_unique<InputTreeExpander>(FoldersFrom(cas));
-  inputs->tree_limits_.max_files = limits.max_inputs_per_unit;
-  inputs->tree_limits_.max_folders = limits.max_inputs_per_unit;
+  inputs->tree_limits_ = TreeLimitsOf(limits);
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   std::set<std::string> checked_paths;
   std::set<Digest> files;

@@ -74,4 +74,8 @@ absl::StatusOr<std::string> ReadNamedBlob(const CasStore& cas, const Digest& dig
 // never uploaded, FAILED_PRECONDITION.
 FetchDirectory FoldersFrom(const CasStore& cas);
 
+// How far a build's trees may reach: --max-inputs-per-unit files, and as
+// many folders.
+InputTreeLimits TreeLimitsOf(const BuildLimits& limits);
+
 }  // namespace distcc_cuda::coordinator

@@ -464,9 +464,7 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
   // The folders on the paths of the units' own files (a launched unit's
   // source beside its tree), read to key the unit as PlanBuild does.
   std::optional<InputTreeExpander> folders;
-  InputTreeLimits tree_limits;
-  tree_limits.max_files = limits.max_inputs_per_unit;
-  tree_limits.max_folders = limits.max_inputs_per_unit;
+  const InputTreeLimits tree_limits = TreeLimitsOf(limits);
   if (cas != nullptr) folders.emplace(FoldersFrom(*cas));
   for (const v1::CompileUnit& sent : request.units()) {
     // A unit with a tree (and its own files beside it, given the store),
