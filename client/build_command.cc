@@ -18,11 +18,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "client/compile_commands.h"
+#include "client/build_plan.h"
+#include "client/build_submission.h"
 #include "client/coordinator_text.h"
 #include "client/dependency_scan.h"
 #include "client/embedded_cluster.h"
-#include "client/kernel_manifest.h"
 #include "client/link_step.h"
 #include "client/prediction_report.h"
 #include "client/scan_cache.h"
@@ -48,202 +48,6 @@
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 namespace {
-
-// A unit before its paths are made relative to the workspace root.
-struct LocalUnit {
-  std::string name;
-  std::string directory;             // absolute; nvcc runs here
-  std::vector<std::string> flags;    // without -c, -o, sources, dependency flags
-  std::string source;                // as given (relative to directory, or absolute)
-  std::string local_object;          // where the object lands on this machine
-  std::vector<std::string> closure;  // absolute input paths
-};
-
-// An instantiation set before its paths are made relative.
-struct LocalSet {
-  v1::InstantiationSet set;
-  std::string directory;
-  std::vector<std::string> flags;
-  std::vector<std::string> closure;
-};
-
-struct LocalPlan {
-  std::vector<LocalUnit> units;
-  std::vector<LocalSet> sets;
-  std::string object_dir;
-  std::string library_path;
-  LinkRecipe link;
-};
-
-absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
-  ASSIGN_OR_RETURN(KernelManifest manifest, LoadKernelManifest(options.plan_path));
-  LocalPlan plan;
-  plan.object_dir = options.output_dir + "/obj";
-  plan.library_path = options.output_dir + "/" + manifest.output;
-  plan.link = manifest.link;
-  ASSIGN_OR_RETURN(std::vector<std::string> gencode, GencodeFlags(manifest.archs));
-  std::vector<std::string> flags = manifest.flags;
-  flags.insert(flags.end(), gencode.begin(), gencode.end());
-  // Objects of a shared library must be position independent.
-  flags.push_back("-Xcompiler=-fPIC");
-  absl::StatusOr<NvccCommand> checked = ParseNvccCommand(flags);
-  if (!checked.ok()) return Annotate(checked.status(), manifest.path + ": [build] flags");
-  if (!checked->sources.empty() || !checked->output.empty() || checked->compile_only) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(manifest.path, ": [build] flags must not name sources, -c or -o"));
-  }
-  for (const std::string& source : manifest.sources) {
-    LocalUnit unit;
-    unit.name = fs::path(source).stem().string();
-    unit.directory = manifest.directory;
-    unit.flags = flags;
-    unit.source = source;
-    unit.local_object = plan.object_dir + "/" + unit.name + ".o";
-    plan.units.push_back(std::move(unit));
-  }
-  for (v1::InstantiationSet& set : manifest.instantiation_sets) {
-    plan.sets.push_back(LocalSet{std::move(set), manifest.directory, flags, {}});
-  }
-  return plan;
-}
-
-absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
-  ASSIGN_OR_RETURN(std::vector<CompileCommand> commands, LoadCompileCommands(options.plan_path));
-  LocalPlan plan;
-  plan.object_dir = options.output_dir + "/obj";
-  plan.library_path = options.output_dir + "/" + options.library_name;
-  if (options.link_command.empty()) {
-    // CMake's link of a CUDA shared library.
-    plan.link.soname = options.library_name;
-  } else {
-    ASSIGN_OR_RETURN(plan.link, ParseLinkCommand(options.link_command));
-  }
-  std::set<std::string> names;
-  std::map<std::string, int> next_number;
-  for (const CompileCommand& command : commands) {
-    ASSIGN_OR_RETURN(NvccCommand parsed,
-                     ParseNvccCommand({command.arguments.begin() + 1, command.arguments.end()}));
-    LocalUnit unit;
-    // k.cu, k.cu.2, k.cu.3...: each name remembers its next number, so
-    // 10,000 entries of one file are named in one pass, not 10,000.
-    const std::string base = fs::path(command.file).filename().string();
-    unit.name = base;
-    if (!names.insert(base).second) {
-      int& n = next_number.try_emplace(base, 2).first->second;
-      do {
-        unit.name = absl::StrCat(base, ".", n++);
-      } while (!names.insert(unit.name).second);
-    }
-    unit.directory = command.directory;
-    unit.flags = parsed.FlagArguments();
-    unit.source = parsed.sources[0];
-    unit.local_object = options.objects_dir.empty()
-                            ? command.output
-                            : AbsolutePath(options.objects_dir) + "/" + unit.name + ".o";
-    plan.units.push_back(std::move(unit));
-  }
-  return plan;
-}
-
-// CheckBeforeScan for every unit and instantiation set of the plan.
-absl::Status CheckPlanBeforeScan(const LocalPlan& plan) {
-  for (const LocalUnit& unit : plan.units) {
-    RETURN_IF_ERROR(CheckBeforeScan(unit.name, unit.directory, unit.flags, unit.source));
-  }
-  for (const LocalSet& set : plan.sets) {
-    for (const std::string& header : set.set.headers()) {
-      RETURN_IF_ERROR(CheckBeforeScan(set.set.name(), set.directory, set.flags, header));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Scans every unit's and set's closure, one nvcc -M per usable core at a
-// time, answers from `cache` where nothing changed.
-absl::Status ScanClosures(LocalPlan& plan, const std::string& nvcc, ScanCache* cache) {
-  std::vector<std::string> excluded = ExcludedPrefixes(nvcc);
-  std::vector<std::function<absl::Status()>> jobs;
-  for (LocalUnit& unit : plan.units) {
-    jobs.push_back([&unit, &nvcc, &excluded, cache]() -> absl::Status {
-      ASSIGN_OR_RETURN(unit.closure, ScanInputClosure(nvcc, unit.directory, unit.flags, unit.source,
-                                                      excluded, cache));
-      return absl::OkStatus();
-    });
-  }
-  for (LocalSet& set : plan.sets) {
-    jobs.push_back([&set, &nvcc, &excluded, cache]() -> absl::Status {
-      for (const std::string& header : set.set.headers()) {
-        ASSIGN_OR_RETURN(std::vector<std::string> files,
-                         ScanInputClosure(nvcc, set.directory, set.flags, header, excluded, cache));
-        set.closure.insert(set.closure.end(), files.begin(), files.end());
-      }
-      return absl::OkStatus();
-    });
-  }
-  // Each core takes the next scan as soon as its last one ends (scans differ
-  // in length by tens of times), and all stop at the first error.
-  std::atomic<size_t> next{0};
-  absl::Mutex mu;
-  absl::Status first_error;
-  auto scan = [&] {
-    for (size_t i = next++; i < jobs.size(); i = next++) {
-      absl::Status status = jobs[i]();
-      if (status.ok()) continue;
-      absl::MutexLock lock(&mu);
-      if (first_error.ok()) first_error = status;
-      next = jobs.size();
-    }
-  };
-  std::vector<std::thread> scanners;
-  const size_t parallel = std::min<size_t>(std::max(1, UsableCores()), jobs.size());
-  for (size_t i = 0; i < parallel; ++i) scanners.emplace_back(scan);
-  for (std::thread& scanner : scanners) scanner.join();
-  RETURN_IF_ERROR(first_error);
-  for (const LocalUnit& unit : plan.units) {
-    if (unit.closure.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unit ", unit.name, ": nvcc reported no inputs for ", unit.source));
-    }
-  }
-  for (const LocalUnit& unit : plan.units) {
-    RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", unit.name), unit.closure));
-  }
-  for (const LocalSet& set : plan.sets) {
-    RETURN_IF_ERROR(CheckClosure(absl::StrCat("instantiation set ", set.set.name()), set.closure));
-  }
-  return absl::OkStatus();
-}
-
-// Where a compile_commands.json plan's objects go, said before any is
-// written: each command's own -o unless --objects-dir, and how many of
-// those files exist (they are replaced as their units finish).
-std::string DescribeObjectPlacement(const LocalPlan& plan, const std::string& objects_dir) {
-  std::vector<std::string> folders;
-  int existing = 0;
-  for (const LocalUnit& unit : plan.units) {
-    std::string object = AbsolutePath(unit.local_object, unit.directory);
-    folders.push_back(fs::path(object).parent_path().string());
-    existing += IsRegularFile(object);
-  }
-  std::sort(folders.begin(), folders.end());
-  folders.erase(std::unique(folders.begin(), folders.end()), folders.end());
-  std::string where = folders.size() == 1 ? folders[0]
-                                          : absl::StrCat(folders.size(), " folders under ",
-                                                         CommonAncestor(folders));
-  if (!objects_dir.empty()) {
-    return absl::StrCat(
-        "distcc-cuda: objects go to ", where, " (--objects-dir)",
-        existing > 0 ? absl::StrCat("; ", existing, " there already are replaced") : "", "\n");
-  }
-  return absl::StrCat(
-      "distcc-cuda: objects go to each command's own -o, as the build that wrote this file "
-      "would put them (",
-      where, ")",
-      existing > 0
-          ? absl::StrCat("; the ", existing, " there already are replaced as their units finish")
-          : "",
-      "; --objects-dir DIR puts them elsewhere\n");
-}
 
 struct UnitReport {
   std::string name;
@@ -299,6 +103,27 @@ absl::Status MergePartObjects(const std::string& whole, const PartObjects& parts
   return WriteFileAtomically(object, merged);
 }
 
+// The line that says what went to the coordinator: the inputs, the scans
+// and the parts, once the last part went.
+std::string DescribeSubmission(const BuildSubmission::Figures& figures, const ScanCache& cache,
+                               absl::Time start) {
+  std::string text = absl::StrCat("distcc-cuda: ", figures.input_files, " input files under ",
+                                  figures.roots.empty() ? "/" : figures.roots[0]);
+  if (figures.roots.size() > 1) absl::StrAppend(&text, " and ", figures.roots.size() - 1, " more");
+  absl::StrAppend(&text, " (", figures.uploaded, " uploaded), scanned in ",
+                  Seconds(figures.scan_ended - figures.scan_began));
+  if (figures.scans_cached > 0) {
+    absl::StrAppend(&text, " (", figures.scans_cached, " of ", cache.hits() + cache.misses(),
+                    " scans unchanged since the last build, from the scan cache)");
+  }
+  if (!figures.parts.empty()) {
+    absl::StrAppend(&text, "; sent in ", figures.parts.size(),
+                    figures.parts.size() == 1 ? " part" : " parts", " as scanned, the first after ",
+                    Seconds(figures.parts[0].sent - start));
+  }
+  return text + "\n";
+}
+
 }  // namespace
 
 absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
@@ -321,8 +146,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         "--objects-dir and --link-command are for compile_commands.json plans; a manifest's "
         "objects go to OUT/obj and its link is its [link] table");
   }
-  ASSIGN_OR_RETURN(LocalPlan plan,
-                   is_compdb ? PlanFromCompileCommands(options) : PlanFromManifest(options));
+  ASSIGN_OR_RETURN(LocalPlan plan, LoadLocalPlan(options, is_compdb));
   // Nothing runs here (not even the scan) with arguments a worker would refuse.
   RETURN_IF_ERROR(CheckPlanBeforeScan(plan));
   // Targets no GPU that loads the result can run: said before anything runs.
@@ -361,115 +185,34 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       std::shared_ptr<grpc::Channel> channel,
       ConnectToCoordinator(address, embedded.get(), options.tls, options.connect_timeout));
 
-  absl::Time scan_start = absl::Now();
+  // The units are scanned on every core and sent as they are scanned, a
+  // part at a time, to one build opened before the first scan ends.
   ScanCache scan_cache(ScanCache::FolderFor(options.state_dir), toolchain.digest());
-  RETURN_IF_ERROR(ScanClosures(plan, options.nvcc_path, &scan_cache));
-  std::vector<std::string> anchors;
-  std::vector<std::string> excluded = ExcludedPrefixes(options.nvcc_path);
-  for (const LocalUnit& unit : plan.units) {
-    anchors.push_back(unit.directory);
-    anchors.insert(anchors.end(), unit.closure.begin(), unit.closure.end());
-    for (std::string& folder : IncludeFolders(unit.directory, unit.flags, excluded)) {
-      anchors.push_back(std::move(folder));
-    }
-  }
-  for (const LocalSet& set : plan.sets) {
-    anchors.push_back(set.directory);
-    anchors.insert(anchors.end(), set.closure.begin(), set.closure.end());
-    for (std::string& folder : IncludeFolders(set.directory, set.flags, excluded)) {
-      anchors.push_back(std::move(folder));
-    }
-  }
-  std::string root = CommonAncestor(anchors);
-
-  v1::SubmitBuildRequest request;
-  request.set_build_name(options.plan_path);
-  request.set_architecture_split(options.architecture_split);
-  request.set_workspace_root(root);
-  *request.mutable_toolchain() = toolchain;
-  // What the coordinator and the workers will check, checked here first so
-  // that a refusal names the unit before anything is uploaded.
-  std::vector<std::string> system_prefixes = SystemIncludePrefixes();
-  system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
-  WorkspaceFiles files;
-  files.known_digest = [&](const std::string& path) { return scan_cache.KnownDigest(path); };
   std::map<std::string, std::string> local_objects;  // unit name -> local path
-  for (const LocalUnit& local : plan.units) {
-    v1::CompileUnit* unit = request.add_units();
-    unit->set_name(local.name);
-    std::string working = Relative(local.directory, root);
-    unit->set_working_directory(working == "." ? "" : working);
-    ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                     RelativeFlags(local.flags, local.directory, root, excluded));
-    for (const std::string& flag : flags) unit->add_arguments(flag);
-    std::string object = fs::path(local.source).filename().string() + ".o";
-    for (const std::string& argument :
-         {std::string("-c"), Relative(AbsolutePath(local.source, local.directory), local.directory),
-          std::string("-o"), object}) {
-      unit->add_arguments(argument);
-    }
-    unit->add_output_paths(object);
-    unit->set_workspace_root(root);
-    RETURN_IF_ERROR(AddUnitInputs(*unit, local.closure, AbsolutePath(local.source, local.directory),
-                                  files, system_prefixes));
-    local_objects[local.name] = local.local_object;
-  }
-  for (LocalSet& local : plan.sets) {
-    v1::InstantiationSet* set = request.add_instantiation_sets();
-    *set = local.set;
-    std::string working = Relative(local.directory, root);
-    set->set_directory(working == "." ? "" : working);
-    ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                     RelativeFlags(local.flags, local.directory, root, excluded));
-    for (const std::string& flag : flags) set->add_arguments(flag);
-    std::vector<std::string> arguments = flags;
-    arguments.insert(arguments.end(), {"-c", "unit.cu", "-o", "unit.o"});
-    RETURN_IF_ERROR(
-        Annotate(ValidateCompileArguments(arguments, {root, set->directory(), system_prefixes}),
-                 absl::StrCat("instantiation set ", set->name())));
-    std::set<std::string> seen;
-    for (const std::string& path : local.closure) {
-      if (!seen.insert(path).second) continue;
-      ASSIGN_OR_RETURN(*set->add_inputs(), InputFor(path, root, files));
-    }
-    RETURN_IF_ERROR(MoveIntoInputTree(*set->mutable_inputs(), *set->mutable_input_root(), files));
-  }
-  absl::Duration scan_time = absl::Now() - scan_start;
-  PackLargeBuild(request, files);
-
-  absl::Time upload_start = absl::Now();
-  CasClient cas(v1::ContentStore::NewStub(channel));
-  ASSIGN_OR_RETURN(int uploaded, UploadWorkspace(cas, files));
-  absl::Duration upload_time = absl::Now() - upload_start;
-  BuildTrace trace;
-  trace.Add("this machine", absl::StrCat("scan (", plan.units.size() + plan.sets.size(), ")"),
-            "scan", scan_start, scan_start + scan_time);
-  trace.Add("this machine", absl::StrCat("upload (", uploaded, " files)"), "upload", upload_start,
-            upload_start + upload_time);
-  out << "distcc-cuda: " << files.blobs.size() << " input files under " << root << " (" << uploaded
-      << " uploaded), scanned in " << Seconds(scan_time);
-  scan_cache.Trim(kScanCacheBytes);
-  if (scan_cache.hits() > 0) {
-    out << " (" << scan_cache.hits() << " of " << scan_cache.hits() + scan_cache.misses()
-        << " scans unchanged since the last build, from the scan cache)";
-  }
-  out << "\n";
-
-  if (options.cancel != nullptr && options.cancel->cancelled()) {
-    out << "distcc-cuda: cancelled (" << options.cancel->reason() << ") before anything compiled\n";
-    return absl::CancelledError(absl::StrCat("build cancelled: ", options.cancel->reason()));
-  }
-  absl::Time compile_start = absl::Now();
+  for (const LocalUnit& unit : plan.units) local_objects[unit.name] = unit.local_object;
   auto stub = v1::BuildService::NewStub(channel);
+  CasClient cas(v1::ContentStore::NewStub(channel));
+  BuildTrace trace;
   // The current submission's stream. A cancel ends it; the coordinator,
-  // seeing its client go, stops the build's units on the workers.
+  // seeing its client go, stops the build's units on the workers. So does
+  // a failed scan or part.
   absl::Mutex stream_mu;
   grpc::ClientContext* stream_context = nullptr;  // guarded by stream_mu
-  std::optional<CancelWatch> cancel_watch;
-  cancel_watch.emplace(options.cancel, [&] {
+  auto end_stream = [&] {
     absl::MutexLock lock(&stream_mu);
     if (stream_context != nullptr) stream_context->TryCancel();
-  });
+  };
+  std::atomic<bool> submission_failed{false};
+  const bool reconnects = embedded == nullptr && options.reconnect_timeout > absl::ZeroDuration();
+  BuildSubmission submission(plan,
+                             {options.nvcc_path, &scan_cache, UsableCores(), reconnects, address},
+                             channel, [&](const absl::Status&) {
+                               submission_failed = true;
+                               end_stream();
+                             });
+  absl::Time compile_start = absl::Now();
+  std::optional<CancelWatch> cancel_watch;
+  cancel_watch.emplace(options.cancel, end_stream);
   std::set<std::string> started;  // units a worker began and that have not finished
   std::vector<UnitReport> reports;
   std::set<std::string> have;  // units whose result is here (in `reports`)
@@ -494,6 +237,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   grpc::Status status;
   std::map<std::string, absl::Time> started_at;  // for --trace
   absl::Time submitted_at;
+  const v1::SubmitBuildRequest request =
+      OpeningRequest(options.plan_path, toolchain, options.architecture_split);
+  bool opened = false;
+  bool last_part_seen = false;                  // the coordinator has every unit
+  std::map<std::string, absl::Time> queued_at;  // for --trace
   for (;;) {
     submitted_at = absl::Now();
     grpc::ClientContext context;
@@ -510,10 +258,26 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       if (event.has_accepted()) {
         total = event.accepted().unit_names_size();
         out << "distcc-cuda: build " << event.accepted().build_id()
-            << (resubmissions > 0 ? " (resubmitted)" : "") << ": " << total << " units on "
-            << address << " (" << event.accepted().eligible_workers()
-            << " workers with this toolchain)\n";
+            << (resubmissions > 0 ? " (resubmitted)" : "") << " on " << address << " ("
+            << event.accepted().eligible_workers()
+            << " workers with this toolchain): its units go as they are scanned\n";
         for (const std::string& note : event.accepted().notes()) out << "  " << note << "\n";
+        if (!opened) {
+          submission.SendTo(event.accepted().build_id());
+          opened = true;
+        } else {
+          submission.Reopen(event.accepted().build_id());
+        }
+      } else if (event.has_units_added()) {
+        total += event.units_added().unit_names_size();
+        for (const std::string& name : event.units_added().unit_names()) {
+          queued_at[name] = absl::Now();
+        }
+        last_part_seen = last_part_seen || event.units_added().last();
+        for (const std::string& note : event.units_added().notes()) out << "  " << note << "\n";
+        if (event.units_added().last() && resubmissions == 0) {
+          out << DescribeSubmission(submission.figures(), scan_cache, start);
+        }
       } else if (event.has_unit_split()) {
         const auto& split = event.unit_split();
         total += split.into_size() - 1;
@@ -541,7 +305,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         {
           auto it = started_at.find(done.unit_name());
           const absl::Time began = it == started_at.end() ? absl::InfinitePast() : it->second;
-          trace.Add("coordinator queue", done.unit_name(), "queue", submitted_at,
+          auto queued = queued_at.find(done.unit_name());
+          trace.Add("coordinator queue", done.unit_name(), "queue",
+                    queued == queued_at.end() ? submitted_at : queued->second,
                     done.cached() || began == absl::InfinitePast() ? finished_at : began);
           if (!done.cached()) {
             trace.Add("worker " + result.worker_name(), done.unit_name(), "compile", began,
@@ -561,8 +327,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                           done.predicted_peak_bytes(),
                           done.prediction_source()};
         reports.push_back(report);
+        // "+": more units may come with parts not yet sent.
         out << absl::StrFormat(
-            "  [%d/%d] %-44s %s\n", reports.size(), total, done.unit_name(),
+            "  [%d/%d%s] %-44s %s\n", reports.size(), total, submission.closed() ? "" : "+",
+            done.unit_name(),
             report.cached
                 ? "cached"
                 : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s, %s)", result.worker_name(),
@@ -643,6 +411,7 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       stream_context = nullptr;
     }
     const bool cancelled = options.cancel != nullptr && options.cancel->cancelled();
+    if (submission_failed) break;  // Finish says why
     // UNAVAILABLE: the connection broke; CANCELLED that this client did not
     // ask for: the coordinator shut down.
     const bool lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -659,23 +428,21 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         << TerminalSafe(status.error_message()) << "); reconnecting for up to "
         << absl::FormatDuration(options.reconnect_timeout) << " (" << have.size()
         << " finished units are kept)\n";
-    // Back means the inputs went up again: a channel can still look
-    // connected for a moment after its coordinator died.
+    // Back means it answered: a channel can still look connected for a
+    // moment after its coordinator died.
     bool back = false;
-    int reuploaded = 0;
     while (!back && absl::Now() - lost_at < options.reconnect_timeout &&
            !(options.cancel != nullptr && options.cancel->cancelled())) {
       if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1))) {
         continue;
       }
-      // A coordinator restarted with an empty store needs the inputs again.
-      absl::StatusOr<int> uploaded = UploadWorkspace(cas, files);
-      if (absl::IsUnavailable(uploaded.status())) {
+      grpc::ClientContext probe;
+      probe.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      v1::ClusterStatus cluster;
+      if (!stub->GetClusterStatus(&probe, v1::GetClusterStatusRequest(), &cluster).ok()) {
         absl::SleepFor(absl::Milliseconds(200));
         continue;
       }
-      RETURN_IF_ERROR(uploaded.status());
-      reuploaded = *uploaded;
       back = true;
     }
     if (!back) {
@@ -689,9 +456,34 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     }
     ++resubmissions;
     out << "distcc-cuda: the coordinator is back after " << Seconds(absl::Now() - lost_at)
-        << "; submitting the build again (" << reuploaded << " inputs uploaded again)\n";
+        << "; submitting the build again (the inputs it lacks go up again)\n";
   }
   cancel_watch.reset();
+  // Scans, checks and parts: a failure there ended the build.
+  absl::Status submitted = submission.Finish();
+  if (!submitted.ok() && !(options.cancel != nullptr && options.cancel->cancelled())) {
+    out << "distcc-cuda: the build stopped: " << submitted.message() << "\n";
+    if (!reports.empty()) {
+      out << "  the " << reports.size()
+          << " units that finished are in the result cache: run the same command again once "
+             "this is fixed\n";
+    }
+    return submitted;
+  }
+  // A coordinator that does not know parts ends the opened build at once.
+  if (finished && !last_part_seen) return OlderCoordinatorError(address);
+  const BuildSubmission::Figures figures = submission.figures();
+  scan_cache.Trim(kScanCacheBytes);
+  const absl::Duration scan_time = figures.scan_ended - figures.scan_began;
+  absl::Duration upload_time;
+  trace.Add("this machine", absl::StrCat("scan (", figures.units, ")"), "scan", figures.scan_began,
+            figures.scan_ended);
+  for (size_t i = 0; i < figures.parts.size(); ++i) {
+    const BuildSubmission::Figures::Part& part = figures.parts[i];
+    upload_time += part.sent - part.began;
+    trace.Add("this machine", absl::StrCat("part ", i + 1, " (", part.units, " units)"), "upload",
+              part.began, part.sent);
+  }
   if (resubmissions > 0) {
     out << "distcc-cuda: after " << resubmissions << " resubmission"
         << (resubmissions > 1 ? "s" : "") << ", " << came_back_cached
@@ -838,8 +630,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         << part_names.size() << " parts, merged here before the link)\n";
   }
   out << "  time      " << Seconds(absl::Now() - start) << " (scan " << Seconds(scan_time)
-      << ", upload " << Seconds(upload_time) << ", compile " << Seconds(compile_time) << ", link "
-      << Seconds(link_time) << ")\n";
+      << " and upload " << Seconds(upload_time) << " beside the compile, compile "
+      << Seconds(compile_time) << ", link " << Seconds(link_time) << ")\n";
   if (largest != nullptr) {
     out << absl::StrFormat("  compile   %.1f s of CPU; largest peak %s (%s)\n", cpu_ms / 1000.0,
                            FormatByteSize(largest->peak_bytes), largest->name);

@@ -36,6 +36,10 @@ void MakePrintable(v1::BuildEvent& event) {
       Clean(event.mutable_accepted()->mutable_unit_names());
       Clean(event.mutable_accepted()->mutable_notes());
       break;
+    case v1::BuildEvent::kUnitsAdded:
+      Clean(event.mutable_units_added()->mutable_unit_names());
+      Clean(event.mutable_units_added()->mutable_notes());
+      break;
     case v1::BuildEvent::kUnitStarted:
       Clean(event.mutable_unit_started()->mutable_unit_name());
       Clean(event.mutable_unit_started()->mutable_worker_name());

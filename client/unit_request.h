@@ -98,6 +98,8 @@ absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files)
 // meets the limit on one message (kMaxMessageBytes). Returns whether it did.
 inline constexpr int64_t kInlineBuildBytes = 1 << 20;
 bool PackLargeBuild(v1::SubmitBuildRequest& request, WorkspaceFiles& files);
+// The same for a part of a build submitted in parts.
+bool PackLargeBuild(v1::AddUnitsRequest& request, WorkspaceFiles& files);
 
 // Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,
 // adds the tree's folders to `files` and leaves in `inputs` only the file

@@ -9,109 +9,159 @@
 #include "absl/synchronization/mutex.h"
 #include "common/digest.h"
 #include "common/status.h"
+#include "common/terminal_text.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
 
+// Lets the scheduler push a build's events after its call may have ended.
+// Also keeps the build's blobs in the store while the build runs: its
+// inputs, and its outputs as they come back, until the client has them.
+class BuildEventStream;
+struct BuildEventHandle {
+  absl::Mutex mu;
+  BuildEventStream* stream ABSL_GUARDED_BY(mu) = nullptr;
+  std::unique_ptr<CasPin> pin;  // set before the build starts
+  void Push(const v1::BuildEvent& event);
+};
+
+// What planning made of one submitted part of a build (or a whole build).
+struct PlannedPart {
+  std::vector<PlannedUnit> units;
+  std::map<int, v1::TaskResult> cached;  // by index in `units`
+  std::vector<std::string> notes;        // what the user should know
+};
+
+// What planning a part needs of the coordinator.
+struct Planning {
+  CasStore* cas;
+  ResultCache* results;
+  const PeakHistory* history;
+  UnitSizeChoices* unit_sizes;
+  BuildScheduler* scheduler;
+  BuildLimits limits;
+};
+
+// Plans `submitted`, pinning its inputs with `pin` for as long as the build
+// runs. A part all of whose units are cached is answered from the result
+// cache without reading its trees (a launcher sends its unit before
+// uploading its inputs); the results found are the ones answered, so none
+// can go between. Otherwise its trees are read and checked once and stay
+// trees, expanded by the workers that compile them.
+absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
+                                     const Planning& planning, CasPin& pin) {
+  ASSIGN_OR_RETURN(v1::SubmitBuildRequest request,
+                   ReadBuildPlan(submitted, *planning.cas, planning.limits));
+  std::map<std::string, v1::TaskResult> hits;
+  auto hit = [&](const std::string& action_digest) {
+    std::optional<v1::TaskResult> result = planning.results->Lookup(action_digest);
+    if (result) hits[action_digest] = *std::move(result);
+    return result.has_value();
+  };
+  PlannedPart part;
+  if (std::optional<std::vector<PlannedUnit>> units =
+          PlanCachedBuild(request, planning.history, planning.limits, hit, planning.cas)) {
+    part.units = std::move(*units);
+    for (size_t i = 0; i < part.units.size(); ++i) {
+      part.cached[i] = hits[part.units[i].action_digest];
+    }
+    return part;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<BuildInputs> trees,
+                   BuildInputs::Read(request, *planning.cas, planning.limits));
+  std::vector<Digest> inputs = trees->blobs();
+  for (const v1::CompileUnit& unit : request.units()) {
+    for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
+  }
+  for (const v1::InstantiationSet& set : request.instantiation_sets()) {
+    for (const v1::InputFile& input : set.inputs()) inputs.push_back(FromProto(input.digest()));
+  }
+  pin.Add(inputs);
+  auto is_cached = [&planning](const std::string& action_digest) {
+    return planning.results->Lookup(action_digest).has_value();
+  };
+  ASSIGN_OR_RETURN(part.units, PlanBuild(request, *planning.cas, planning.history,
+                                         planning.scheduler->Capacity(request.toolchain().digest()),
+                                         planning.unit_sizes, planning.limits, is_cached,
+                                         &part.notes, trees.get()));
+  trees.reset();
+  for (size_t i = 0; i < part.units.size(); ++i) {
+    if (auto found = planning.results->Lookup(part.units[i].action_digest)) part.cached[i] = *found;
+  }
+  return part;
+}
+
+}  // namespace
+
+// A build submitted with more units to follow, while its stream is open:
+// who submitted it (only they may add to it), what its parts share, and
+// how many units it has.
+struct OpenBuild {
+  std::string owner;
+  v1::SubmitBuildRequest header;  // name, toolchain, split; no units
+  std::shared_ptr<BuildEventHandle> handle;
+  absl::Mutex mu;  // one part is planned and added at a time
+  int64_t units ABSL_GUARDED_BY(mu) = 0;
+};
+
+class BuildService::OpenBuilds {
+ public:
+  void Add(const std::string& id, std::shared_ptr<OpenBuild> build) {
+    absl::MutexLock lock(&mu_);
+    builds_[id] = std::move(build);
+  }
+  std::shared_ptr<OpenBuild> Find(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    auto found = builds_.find(id);
+    return found == builds_.end() ? nullptr : found->second;
+  }
+  void Remove(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    builds_.erase(id);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<OpenBuild>> builds_ ABSL_GUARDED_BY(mu_);
+};
+
+std::shared_ptr<BuildService::OpenBuilds> BuildService::MakeOpenBuilds() {
+  return std::make_shared<OpenBuilds>();
+}
+
+namespace {
+
 // Streams one build's events to its client, one write in flight. The
 // scheduler pushes events through a handle that outlives the reactor.
 class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
  public:
-  // Lets the scheduler push events after the call may have ended.
-  // Also keeps the build's blobs in the store while the build runs: its
-  // inputs, and its outputs as they come back, until the client has them.
-  struct Handle {
-    absl::Mutex mu;
-    BuildEventStream* stream ABSL_GUARDED_BY(mu) = nullptr;
-    std::unique_ptr<CasPin> pin;  // set before the build starts
-    void Push(const v1::BuildEvent& event) {
-      if (event.has_unit_finished() && pin != nullptr) {
-        std::vector<Digest> outputs;
-        for (const auto& output : event.unit_finished().result().outputs()) {
-          outputs.push_back(FromProto(output.digest()));
-        }
-        pin->Add(outputs);
-      }
-      absl::MutexLock lock(&mu);
-      if (stream != nullptr) stream->Push(event);
-    }
-  };
-
-  BuildEventStream(BuildScheduler* scheduler)
-      : scheduler_(scheduler), handle_(std::make_shared<Handle>()) {
+  BuildEventStream(BuildScheduler* scheduler, std::shared_ptr<BuildService::OpenBuilds> open_builds)
+      : scheduler_(scheduler),
+        open_builds_(std::move(open_builds)),
+        handle_(std::make_shared<BuildEventHandle>()) {
     absl::MutexLock lock(&handle_->mu);
     handle_->stream = this;
   }
 
   // Plans the build and hands it to the scheduler. Runs on the planning
   // executor, not in a reactor; the call cannot end before it returns.
-  void Start(const v1::SubmitBuildRequest& submitted, CasStore* cas, ResultCache* results,
-             const PeakHistory* history, UnitSizeChoices* unit_sizes, const BuildLimits& limits) {
-    absl::StatusOr<v1::SubmitBuildRequest> read = ReadBuildPlan(submitted, *cas, limits);
-    if (!read.ok()) {
-      StartDone("", read.status());
+  // A build with more units to follow is open to AddUnits from `owner`
+  // while this call lasts.
+  void Start(const v1::SubmitBuildRequest& request, const Planning& planning,
+             const std::string& owner) {
+    handle_->pin = planning.cas->Pin({});
+    absl::StatusOr<PlannedPart> part = PlanPart(request, planning, *handle_->pin);
+    if (!part.ok()) {
+      StartDone("", part.status());
       return;
     }
-    const v1::SubmitBuildRequest& request = *read;
-    auto is_cached = [results](const std::string& action_digest) {
-      return results->Lookup(action_digest).has_value();
-    };
-    // Nothing to compile: answered from the result cache without reading
-    // the trees (a launcher sends its unit before uploading its inputs).
-    // The results found are the ones answered, so none can go between.
-    std::map<std::string, v1::TaskResult> hits;
-    auto hit = [&](const std::string& action_digest) {
-      std::optional<v1::TaskResult> result = results->Lookup(action_digest);
-      if (result) hits[action_digest] = *std::move(result);
-      return result.has_value();
-    };
-    if (std::optional<std::vector<PlannedUnit>> units =
-            PlanCachedBuild(request, history, limits, hit, cas)) {
-      std::map<int, v1::TaskResult> cached;
-      for (size_t i = 0; i < units->size(); ++i) cached[i] = hits[(*units)[i].action_digest];
-      Schedule(request, std::move(*units), std::move(cached), {});
-      return;
-    }
-    // The input trees stay trees: read and checked once here, expanded by
-    // the workers that compile them.
-    absl::StatusOr<std::unique_ptr<BuildInputs>> trees = BuildInputs::Read(request, *cas, limits);
-    if (!trees.ok()) {
-      StartDone("", trees.status());
-      return;
-    }
-    std::vector<Digest> inputs = (*trees)->blobs();
-    for (const v1::CompileUnit& unit : request.units()) {
-      for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
-    }
-    for (const v1::InstantiationSet& set : request.instantiation_sets()) {
-      for (const v1::InputFile& input : set.inputs()) inputs.push_back(FromProto(input.digest()));
-    }
-    handle_->pin = cas->Pin(inputs);
-    std::vector<std::string> notes;
-    absl::StatusOr<std::vector<PlannedUnit>> units =
-        PlanBuild(request, *cas, history, scheduler_->Capacity(request.toolchain().digest()),
-                  unit_sizes, limits, is_cached, &notes, trees->get());
-    trees->reset();
-    if (!units.ok()) {
-      StartDone("", units.status());
-      return;
-    }
-    std::map<int, v1::TaskResult> cached;
-    for (size_t i = 0; i < units->size(); ++i) {
-      if (auto hit = results->Lookup((*units)[i].action_digest)) cached[i] = *hit;
-    }
-    Schedule(request, std::move(*units), std::move(cached), std::move(notes));
-  }
-
-  // Hands the planned units to the scheduler; those in `cached` (by index)
-  // are done.
-  void Schedule(const v1::SubmitBuildRequest& request, std::vector<PlannedUnit> units,
-                std::map<int, v1::TaskResult> cached, std::vector<std::string> notes) {
-    std::shared_ptr<Handle> handle = handle_;
+    std::shared_ptr<BuildEventHandle> handle = handle_;
+    std::vector<std::string> notes = std::move(part->notes);
+    const int64_t units = part->units.size();
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
-        request.build_name(), request.toolchain(), std::move(units), std::move(cached),
+        request.build_name(), request.toolchain(), std::move(part->units), std::move(part->cached),
         [handle, notes](const v1::BuildEvent& event) {
           if (!event.has_accepted() || notes.empty()) {
             handle->Push(event);
@@ -122,7 +172,20 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
           for (const std::string& note : notes) accepted.mutable_accepted()->add_notes(note);
           handle->Push(accepted);
         },
-        absl::Now());
+        absl::Now(), request.more_units_follow());
+    if (id.ok() && request.more_units_follow()) {
+      auto open = std::make_shared<OpenBuild>();
+      open->owner = owner;
+      open->header.set_build_name(request.build_name());
+      *open->header.mutable_toolchain() = request.toolchain();
+      open->header.set_architecture_split(request.architecture_split());
+      open->handle = handle_;
+      {
+        absl::MutexLock lock(&open->mu);
+        open->units = units;
+      }
+      open_builds_->Add(*id, std::move(open));
+    }
     StartDone(id.ok() ? *id : "", id.status());
   }
 
@@ -164,16 +227,22 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
       build_id = build_id_;
       done = build_done_;
     }
-    if (!build_id.empty() && !done) scheduler_->CancelBuild(build_id);
+    if (!build_id.empty()) {
+      open_builds_->Remove(build_id);
+      if (!done) scheduler_->CancelBuild(build_id);
+    }
     delete this;
   }
 
  private:
+  friend struct BuildEventHandle;
   void Push(const v1::BuildEvent& event) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
     pending_.push_back(event);
-    if (!writing_) WriteNext();
+    // While Start runs, events wait: an open build must be in OpenBuilds
+    // before its client hears of it and adds to it.
+    if (!writing_ && !starting_) WriteNext();
   }
 
   void WriteNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -201,11 +270,16 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     build_id_ = build_id;
     if (!status.ok()) FinishLocked(ToGrpcStatus(status));
     starting_ = false;
-    if (deferred_finish_) Finish(*deferred_finish_);
+    if (deferred_finish_) {
+      Finish(*deferred_finish_);
+      return;
+    }
+    if (!writing_) WriteNext();
   }
 
   BuildScheduler* scheduler_;
-  std::shared_ptr<Handle> handle_;
+  std::shared_ptr<BuildService::OpenBuilds> open_builds_;
+  std::shared_ptr<BuildEventHandle> handle_;
   absl::Mutex mu_;
   std::deque<v1::BuildEvent> pending_ ABSL_GUARDED_BY(mu_);
   v1::BuildEvent current_ ABSL_GUARDED_BY(mu_);
@@ -216,6 +290,44 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   std::optional<grpc::Status> deferred_finish_ ABSL_GUARDED_BY(mu_);
   std::string build_id_ ABSL_GUARDED_BY(mu_);
 };
+
+void BuildEventHandle::Push(const v1::BuildEvent& event) {
+  if (event.has_unit_finished() && pin != nullptr) {
+    std::vector<Digest> outputs;
+    for (const auto& output : event.unit_finished().result().outputs()) {
+      outputs.push_back(FromProto(output.digest()));
+    }
+    pin->Add(outputs);
+  }
+  absl::MutexLock lock(&mu);
+  if (stream != nullptr) stream->Push(event);
+}
+
+// Plans a part of the open build `build` and adds its units; returns how
+// many it became.
+absl::StatusOr<int> AddPart(const std::string& build_id, OpenBuild& build,
+                            const v1::AddUnitsRequest& request, const Planning& planning) {
+  absl::MutexLock lock(&build.mu);
+  v1::SubmitBuildRequest part = build.header;
+  part.set_workspace_root(request.workspace_root());
+  *part.mutable_units() = request.units();
+  *part.mutable_instantiation_sets() = request.instantiation_sets();
+  if (request.has_plan()) *part.mutable_plan() = request.plan();
+  ASSIGN_OR_RETURN(PlannedPart planned, PlanPart(part, planning, *build.handle->pin));
+  const int64_t count = planned.units.size();
+  if (build.units + count > planning.limits.max_units) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "build ", build_id, " would have ", build.units + count, " units with this part, over the ",
+        planning.limits.max_units,
+        " a build may have (--max-units-per-build of distcc-cuda-coordinator); split it into "
+        "several builds, or raise the limit"));
+  }
+  RETURN_IF_ERROR(planning.scheduler->AddUnits(build_id, std::move(planned.units),
+                                               std::move(planned.cached), std::move(planned.notes),
+                                               request.last(), absl::Now()));
+  build.units += count;
+  return static_cast<int>(count);
+}
 
 }  // namespace
 
@@ -241,15 +353,54 @@ grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
   if (!principal.ok()) {
     return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(principal.status()));
   }
-  auto* stream = new BuildEventStream(scheduler_);
-  bool queued = planner_->Submit([this, stream, request] {
-    stream->Start(*request, cas_, results_, history_, unit_sizes_, limits_);
+  auto* stream = new BuildEventStream(scheduler_, open_builds_);
+  bool queued = planner_->Submit([this, stream, request, owner = principal->name] {
+    stream->Start(*request, Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_},
+                  owner);
   });
   if (!queued) {
     stream->Reject(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment"));
   }
   return stream;
+}
+
+grpc::ServerUnaryReactor* BuildService::AddUnits(grpc::CallbackServerContext* context,
+                                                 const v1::AddUnitsRequest* request,
+                                                 v1::AddUnitsResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kClient}, "add units to a build");
+  if (!principal.ok()) {
+    reactor->Finish(ToGrpcStatus(principal.status()));
+    return reactor;
+  }
+  std::shared_ptr<OpenBuild> build = open_builds_->Find(request->build_id());
+  if (build == nullptr) {
+    reactor->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat(
+        "build '", TerminalSafe(request->build_id().substr(0, 64)),
+        "' is not open here: it was not submitted with more units to follow, it ended, its "
+        "client went away, or the coordinator restarted; submit it again"))));
+    return reactor;
+  }
+  if (build->owner != principal->name) {
+    reactor->Finish(ToGrpcStatus(absl::PermissionDeniedError(
+        absl::StrCat("build ", request->build_id(),
+                     " was submitted by another client; only that client may add units to it"))));
+    return reactor;
+  }
+  bool queued = planner_->Submit([this, build, request, response, reactor] {
+    absl::StatusOr<int> added =
+        AddPart(request->build_id(), *build, *request,
+                Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_});
+    if (added.ok()) response->set_units(*added);
+    reactor->Finish(ToGrpcStatus(added.status()));
+  });
+  if (!queued) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+        "the coordinator is planning too many builds at once; retry in a moment")));
+  }
+  return reactor;
 }
 
 }  // namespace distcc_cuda::coordinator

@@ -2,6 +2,8 @@
 // The BuildService: accepts builds, streams their progress, reports status.
 #pragma once
 
+#include <memory>
+
 #include "common/bounded_executor.h"
 #include "common/cas_store.h"
 #include "coordinator/access_control.h"
@@ -26,13 +28,20 @@ class BuildService final : public v1::BuildService::CallbackService {
         unit_sizes_(unit_sizes),
         scheduler_(scheduler),
         planner_(planner),
-        limits_(limits) {}
+        limits_(limits),
+        open_builds_(MakeOpenBuilds()) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const v1::GetClusterStatusRequest* request,
                                              v1::ClusterStatus* response) override;
   grpc::ServerWriteReactor<v1::BuildEvent>* SubmitBuild(
       grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) override;
+  grpc::ServerUnaryReactor* AddUnits(grpc::CallbackServerContext* context,
+                                     const v1::AddUnitsRequest* request,
+                                     v1::AddUnitsResponse* response) override;
+
+  // The builds submitted with more units to follow whose stream is open.
+  class OpenBuilds;
 
  private:
   const AccessControl* access_;
@@ -43,6 +52,9 @@ class BuildService final : public v1::BuildService::CallbackService {
   BuildScheduler* scheduler_;
   BoundedExecutor* planner_;
   const BuildLimits limits_;
+  static std::shared_ptr<OpenBuilds> MakeOpenBuilds();
+  // Shared with the streams, which leave it when their call ends.
+  const std::shared_ptr<OpenBuilds> open_builds_;
 };
 
 }  // namespace distcc_cuda::coordinator

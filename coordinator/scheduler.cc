@@ -630,8 +630,12 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   finished->set_prediction_source(unit.planned.demand.source);
   finished->set_finished_unix_micros(absl::ToUnixMicros(absl::Now()));
   deferred.events.emplace_back(build.sink, std::move(event));
-  if (--build.remaining > 0) return;
+  --build.remaining;
+  EndBuildIfDone(build, deferred);
+}
 
+bool BuildScheduler::EndBuildIfDone(BuildState& build, Deferred& deferred) {
+  if (build.remaining > 0 || build.open) return false;
   v1::BuildEvent done;
   auto* summary = done.mutable_finished();
   summary->set_success(build.failed == 0);
@@ -648,13 +652,36 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
                build.failed, build.cached);
   StopWaitingForHistory(build.id);
   builds_.erase(build.id);
+  return true;
+}
+
+void BuildScheduler::AdmitUnits(const std::string& build_id, size_t first,
+                                std::map<int, v1::TaskResult> cached, absl::Time now,
+                                Deferred& deferred) {
+  BuildState& build = builds_.at(build_id);
+  std::vector<int> ready;
+  for (size_t i = first; i < build.units.size(); ++i) {
+    if (!cached.count(i - first)) ready.push_back(i);
+  }
+  Enqueue(build_id, ready);
+  const std::string toolchain_digest = build.toolchain_digest;
+  for (auto& [index, result] : cached) {
+    // FinishUnit may erase the build after its last unit.
+    auto found = builds_.find(build_id);
+    if (found == builds_.end()) break;
+    // Cached under an action digest that includes the toolchain.
+    result.set_toolchain_digest(toolchain_digest);
+    FinishUnit(found->second, first + index, result, true, deferred);
+  }
+  Dispatch(now, deferred);
 }
 
 absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build_name,
                                                         const v1::ToolchainFingerprint& toolchain,
                                                         std::vector<PlannedUnit> units,
                                                         std::map<int, v1::TaskResult> cached,
-                                                        BuildEventSink sink, absl::Time now) {
+                                                        BuildEventSink sink, absl::Time now,
+                                                        bool more_to_come) {
   Deferred deferred;
   std::string id;
   {
@@ -669,7 +696,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
             absl::StrCat(worker.info.name(), ": ", DescribeToolchain(worker.info.toolchain())));
       }
     }
-    bool all_cached = cached.size() == units.size();
+    bool all_cached = !more_to_come && cached.size() == units.size();
     const bool starting_up = workers_.empty() && options_.startup_grace > absl::ZeroDuration() &&
                              now - created_ < options_.startup_grace;
     if (eligible == 0 && !all_cached && !starting_up) {
@@ -688,6 +715,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     build.toolchain_digest = toolchain.digest();
     build.sink = std::move(sink);
     build.remaining = units.size();
+    build.open = more_to_come;
     if (eligible == 0 && starting_up) {
       build.stranded_since = now;
       build.stranded_reason = "the coordinator has just started and no worker had registered yet";
@@ -697,34 +725,78 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     accepted.mutable_accepted()->set_eligible_workers(eligible);
     for (PlannedUnit& planned : units) {
       accepted.mutable_accepted()->add_unit_names(planned.unit.name());
+      if (build.open) build.names.insert(planned.unit.name());
       build.units.push_back(UnitState{std::move(planned)});
     }
     deferred.events.emplace_back(build.sink, std::move(accepted));
-    spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers", id, build_name,
-                 build.units.size(), cached.size(), eligible);
-    if (build.units.empty()) {
+    spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers{}", id, build_name,
+                 build.units.size(), cached.size(), eligible,
+                 build.open ? "; more units follow" : "");
+    if (build.units.empty() && !build.open) {
       v1::BuildEvent done;
       done.mutable_finished()->set_success(true);
       done.mutable_finished()->set_message("nothing to build");
       deferred.events.emplace_back(build.sink, std::move(done));
       builds_.erase(id);
     } else {
-      std::vector<int> ready;
-      for (size_t i = 0; i < build.units.size(); ++i) {
-        if (!cached.count(i)) ready.push_back(i);
-      }
-      Enqueue(id, ready);
-      for (auto& [index, result] : cached) {
-        // Cached under an action digest that includes the toolchain.
-        result.set_toolchain_digest(toolchain.digest());
-        // FinishUnit may erase the build after its last unit.
-        FinishUnit(builds_.at(id), index, result, true, deferred);
-      }
-      Dispatch(now, deferred);
+      AdmitUnits(id, 0, std::move(cached), now, deferred);
     }
   }
   deferred.Run();
   return id;
+}
+
+absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<PlannedUnit> units,
+                                      std::map<int, v1::TaskResult> cached,
+                                      std::vector<std::string> notes, bool last, absl::Time now) {
+  Deferred deferred;
+  {
+    LockedSection lock(&mu_, deferred);
+    auto it = builds_.find(build_id);
+    if (it == builds_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("build ", build_id,
+                       " is not running (it ended, or was cancelled when its client went "
+                       "away); submit it again"));
+    }
+    BuildState& build = it->second;
+    if (!build.open) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("build ", build_id,
+                       " takes no more units: it was submitted whole, or its last part "
+                       "was sent"));
+    }
+    std::set<std::string> batch;
+    for (const PlannedUnit& planned : units) {
+      const std::string& name = planned.unit.name();
+      if (build.names.count(name) != 0 || !batch.insert(name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unit name '", name, "' is in build ", build_id,
+                         " already; every unit of a build needs a name of its own"));
+      }
+    }
+    v1::BuildEvent added;
+    for (PlannedUnit& planned : units) {
+      added.mutable_units_added()->add_unit_names(planned.unit.name());
+      build.names.insert(planned.unit.name());
+      build.units.push_back(UnitState{std::move(planned)});
+    }
+    for (std::string& note : notes) added.mutable_units_added()->add_notes(std::move(note));
+    if (last) added.mutable_units_added()->set_last(true);
+    deferred.events.emplace_back(build.sink, std::move(added));
+    const size_t first = build.units.size() - units.size();
+    build.remaining += static_cast<int>(units.size());
+    if (last) build.open = false;
+    spdlog::info("build {}: {} units added, {} cached{}", build_id, units.size(), cached.size(),
+                 last ? "; its last part" : "");
+    if (units.empty()) {
+      EndBuildIfDone(build, deferred);
+    } else {
+      AdmitUnits(build_id, first, std::move(cached), now, deferred);
+    }
+  }
+  deferred.Run();
+  return absl::OkStatus();
 }
 
 void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,

@@ -134,11 +134,21 @@ class BuildScheduler {
   // Starts a build of `units` (results already cached are passed in
   // `cached`, keyed by unit index) and returns its id. FAILED_PRECONDITION
   // naming both toolchains when no connected worker matches `toolchain`.
+  // With `more_to_come` the build stays open for AddUnits (a client that
+  // submits units as it scans them) and ends only after its last part.
   absl::StatusOr<std::string> SubmitBuild(const std::string& build_name,
                                           const v1::ToolchainFingerprint& toolchain,
                                           std::vector<PlannedUnit> units,
                                           std::map<int, v1::TaskResult> cached, BuildEventSink sink,
-                                          absl::Time now);
+                                          absl::Time now, bool more_to_come = false);
+  // Adds `units` to the open build `build_id` (`cached` keyed by index in
+  // `units`), announced to its client with `notes`; `last` closes it: it
+  // ends when every unit is done. NOT_FOUND when no such build runs (it
+  // ended or was cancelled); FAILED_PRECONDITION when it is not open;
+  // INVALID_ARGUMENT, adding nothing, when a name is the build's already.
+  absl::Status AddUnits(const std::string& build_id, std::vector<PlannedUnit> units,
+                        std::map<int, v1::TaskResult> cached, std::vector<std::string> notes,
+                        bool last, absl::Time now);
   // Drops a build whose client went away or cancelled it: its queued units
   // are forgotten and its running tasks are cancelled on their workers
   // (the next heartbeat answer tells them), keeping their slots and memory
@@ -188,6 +198,10 @@ class BuildScheduler {
     std::string stranded_reason;
     std::set<std::string> workers_used;
     BuildEventSink sink;
+    // Submitted in parts (AddUnits): it takes more until its last part, and
+    // its units' names, which must differ, are kept to check the next part's.
+    bool open = false;
+    std::set<std::string> names;
   };
   struct TaskState {
     std::string build_id;
@@ -295,6 +309,14 @@ class BuildScheduler {
   // first; the queue's own order is kept.
   void MergeIntoQueue(std::vector<std::pair<std::string, int>> fresh)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the units of `build_id` from index `first` on, but those in
+  // `cached` (by index from `first`), which are finished as cached; the
+  // build may end (and be erased) here.
+  void AdmitUnits(const std::string& build_id, size_t first, std::map<int, v1::TaskResult> cached,
+                  absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends `build` (erasing it) with its Finished event once it is closed and
+  // no unit remains; returns whether it did.
+  bool EndBuildIfDone(BuildState& build, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a unit's end; its result enters the result cache only if it
   // compiled, was not itself cached, and is `cacheable` (from an
   // authenticated worker).

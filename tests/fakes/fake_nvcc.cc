@@ -22,9 +22,13 @@
 //                        once (memory) in ceil(targets / T) waves (time)
 //   FAKE_CRASH           dies of SIGABRT
 //   FAKE_STDOUT(text)    prints text on stdout
+//   FAKE_SCAN_WAIT_FOR(path)  a scan (-M) waits until `path` exists (60 s
+//                        at most, then fails): a test's proof of what ran
+//                        while this unit was being scanned
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -294,6 +298,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (depend) {
+    const std::string awaited = Directive(text, "FAKE_SCAN_WAIT_FOR", nullptr);
+    for (int waited = 0; !awaited.empty() && access(awaited.c_str(), F_OK) != 0; ++waited) {
+      if (waited == 6000) {
+        std::cerr << "fake nvcc: " << awaited << " did not appear within 60 s\n";
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     std::cout << source << ".o :";
     for (const std::string& file : files) std::cout << " \\\n    " << file;
     std::cout << "\n";

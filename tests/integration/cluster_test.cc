@@ -280,7 +280,7 @@ TEST_F(ClusterTest, CompileErrorReachesTheUserUnchangedAndOnlyTheFailedUnitIsReb
   EXPECT_THAT(out, HasSubstr("units     9 (1 compiled, 8 cached, 0 failed)"));
 }
 
-TEST_F(ClusterTest, MissingHeaderIsNamedBeforeAnythingIsSent) {
+TEST_F(ClusterTest, MissingHeaderIsNamedAndStopsTheBuild) {
   Write("src/api.cu", "#include \"nowhere.h\"\nint api();\n");
   std::string out;
   absl::Status status = Build(&out);
@@ -408,6 +408,121 @@ TEST_F(ClusterTest, CompileCommandsPlanBuildsEachEntryIntoItsOwnObject) {
                                 "cc -shared -o {output}");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("{objects}"));
+}
+
+// A compile_commands.json build of proj/a.cu and proj/z.cu, whose texts
+// are `a` and `z`: z's scan (FAKE_SCAN_WAIT_FOR(<root>/a-runs) in its text)
+// waits until the test has seen a unit run on a worker, then the file is
+// written either way and the build's end awaited.
+struct BuildDuringAScan {
+  absl::Status status;
+  std::string out;
+  bool unit_ran_during_scan = false;
+};
+
+class ScanOverlapTest : public ClusterTest {
+ protected:
+  std::string Signal() const { return root_ + "/a-runs"; }
+
+  BuildDuringAScan Run(const std::string& a, const std::string& z) {
+    Write("proj/a.cu", a);
+    Write("proj/z.cu", z);
+    const std::string nvcc = testing::FakeNvccPath();
+    Write("proj/build/compile_commands.json",
+          absl::StrCat(R"([{"directory": ")", root_,
+                       R"(/proj/build", "file": "../a.cu", "command": ")", nvcc,
+                       R"( -c ../a.cu -o a.o"},
+                          {"directory": ")",
+                       root_, R"(/proj/build", "file": "../z.cu", "command": ")", nvcc,
+                       R"( -c ../z.cu -o z.o"}])"));
+    BuildDuringAScan result;
+    std::future<absl::Status> build = std::async(std::launch::async, [&] {
+      return BuildCompileCommands("proj/build/compile_commands.json", "proj/build", &result.out, "",
+                                  "", root_ + "/client-state");
+    });
+    for (int i = 0; i < 1200 && !result.unit_ran_during_scan; ++i) {
+      result.unit_ran_during_scan = StatusOf(coordinator_->address()).running_units() > 0;
+      if (!result.unit_ran_during_scan) absl::SleepFor(absl::Milliseconds(25));
+    }
+    Write("a-runs", "");
+    EXPECT_EQ(build.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+    result.status = build.get();
+    return result;
+  }
+};
+
+// The plan form sends its units as they are scanned: a unit compiles on a
+// worker while a later unit is still being scanned. A client that scanned
+// everything before it submitted anything would never start a unit, and
+// z's scan would fail after 60 s.
+TEST_F(ScanOverlapTest, UnitsCompileWhileLaterUnitsAreStillBeingScanned) {
+  BuildDuringAScan build = Run("int a(); // FAKE_SLEEP_MS=1000\n",
+                               absl::StrCat("int z(); // FAKE_SCAN_WAIT_FOR(", Signal(), ")\n"));
+  ASSERT_TRUE(build.status.ok()) << build.status << "\n" << build.out;
+  EXPECT_TRUE(build.unit_ran_during_scan) << "no unit ran while z.cu was being scanned\n"
+                                          << build.out;
+  EXPECT_THAT(build.out, HasSubstr("; sent in 2 parts as scanned, the first after "));
+  EXPECT_THAT(build.out, HasSubstr("units     2 (2 compiled, 0 cached, 0 failed)"));
+  EXPECT_TRUE(IsRegularFile(root_ + "/proj/build/a.o"));
+  EXPECT_TRUE(IsRegularFile(root_ + "/proj/build/z.o"));
+}
+
+// A later unit's check that fails after earlier units went (its closure
+// reads a secret of this machine) stops the build with its error.
+TEST_F(ScanOverlapTest, AClosureRefusedAfterUnitsWentStopsTheBuildNamingIt) {
+  Write("proj/.ssh/key.h", "// never for the cluster\n");
+  BuildDuringAScan build = Run(
+      "int a(); // FAKE_SLEEP_MS=1000\n",
+      absl::StrCat("#include \".ssh/key.h\"\nint z(); // FAKE_SCAN_WAIT_FOR(", Signal(), ")\n"));
+  EXPECT_TRUE(build.unit_ran_during_scan) << build.out;
+  EXPECT_EQ(build.status.code(), absl::StatusCode::kInvalidArgument) << build.status << "\n"
+                                                                     << build.out;
+  EXPECT_THAT(build.status.message(), HasSubstr("unit z.cu reads "));
+  EXPECT_THAT(build.status.message(), HasSubstr(".ssh/key.h, a file in a private folder"));
+  EXPECT_THAT(build.out, HasSubstr("distcc-cuda: the build stopped: unit z.cu reads "));
+  EXPECT_FALSE(IsRegularFile(root_ + "/proj/build/libproj.so"));
+  // The coordinator dropped the build when its client went.
+  for (int i = 0; i < 200 && StatusOf(coordinator_->address()).active_builds() > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  EXPECT_EQ(StatusOf(coordinator_->address()).active_builds(), 0);
+}
+
+// A coordinator of a release before builds in parts ends an opened build
+// at once (it has no units) and knows no AddUnits: the client says so
+// instead of linking nothing.
+class OlderBuildService final : public v1::BuildService::Service {
+ public:
+  grpc::Status SubmitBuild(grpc::ServerContext*, const v1::SubmitBuildRequest*,
+                           grpc::ServerWriter<v1::BuildEvent>* writer) override {
+    v1::BuildEvent accepted;
+    accepted.mutable_accepted()->set_build_id("b-older");
+    accepted.mutable_accepted()->set_eligible_workers(1);
+    writer->Write(accepted);
+    v1::BuildEvent finished;
+    finished.mutable_finished()->set_success(true);
+    finished.mutable_finished()->set_message("nothing to build");
+    writer->Write(finished);
+    return grpc::Status::OK;
+  }
+};
+
+TEST_F(ClusterTest, APlanBuildOnACoordinatorThatTakesNoPartsSaysToUpdateIt) {
+  OlderBuildService older;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&older);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::string out;
+  absl::Status status = Build(&out, address);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status << "\n" << out;
+  EXPECT_THAT(status.message(),
+              HasSubstr("the coordinator at " + address + " does not take a build in parts"));
+  EXPECT_FALSE(IsRegularFile(root_ + "/out/libfake.so"));
+  server->Shutdown();
 }
 
 // ccache's direct mode for include scans: a rebuild with nothing changed

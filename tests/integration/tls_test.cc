@@ -222,6 +222,55 @@ TEST_F(TlsTest, WorkerCertificateCannotReadStatusOrSubmitBuilds) {
   EXPECT_THAT(status.error_message(), HasSubstr("cannot submit builds"));
 }
 
+// A build opened with more units to follow takes its parts only from the
+// client whose certificate opened it; it ends with its stream.
+TEST_F(TlsTest, OnlyTheClientThatOpenedABuildAddsPartsToIt) {
+  v1::RegisterWorkerResponse registered;
+  ASSERT_TRUE(Register(OpenChannel(address_, worker_), "gpu-1", &registered).ok());
+  auto alice = v1::BuildService::NewStub(OpenChannel(address_, client_));
+  grpc::ClientContext stream_context;
+  v1::SubmitBuildRequest open;
+  open.set_build_name("in parts");
+  open.mutable_toolchain()->set_digest("toolchain-digest-for-tls-test");
+  open.set_more_units_follow(true);
+  auto reader = alice->SubmitBuild(&stream_context, open);
+  v1::BuildEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_accepted());
+  const std::string build_id = event.accepted().build_id();
+
+  auto add = [&](v1::BuildService::Stub& stub, const std::string& id, bool last) {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline());
+    v1::AddUnitsRequest part;
+    part.set_build_id(id);
+    part.set_workspace_root("/work");
+    part.set_last(last);
+    v1::AddUnitsResponse response;
+    return stub.AddUnits(&context, part, &response);
+  };
+  auto bob = v1::BuildService::NewStub(OpenChannel(address_, Material(PeerRole::kClient, "bob")));
+  grpc::Status status = add(*bob, build_id, true);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("was submitted by another client"));
+  auto worker = v1::BuildService::NewStub(OpenChannel(address_, worker_));
+  EXPECT_EQ(add(*worker, build_id, true).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(add(*alice, "b-0-not-a-build", true).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Alice's empty last part ends the build: the stream says so and ends.
+  status = add(*alice, build_id, true);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_units_added());
+  EXPECT_TRUE(event.units_added().last());
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_finished());
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(add(*alice, build_id, true).error_code(), grpc::StatusCode::NOT_FOUND)
+      << "the build ended with its stream";
+}
+
 TEST_F(TlsTest, ClientCertificateCannotActAsAWorker) {
   auto channel = OpenChannel(address_, client_);
   v1::RegisterWorkerResponse registered;

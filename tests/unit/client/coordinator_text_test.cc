@@ -27,6 +27,13 @@ TEST(CoordinatorTextTest, EveryPrintedFieldOfAnEventIsMadeSafeButNvccsOutput) {
   EXPECT_EQ(accepted.accepted().unit_names(0), kEscaped);
   EXPECT_EQ(accepted.accepted().notes(0), std::string("regrouped") + kEscaped);
 
+  v1::BuildEvent added;
+  added.mutable_units_added()->add_unit_names(kEscape);
+  added.mutable_units_added()->add_notes(std::string("regrouped") + kEscape);
+  MakePrintable(added);
+  EXPECT_EQ(added.units_added().unit_names(0), kEscaped);
+  EXPECT_EQ(added.units_added().notes(0), std::string("regrouped") + kEscaped);
+
   v1::BuildEvent finished;
   v1::BuildEvent::UnitFinished* done = finished.mutable_unit_finished();
   done->set_unit_name(kEscape);

@@ -382,6 +382,136 @@ TEST_F(SchedulerTest, CancelledBuildLeavesTheQueue) {
   EXPECT_EQ(scheduler_.Status(kStart).queued_units(), 0);
 }
 
+// `count` units named part<first>...: a part of a build submitted in parts.
+std::vector<PlannedUnit> PartUnits(int first, int count, int wall_seconds = 1) {
+  std::vector<PlannedUnit> units = Units(count, 100 * kMiB);
+  for (int i = 0; i < count; ++i) {
+    units[i].unit.set_name(absl::StrCat("part", first + i));
+    units[i].action_digest = absl::StrCat("part-action", first + i);
+    units[i].demand.wall = absl::Seconds(wall_seconds);
+  }
+  return units;
+}
+
+TEST_F(SchedulerTest, BuildSubmittedInPartsEndsOnlyAfterItsLastPart) {
+  std::string worker = AddWorker("a", "13.0", 2);
+  absl::StatusOr<std::string> build = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), {}, {},
+      [this](const v1::BuildEvent& event) { events_.push_back(event); }, kStart,
+      /*more_to_come=*/true);
+  ASSERT_TRUE(build.ok()) << build.status();
+  ASSERT_EQ(Count(v1::BuildEvent::kAccepted), 1);
+  EXPECT_EQ(Finished(), nullptr) << "an open build with no units yet is not done";
+
+  ASSERT_TRUE(scheduler_.AddUnits(*build, PartUnits(0, 1), {}, {"a note"}, false, kStart).ok());
+  ASSERT_EQ(Count(v1::BuildEvent::kUnitsAdded), 1);
+  EXPECT_THAT(events_.back().units_added().unit_names(), ::testing::ElementsAre("part0"));
+  EXPECT_THAT(events_.back().units_added().notes(), ::testing::ElementsAre("a note"));
+  EXPECT_FALSE(events_.back().units_added().last());
+  std::optional<v1::Task> first = LeaseNow(worker);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->unit().name(), "part0");
+  ASSERT_TRUE(Report(worker, *first, Completed(0)).ok());
+  EXPECT_EQ(Finished(), nullptr) << "every unit sent so far is done, but more may come";
+
+  // A later part: one unit compiles, one is cached; the last part closes it.
+  ASSERT_TRUE(
+      scheduler_.AddUnits(*build, PartUnits(1, 2), {{1, Completed(0)}}, {}, false, kStart).ok());
+  std::optional<v1::Task> second = LeaseNow(worker);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->unit().name(), "part1");
+  EXPECT_FALSE(LeaseNow(worker)) << "part2 was cached";
+  ASSERT_TRUE(scheduler_.AddUnits(*build, {}, {}, {}, /*last=*/true, kStart).ok());
+  EXPECT_TRUE(events_.back().units_added().last());
+  EXPECT_EQ(Finished(), nullptr) << "part1 still runs";
+  ASSERT_TRUE(Report(worker, *second, Completed(0)).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_TRUE(Finished()->success());
+  EXPECT_EQ(Finished()->units_total(), 3);
+  EXPECT_EQ(Finished()->units_cached(), 1);
+  EXPECT_THAT(recorded_, ::testing::ElementsAre("part-action0", "part-action1"));
+  EXPECT_TRUE(absl::IsNotFound(scheduler_.AddUnits(*build, PartUnits(3, 1), {}, {}, true, kStart)))
+      << "the build ended";
+}
+
+TEST_F(SchedulerTest, LastPartOfCachedUnitsEndsTheBuildAtOnce) {
+  AddWorker("a");
+  absl::StatusOr<std::string> build = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), PartUnits(0, 1), {{0, Completed(0)}},
+      [this](const v1::BuildEvent& event) { events_.push_back(event); }, kStart, true);
+  ASSERT_TRUE(build.ok()) << build.status();
+  EXPECT_EQ(Finished(), nullptr);
+  ASSERT_TRUE(scheduler_
+                  .AddUnits(*build, PartUnits(1, 2), {{0, Completed(0)}, {1, Completed(0)}}, {},
+                            true, kStart)
+                  .ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_EQ(Finished()->units_total(), 3);
+  EXPECT_EQ(Finished()->units_cached(), 3);
+}
+
+TEST_F(SchedulerTest, APartWithANameTheBuildHasIsRefusedWhole) {
+  std::string worker = AddWorker("a", "13.0", 4);
+  absl::StatusOr<std::string> build = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), PartUnits(0, 2), {},
+      [this](const v1::BuildEvent& event) { events_.push_back(event); }, kStart, true);
+  ASSERT_TRUE(build.ok());
+  std::vector<PlannedUnit> again = PartUnits(5, 2);
+  again[1].unit.set_name("part1");  // the first part's
+  absl::Status status = scheduler_.AddUnits(*build, std::move(again), {}, {}, false, kStart);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("'part1'"));
+  std::vector<PlannedUnit> twice = PartUnits(7, 2);
+  twice[1].unit.set_name("part7");
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      scheduler_.AddUnits(*build, std::move(twice), {}, {}, false, kStart)));
+  EXPECT_EQ(Count(v1::BuildEvent::kUnitsAdded), 0);
+  EXPECT_EQ(scheduler_.Status(kStart).queued_units() + scheduler_.Status(kStart).running_units(), 2)
+      << "nothing of a refused part is queued";
+}
+
+TEST_F(SchedulerTest, OnlyAnOpenBuildTakesParts) {
+  AddWorker("a");
+  absl::StatusOr<std::string> whole = Submit(2);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      scheduler_.AddUnits(*whole, PartUnits(0, 1), {}, {}, true, kStart)))
+      << "submitted whole";
+  EXPECT_TRUE(absl::IsNotFound(
+      scheduler_.AddUnits("b-no-such-build", PartUnits(0, 1), {}, {}, true, kStart)));
+  absl::StatusOr<std::string> open = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), {}, {}, [](const v1::BuildEvent&) {}, kStart, true);
+  ASSERT_TRUE(open.ok());
+  ASSERT_TRUE(scheduler_.AddUnits(*open, PartUnits(0, 1), {}, {}, /*last=*/true, kStart).ok());
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(scheduler_.AddUnits(*open, PartUnits(1, 1), {}, {}, true, kStart)))
+      << "after its last part";
+  scheduler_.CancelBuild(*open);
+  EXPECT_TRUE(absl::IsNotFound(scheduler_.AddUnits(*open, PartUnits(2, 1), {}, {}, true, kStart)));
+}
+
+TEST_F(SchedulerTest, AnOpenBuildNeedsAWorkerWithItsToolchainEvenWithNothingToCompileYet) {
+  AddWorker("a", "12.8");
+  absl::StatusOr<std::string> open = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), {}, {}, [](const v1::BuildEvent&) {}, kStart, true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(open.status())) << open.status();
+}
+
+TEST_F(SchedulerTest, ALaterPartsLongerUnitsGoAheadOfQueuedShorterOnes) {
+  std::string worker = AddWorker("a");
+  absl::StatusOr<std::string> build = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), PartUnits(0, 3, 10), {},
+      [this](const v1::BuildEvent& event) { events_.push_back(event); }, kStart, true);
+  ASSERT_TRUE(build.ok());
+  std::optional<v1::Task> running = LeaseNow(worker);
+  ASSERT_TRUE(running);
+  ASSERT_TRUE(scheduler_.AddUnits(*build, PartUnits(3, 1, 60), {}, {}, true, kStart).ok());
+  ASSERT_TRUE(Report(worker, *running, Completed(0)).ok());
+  std::optional<v1::Task> next = LeaseNow(worker);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->unit().name(), "part3") << "predicted at 60 s against 10 s";
+}
+
 TEST_F(SchedulerTest, RejectsWorkersWithoutSlotsOrCap) {
   v1::RegisterWorkerRequest request;
   request.set_name("bad");

@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/build_submission.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/dependency_scan.h"
+#include "common/files.h"
+#include "common/nvcc_args.h"
+#include "common/status.h"
+
+namespace distcc_cuda::client {
+namespace fs = std::filesystem;
+namespace {
+
+// How long the coordinator may take to plan one part (a part of 55,000
+// CUTLASS units takes seconds).
+constexpr absl::Duration kPartDeadline = absl::Minutes(10);
+
+// Whether `path` is `folder` or lies under it.
+bool IsUnder(const std::string& path, const std::string& folder) {
+  if (folder == "/") return true;
+  return absl::StartsWith(path, folder) &&
+         (path.size() == folder.size() || path[folder.size()] == '/');
+}
+
+// Whether a part failed because the coordinator went away (or restarted and
+// no longer knows the build), rather than because of what it carried.
+bool CoordinatorLost(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsNotFound(status) || absl::IsCancelled(status);
+}
+
+// `local` as a unit of the protocol under `root`, its inputs in a tree.
+absl::Status AddUnit(const LocalUnit& local, const std::string& root,
+                     const std::vector<std::string>& excluded,
+                     const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
+                     v1::AddUnitsRequest& part) {
+  v1::CompileUnit* unit = part.add_units();
+  unit->set_name(local.name);
+  std::string working = Relative(local.directory, root);
+  unit->set_working_directory(working == "." ? "" : working);
+  ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                   RelativeFlags(local.flags, local.directory, root, excluded));
+  for (const std::string& flag : flags) unit->add_arguments(flag);
+  std::string object = fs::path(local.source).filename().string() + ".o";
+  for (const std::string& argument :
+       {std::string("-c"), Relative(AbsolutePath(local.source, local.directory), local.directory),
+        std::string("-o"), object}) {
+    unit->add_arguments(argument);
+  }
+  unit->add_output_paths(object);
+  unit->set_workspace_root(root);
+  return AddUnitInputs(*unit, local.closure, AbsolutePath(local.source, local.directory), files,
+                       system_prefixes);
+}
+
+// `local` as an instantiation set of the protocol under `root`.
+absl::Status AddSet(const LocalSet& local, const std::string& root,
+                    const std::vector<std::string>& excluded,
+                    const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
+                    v1::AddUnitsRequest& part) {
+  v1::InstantiationSet* set = part.add_instantiation_sets();
+  *set = local.set;
+  std::string working = Relative(local.directory, root);
+  set->set_directory(working == "." ? "" : working);
+  ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                   RelativeFlags(local.flags, local.directory, root, excluded));
+  for (const std::string& flag : flags) set->add_arguments(flag);
+  std::vector<std::string> arguments = flags;
+  arguments.insert(arguments.end(), {"-c", "unit.cu", "-o", "unit.o"});
+  RETURN_IF_ERROR(
+      Annotate(ValidateCompileArguments(arguments, {root, set->directory(), system_prefixes}),
+               absl::StrCat("instantiation set ", set->name())));
+  std::set<std::string> seen;
+  for (const std::string& path : local.closure) {
+    if (!seen.insert(path).second) continue;
+    ASSIGN_OR_RETURN(*set->add_inputs(), InputFor(path, root, files));
+  }
+  return MoveIntoInputTree(*set->mutable_inputs(), *set->mutable_input_root(), files);
+}
+
+}  // namespace
+
+v1::SubmitBuildRequest OpeningRequest(const std::string& build_name,
+                                      const v1::ToolchainFingerprint& toolchain,
+                                      v1::ArchitectureSplit split) {
+  v1::SubmitBuildRequest request;
+  request.set_build_name(build_name);
+  *request.mutable_toolchain() = toolchain;
+  request.set_architecture_split(split);
+  request.set_more_units_follow(true);
+  return request;
+}
+
+absl::Status OlderCoordinatorError(const std::string& address) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the coordinator at ", address,
+      " does not take a build in parts as its units are scanned (it is of an older distcc-cuda "
+      "release); update the coordinator to this client's release"));
+}
+
+BuildSubmission::BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
+                                 std::shared_ptr<grpc::Channel> channel,
+                                 std::function<void(const absl::Status&)> on_error)
+    : plan_(plan),
+      settings_(std::move(settings)),
+      channel_(std::move(channel)),
+      stub_(v1::BuildService::NewStub(channel_)),
+      cas_(v1::ContentStore::NewStub(channel_)),
+      on_error_(std::move(on_error)),
+      excluded_(ExcludedPrefixes(settings_.nvcc)),
+      system_prefixes_(SystemIncludePrefixes()) {
+  system_prefixes_.insert(system_prefixes_.end(), excluded_.begin(), excluded_.end());
+  std::vector<std::string> anchors;
+  for (const LocalUnit& unit : plan_.units) {
+    anchors.push_back(unit.directory);
+    anchors.push_back(AbsolutePath(unit.source, unit.directory));
+    for (std::string& folder : IncludeFolders(unit.directory, unit.flags, excluded_)) {
+      anchors.push_back(std::move(folder));
+    }
+  }
+  for (const LocalSet& set : plan_.sets) {
+    anchors.push_back(set.directory);
+    for (const std::string& header : set.set.headers()) {
+      anchors.push_back(AbsolutePath(header, set.directory));
+    }
+    for (std::string& folder : IncludeFolders(set.directory, set.flags, excluded_)) {
+      anchors.push_back(std::move(folder));
+    }
+  }
+  planned_root_ = CommonAncestor(anchors);
+  const size_t jobs = plan_.units.size() + plan_.sets.size();
+  {
+    absl::MutexLock lock(&mu_);
+    figures_.scan_began = absl::Now();
+    if (jobs == 0) figures_.scan_ended = figures_.scan_began;
+  }
+  const size_t parallel = std::min<size_t>(std::max(1, settings_.scan_slots), jobs);
+  for (size_t i = 0; i < parallel; ++i) scanners_.emplace_back(&BuildSubmission::ScanLoop, this);
+}
+
+BuildSubmission::~BuildSubmission() { Finish().IgnoreError(); }
+
+std::string BuildSubmission::RootFor(const std::vector<std::string>& closure) const {
+  if (std::all_of(closure.begin(), closure.end(),
+                  [this](const std::string& path) { return IsUnder(path, planned_root_); })) {
+    return planned_root_;
+  }
+  std::vector<std::string> anchors = closure;
+  anchors.push_back(planned_root_);
+  return CommonAncestor(anchors);
+}
+
+absl::Status BuildSubmission::Scan(size_t job) {
+  ScanCache* cache = settings_.scan_cache;
+  if (job < plan_.units.size()) {
+    LocalUnit& unit = plan_.units[job];
+    ASSIGN_OR_RETURN(unit.closure, ScanInputClosure(settings_.nvcc, unit.directory, unit.flags,
+                                                    unit.source, excluded_, cache));
+    if (unit.closure.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unit ", unit.name, ": nvcc reported no inputs for ", unit.source));
+    }
+    return CheckClosure(absl::StrCat("unit ", unit.name), unit.closure);
+  }
+  LocalSet& set = plan_.sets[job - plan_.units.size()];
+  for (const std::string& header : set.set.headers()) {
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> files,
+        ScanInputClosure(settings_.nvcc, set.directory, set.flags, header, excluded_, cache));
+    set.closure.insert(set.closure.end(), files.begin(), files.end());
+  }
+  return CheckClosure(absl::StrCat("instantiation set ", set.set.name()), set.closure);
+}
+
+void BuildSubmission::ScanLoop() {
+  const size_t jobs = plan_.units.size() + plan_.sets.size();
+  for (;;) {
+    size_t job;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_ || next_job_ >= jobs) return;
+      job = next_job_++;
+    }
+    absl::Status status = Scan(job);
+    if (!status.ok()) {
+      Fail(status);
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(job);
+    if (++scanned_ == jobs) {
+      figures_.scan_ended = absl::Now();
+      if (settings_.scan_cache != nullptr) figures_.scans_cached = settings_.scan_cache->hits();
+    }
+  }
+}
+
+void BuildSubmission::SendTo(const std::string& build_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    build_id_ = build_id;
+  }
+  sender_ = std::thread(&BuildSubmission::SendLoop, this);
+}
+
+void BuildSubmission::Reopen(const std::string& build_id) {
+  absl::MutexLock lock(&mu_);
+  reopened_as_ = build_id;
+}
+
+bool BuildSubmission::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+BuildSubmission::Figures BuildSubmission::figures() const {
+  absl::MutexLock lock(&mu_);
+  return figures_;
+}
+
+void BuildSubmission::Fail(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok() || stop_) return;
+    error_ = status;
+    stop_ = true;
+  }
+  if (on_error_) on_error_(status);
+}
+
+absl::Status BuildSubmission::Finish() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (std::thread& scanner : scanners_) {
+    if (scanner.joinable()) scanner.join();
+  }
+  if (sender_.joinable()) sender_.join();
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+void BuildSubmission::SendLoop() {
+  const size_t jobs = plan_.units.size() + plan_.sets.size();
+  // Something to do: stop, send to a reopened build, or send what was
+  // scanned (the last part, empty if need be, once every scan is done).
+  auto has_work = [this, jobs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stop_ || !reopened_as_.empty()) return true;
+    if (lost_ || build_id_.empty()) return false;
+    return !ready_.empty() || (scanned_ == jobs && !closed_);
+  };
+  for (;;) {
+    std::vector<size_t> part;
+    bool last = false;
+    bool replay = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&has_work));
+      if (stop_) return;
+      if (!reopened_as_.empty()) {
+        build_id_ = std::move(reopened_as_);
+        reopened_as_.clear();
+        lost_ = false;
+        replay = true;
+      } else {
+        part.swap(ready_);
+        last = scanned_ == jobs;
+      }
+    }
+    absl::Status status = replay ? Replay() : SendPart(part, last);
+    if (status.ok()) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      if (settings_.wait_for_reopen && CoordinatorLost(status)) {
+        // The caller reconnects and reopens the build; this part is among
+        // those sent again then.
+        lost_ = true;
+        continue;
+      }
+    }
+    Fail(status);
+    return;
+  }
+}
+
+absl::Status BuildSubmission::SendPart(const std::vector<size_t>& jobs, bool last) {
+  Figures::Part span;
+  span.began = absl::Now();
+  span.units = jobs.size();
+  // One part per workspace root (nearly always one), in the order its
+  // first unit was scanned.
+  std::map<std::string, v1::AddUnitsRequest> parts;
+  std::vector<std::string> order;
+  for (size_t job : jobs) {
+    const bool is_unit = job < plan_.units.size();
+    const LocalSet* set = is_unit ? nullptr : &plan_.sets[job - plan_.units.size()];
+    const std::string root = RootFor(is_unit ? plan_.units[job].closure : set->closure);
+    auto [part, added] = parts.try_emplace(root);
+    if (added) {
+      order.push_back(root);
+      part->second.set_workspace_root(root);
+    }
+    RootFiles& files = roots_[root];
+    if (!files.files.known_digest && settings_.scan_cache != nullptr) {
+      ScanCache* cache = settings_.scan_cache;
+      files.files.known_digest = [cache](const std::string& path) {
+        return cache->KnownDigest(path);
+      };
+    }
+    RETURN_IF_ERROR(
+        is_unit ? AddUnit(plan_.units[job], root, excluded_, system_prefixes_, files.files,
+                          part->second)
+                : AddSet(*set, root, excluded_, system_prefixes_, files.files, part->second));
+    ++files.units;
+  }
+  if (order.empty()) {  // the last part, after every unit went
+    order.push_back(planned_root_);
+    parts[planned_root_].set_workspace_root(planned_root_);
+  }
+  int uploaded = 0, input_files = 0;
+  const size_t first = sent_.size();
+  for (size_t i = 0; i < order.size(); ++i) {
+    v1::AddUnitsRequest& part = parts[order[i]];
+    RootFiles& files = roots_[order[i]];
+    part.set_last(last && i + 1 == order.size());
+    SentPart sent;
+    if (PackLargeBuild(part, files.files)) {
+      sent.plan_blob = std::move(files.files.plan.back());
+      files.files.plan.clear();
+    }
+    sent.request = std::move(part);
+    sent_.push_back(std::move(sent));
+    // The files and folders that came with this part, files first.
+    std::vector<BlobSource> blobs(files.files.blobs.begin() + files.blobs_sent,
+                                  files.files.blobs.end());
+    ASSIGN_OR_RETURN(int sent_files, cas_.UploadMissing(blobs));
+    std::vector<BlobSource> folders(files.files.folders.begin() + files.folders_sent,
+                                    files.files.folders.end());
+    RETURN_IF_ERROR(cas_.UploadMissing(folders).status());
+    files.blobs_sent = files.files.blobs.size();
+    files.folders_sent = files.files.folders.size();
+    uploaded += sent_files;
+    input_files += blobs.size();
+  }
+  {
+    // Final before the last part goes: its client reads them when the
+    // coordinator says it has the build.
+    absl::MutexLock lock(&mu_);
+    figures_.units += jobs.size();
+    figures_.uploaded += uploaded;
+    figures_.input_files += input_files;
+    span.sent = absl::Now();
+    figures_.parts.push_back(span);
+    std::vector<std::pair<int, std::string>> by_units;
+    for (const auto& [root, files] : roots_) by_units.emplace_back(-files.units, root);
+    std::sort(by_units.begin(), by_units.end());
+    figures_.roots.clear();
+    for (const auto& [units, root] : by_units) figures_.roots.push_back(root);
+  }
+  for (size_t i = first; i < sent_.size(); ++i) {
+    RETURN_IF_ERROR(Add(sent_[i].request, sent_[i].plan_blob ? &*sent_[i].plan_blob : nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BuildSubmission::Replay() {
+  // A coordinator restarted with an empty store needs the inputs again.
+  for (auto& [root, files] : roots_) {
+    RETURN_IF_ERROR(cas_.UploadMissing(files.files.blobs).status());
+    RETURN_IF_ERROR(cas_.UploadMissing(files.files.folders).status());
+    files.blobs_sent = files.files.blobs.size();
+    files.folders_sent = files.files.folders.size();
+  }
+  for (const SentPart& part : sent_) {
+    RETURN_IF_ERROR(Add(part.request, part.plan_blob ? &*part.plan_blob : nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BuildSubmission::Add(const v1::AddUnitsRequest& part, const BlobSource* plan_blob) {
+  if (plan_blob != nullptr) RETURN_IF_ERROR(cas_.UploadMissing({*plan_blob}).status());
+  v1::AddUnitsRequest request = part;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_build_id(build_id_);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kPartDeadline));
+  v1::AddUnitsResponse response;
+  grpc::Status status = stub_->AddUnits(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return OlderCoordinatorError(settings_.address);
+  }
+  RETURN_IF_ERROR(FromGrpcStatus(status));
+  if (part.last()) {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distcc_cuda::client

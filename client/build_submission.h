@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+// A plan's build submitted in parts as its units are scanned, so that its
+// scans overlap its compiles: the first unit compiles after the first scan,
+// not the last. The units and sets of the plan are scanned on every usable
+// core; whatever has been scanned when the part before has gone is the next
+// part (AddUnits to the build opened with more_units_follow), its inputs
+// uploaded first. A part is as large as the scans that finished meanwhile,
+// so a rebuild whose scans all come from the scan cache goes in a few parts.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/build_plan.h"
+#include "client/scan_cache.h"
+#include "client/unit_request.h"
+#include "common/cas_client.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+
+namespace distcc_cuda::client {
+
+struct SubmissionSettings {
+  std::string nvcc;                 // scans with it
+  ScanCache* scan_cache = nullptr;  // may be null; not owned
+  int scan_slots = 1;               // scans at once
+  // A part that cannot go because the coordinator went away waits for
+  // Reopen (the caller reconnects) instead of failing the submission.
+  bool wait_for_reopen = false;
+  std::string address;  // the coordinator's, for messages
+};
+
+// The request that opens a plan's build: its name, toolchain and split,
+// more_units_follow, no units.
+v1::SubmitBuildRequest OpeningRequest(const std::string& build_name,
+                                      const v1::ToolchainFingerprint& toolchain,
+                                      v1::ArchitectureSplit split);
+
+// The error for a coordinator that does not take builds in parts.
+absl::Status OlderCoordinatorError(const std::string& address);
+
+class BuildSubmission {
+ public:
+  // Starts scanning the units and sets of `plan`, which must outlive this
+  // (their closures are filled in). `on_error` is called once, from a
+  // scanning or sending thread, with the first error: the caller ends its
+  // build stream then.
+  BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
+                  std::shared_ptr<grpc::Channel> channel,
+                  std::function<void(const absl::Status&)> on_error);
+  // Stops and joins (Finish).
+  ~BuildSubmission();
+  BuildSubmission(const BuildSubmission&) = delete;
+  BuildSubmission& operator=(const BuildSubmission&) = delete;
+
+  // Sends the scanned units, part by part, to the open build `build_id`.
+  void SendTo(const std::string& build_id);
+  // The coordinator was lost and the build opened again as `build_id`:
+  // every part sent before is sent again (with the inputs the coordinator
+  // lacks), then the rest as they are scanned.
+  void Reopen(const std::string& build_id);
+  // Whether the last part went: the coordinator has the whole build.
+  bool closed() const;
+  // Stops scanning and sending, joins, and returns the first error of a
+  // scan, a check, an upload or a part (OK after a Stop by the caller).
+  absl::Status Finish();
+
+  // What the submission did, for the summary and the trace: final once the
+  // last part went (closed()).
+  struct Figures {
+    int units = 0;                   // units and sets scanned
+    int scans_cached = 0;            // answered by the scan cache
+    int input_files = 0;             // distinct input files
+    int uploaded = 0;                // of them, uploaded (the coordinator lacked them)
+    std::vector<std::string> roots;  // workspace roots, most units' first
+    absl::Time scan_began = absl::InfinitePast();
+    absl::Time scan_ended = absl::InfinitePast();
+    struct Part {
+      absl::Time began, sent;  // inputs made and uploaded, then added
+      int units = 0;           // units and sets in it
+    };
+    std::vector<Part> parts;
+  };
+  Figures figures() const;
+
+ private:
+  // One scan job: a unit (index < plan.units.size()) or a set.
+  absl::Status Scan(size_t job);
+  void ScanLoop();
+  void SendLoop();
+  // Makes the part(s) of `jobs` (one per workspace root), uploads what the
+  // coordinator lacks, and adds them to the build; `last` with the last.
+  absl::Status SendPart(const std::vector<size_t>& jobs, bool last);
+  // Sends every part sent so far to the reopened build.
+  absl::Status Replay();
+  absl::Status Add(const v1::AddUnitsRequest& part, const BlobSource* plan_blob);
+  void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // The workspace root of a unit or set of closure `closure`: the folder
+  // above every file the plan names before its scan (folders, sources,
+  // include folders) and its closure. The same for a unit however its build
+  // was cut into parts, so a rebuild keys it the same.
+  std::string RootFor(const std::vector<std::string>& closure) const;
+
+  // The files of the units under one workspace root, and how many of its
+  // blobs and folders went up already.
+  struct RootFiles {
+    WorkspaceFiles files;
+    size_t blobs_sent = 0;
+    size_t folders_sent = 0;
+    int units = 0;
+  };
+  struct SentPart {
+    v1::AddUnitsRequest request;  // without its build id
+    std::optional<BlobSource> plan_blob;
+  };
+
+  LocalPlan& plan_;
+  const SubmissionSettings settings_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::BuildService::Stub> stub_;
+  CasClient cas_;
+  const std::function<void(const absl::Status&)> on_error_;
+  std::vector<std::string> excluded_;         // the toolkit's own folders
+  std::vector<std::string> system_prefixes_;  // and the system's
+  std::string planned_root_;                  // RootFor's folder before scanning
+
+  mutable absl::Mutex mu_;
+  std::vector<size_t> ready_ ABSL_GUARDED_BY(mu_);  // scanned, not yet sent
+  size_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t scanned_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string build_id_ ABSL_GUARDED_BY(mu_);
+  std::string reopened_as_ ABSL_GUARDED_BY(mu_);  // set by Reopen until the sender takes it
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;        // a part found the coordinator gone
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  Figures figures_ ABSL_GUARDED_BY(mu_);
+  // The sending thread's own (SendPart, Replay).
+  std::map<std::string, RootFiles> roots_;
+  std::vector<SentPart> sent_;
+
+  std::vector<std::thread> scanners_;
+  std::thread sender_;
+};
+
+}  // namespace distcc_cuda::client
