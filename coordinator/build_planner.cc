@@ -195,29 +195,79 @@ std::string ArchitectureSplitKey(const std::string& action_digest) {
   return absl::StrCat("architectures:", action_digest);
 }
 
+// How long `units` units of `peak` and `wall` each would take on workers
+// of `capacity`'s shape (all like its tightest): in waves of as many as fit
+// at once, by slots and by memory. Infinite when one does not fit.
+absl::Duration Makespan(int64_t units, int64_t peak, absl::Duration wall,
+                        const ClusterCapacity& capacity) {
+  const int64_t cap = capacity.smallest_usable_cap;
+  const int64_t slots_per_worker =
+      std::max<int64_t>(1, cap / std::max<int64_t>(1, capacity.smallest_memory_per_slot));
+  const int64_t workers = std::max<int64_t>(1, capacity.total_slots / slots_per_worker);
+  const int64_t per_worker = std::min(slots_per_worker, cap / std::max<int64_t>(1, peak));
+  if (per_worker <= 0) return absl::InfiniteDuration();
+  const int64_t at_once = workers * per_worker;
+  return wall * ((std::max<int64_t>(1, units) + at_once - 1) / at_once);
+}
+
+}  // namespace
+
+ArchitectureSplitCosts WeighArchitectureSplit(const PlannedUnit& whole,
+                                              const std::vector<PlannedUnit>& parts,
+                                              size_t units_in_build,
+                                              const ClusterCapacity& capacity) {
+  const int targets = std::max<int>(1, parts.size());
+  const int at_once = std::clamp(whole.parallel, 1, targets);
+  // The whole runs its targets' device passes in this many rounds after one
+  // host pass; a part runs one host pass and one device pass.
+  const double rounds = (targets + at_once - 1) / at_once;
+  const double whole_per_part = kHostPassShare + rounds * (1 - kHostPassShare);
+  int64_t part_peak = 0;
+  absl::Duration part_wall;
+  bool parts_measured = !parts.empty();
+  for (const PlannedUnit& part : parts) {
+    part_peak = std::max(part_peak, part.demand.peak_bytes);
+    part_wall = std::max(part_wall, part.demand.wall);
+    parts_measured = parts_measured && part.demand.basis != PredictionBasis::kDefault;
+  }
+  const bool whole_measured = whole.demand.basis != PredictionBasis::kDefault;
+  absl::Duration whole_wall = whole.demand.wall;
+  if (!whole_measured || (parts_measured && whole.demand.basis < parts[0].demand.basis)) {
+    whole_wall = part_wall * whole_per_part;  // the parts tell more
+  } else if (!parts_measured) {
+    part_wall = whole_wall / whole_per_part;
+  }
+  ArchitectureSplitCosts costs;
+  costs.whole = Makespan(units_in_build, whole.demand.peak_bytes, whole_wall, capacity);
+  costs.parts =
+      Makespan(static_cast<int64_t>(units_in_build) * targets, part_peak, part_wall, capacity);
+  costs.repeated_host_passes = part_wall * kHostPassShare * (targets - 1);
+  return costs;
+}
+
+namespace {
+
 // Whether `plan`, one of `units_in_build`, compiles its -gencode targets as
-// units of their own (ARCHITECTURE_SPLIT_AUTO): when the whole does not fit
-// the smallest worker; when nvcc would run several targets at once
-// (--threads) and memory, not slots, limits how many such units a worker
-// runs (the whole's peak is above a slot's share of the cap), because its
-// reservation holds all the targets' memory for the whole unit's time while
-// each part holds one target's for its own; and when the build has fewer
-// units than the workers have slots. Otherwise the whole saves the parts'
-// repeated host passes (1.5x the CPU time for the example kernels, whose
-// host pass is as large as their device pass). A choice made before is
-// kept while the whole still fits, so a rebuild keeps its units and its
-// cached results.
-bool ChooseArchitectureSplit(const PlannedUnit& plan, size_t units_in_build,
-                             const ClusterCapacity& capacity, UnitSizeChoices* choices) {
+// `parts` of their own (ARCHITECTURE_SPLIT_AUTO): when the whole does not
+// fit the smallest worker, or when the parts would finish the build sooner
+// by WeighArchitectureSplit (their smaller peaks pack more at once where
+// memory limits, idle slots take them where the build has few units) for
+// all their repeated host passes. A tie stays whole: it saves the CPU. A
+// choice made before is kept while the whole still fits, so a rebuild keeps
+// its units and its cached results.
+bool ChooseArchitectureSplit(const PlannedUnit& plan, const std::vector<PlannedUnit>& parts,
+                             size_t units_in_build, const ClusterCapacity& capacity,
+                             UnitSizeChoices* choices) {
   const bool fits =
       capacity.total_slots == 0 || plan.demand.peak_bytes <= capacity.smallest_usable_cap;
   const std::string key = ArchitectureSplitKey(plan.action_digest);
   std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
   if (kept && (*kept == 1 || fits)) return *kept == 1;
-  const bool memory_bound = plan.demand.peak_bytes > capacity.smallest_memory_per_slot;
-  bool split = !fits || (plan.parallel > 1 && memory_bound) ||
-               capacity.total_slots > static_cast<int>(units_in_build);
-  if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, split ? 1 : 0);
+  if (capacity.total_slots == 0) return false;  // nothing to weigh against
+  const ArchitectureSplitCosts costs =
+      WeighArchitectureSplit(plan, parts, units_in_build, capacity);
+  const bool split = !fits || costs.parts < costs.whole;
+  if (choices != nullptr) choices->Remember(key, split ? 1 : 0);
   return split;
 }
 
@@ -589,12 +639,14 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {
       targets = SplitByArchitecture(command);
       if (!targets.ok() && !absl::IsFailedPrecondition(targets.status())) return targets.status();
-      if (targets.ok() && (mode == v1::ARCHITECTURE_SPLIT_ALWAYS ||
-                           ChooseArchitectureSplit(plan, units_in_build, capacity, choices))) {
+      if (targets.ok()) {
         ASSIGN_OR_RETURN(std::vector<PlannedUnit> parts,
                          ArchitectureParts(plan, *targets, toolchain, families[i], history));
-        for (PlannedUnit& part : parts) planned.push_back(std::move(part));
-        continue;
+        if (mode == v1::ARCHITECTURE_SPLIT_ALWAYS ||
+            ChooseArchitectureSplit(plan, parts, units_in_build, capacity, choices)) {
+          for (PlannedUnit& part : parts) planned.push_back(std::move(part));
+          continue;
+        }
       }
     }
     if (groups[i].second != nullptr) {

@@ -66,7 +66,10 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
 // split itself (PlannedUnit::split). INVALID_ARGUMENT for a malformed set or unit
 // (arguments that fail the sandbox checks, duplicate unit names);
 // FAILED_PRECONDITION naming the file when an input is not in the CAS.
-// CheckBuildLimits runs first.
+// CheckBuildLimits runs first. A unit of several -gencode targets is
+// compiled one target per unit when the whole fits no worker or the parts
+// finish the build sooner (WeighArchitectureSplit), and always with
+// ARCHITECTURE_SPLIT_ALWAYS.
 // Whether the result cache holds a unit's result, by its action digest.
 using IsCached = std::function<bool(const std::string& action_digest)>;
 
@@ -88,6 +91,34 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
                                                         const BuildLimits& limits,
                                                         const IsCached& is_cached,
                                                         const CasStore* cas = nullptr);
+
+// What compiling a unit of several -gencode targets whole or one target
+// per unit costs its build, estimated from the predicted peaks and times of
+// the whole and of its parts (measured where the history has them) and the
+// shape of the cluster, as if the build's units were all like it.
+struct ArchitectureSplitCosts {
+  absl::Duration whole;  // the build's time with the unit whole
+  absl::Duration parts;  // ... one target per unit
+  // The CPU time the parts spend again: each repeats the host pass.
+  absl::Duration repeated_host_passes;
+};
+
+// The share of a one-target compile that is its host pass (preprocessing
+// and compiling the host side), which each part of a split repeats: where
+// the history has not measured both the whole and its parts, a part's time
+// is derived from the whole's or the whole's from a part's with it. 0.3:
+// flash-attention's kernels (954 s of CPU split against 842 s whole, two
+// targets) measured 0.24, the example kernels about 0.5.
+inline constexpr double kHostPassShare = 0.3;
+
+// The costs of compiling `whole` (one of `units_in_build`) as it is or as
+// its `parts` (one per target), on workers of `capacity`: the build's time
+// in waves of as many as fit at once, by slots and by memory. Infinite for
+// one that fits no worker.
+ArchitectureSplitCosts WeighArchitectureSplit(const PlannedUnit& whole,
+                                              const std::vector<PlannedUnit>& parts,
+                                              size_t units_in_build,
+                                              const ClusterCapacity& capacity);
 
 // Plans `request` into units. An instantiation set's unit size (grid points
 // per unit) is chosen from the predicted cost per instantiation and the
