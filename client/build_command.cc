@@ -204,12 +204,12 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   };
   std::atomic<bool> submission_failed{false};
   const bool reconnects = embedded == nullptr && options.reconnect_timeout > absl::ZeroDuration();
-  BuildSubmission submission(plan,
-                             {options.nvcc_path, &scan_cache, UsableCores(), reconnects, address},
-                             channel, [&](const absl::Status&) {
-                               submission_failed = true;
-                               end_stream();
-                             });
+  BuildSubmission submission(
+      plan, {options.nvcc_path, &scan_cache, UsableCores(), reconnects, end_stream, address},
+      channel, [&](const absl::Status&) {
+        submission_failed = true;
+        end_stream();
+      });
   absl::Time compile_start = absl::Now();
   std::optional<CancelWatch> cancel_watch;
   cancel_watch.emplace(options.cancel, end_stream);

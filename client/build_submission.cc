@@ -204,7 +204,8 @@ void BuildSubmission::SendTo(const std::string& build_id) {
     absl::MutexLock lock(&mu_);
     build_id_ = build_id;
   }
-  sender_ = std::thread(&BuildSubmission::SendLoop, this);
+  maker_ = std::thread(&BuildSubmission::MakeLoop, this);
+  adder_ = std::thread(&BuildSubmission::AddLoop, this);
 }
 
 void BuildSubmission::Reopen(const std::string& build_id) {
@@ -240,59 +241,58 @@ absl::Status BuildSubmission::Finish() {
   for (std::thread& scanner : scanners_) {
     if (scanner.joinable()) scanner.join();
   }
-  if (sender_.joinable()) sender_.join();
+  if (maker_.joinable()) maker_.join();
+  if (adder_.joinable()) adder_.join();
   absl::MutexLock lock(&mu_);
   return error_;
 }
 
-void BuildSubmission::SendLoop() {
+void BuildSubmission::MakeLoop() {
   const size_t jobs = plan_.units.size() + plan_.sets.size();
-  // Something to do: stop, send to a reopened build, or send what was
-  // scanned (the last part, empty if need be, once every scan is done).
+  // Something to do: stop, or make a part of what was scanned (the last,
+  // empty if need be, once every scan is done).
   auto has_work = [this, jobs]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (stop_ || !reopened_as_.empty()) return true;
-    if (lost_ || build_id_.empty()) return false;
-    return !ready_.empty() || (scanned_ == jobs && !closed_);
+    return stop_ || !ready_.empty() || (scanned_ == jobs && !last_made_);
   };
   for (;;) {
     std::vector<size_t> part;
-    bool last = false;
-    bool replay = false;
+    bool last;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&has_work));
-      if (stop_) return;
-      if (!reopened_as_.empty()) {
-        build_id_ = std::move(reopened_as_);
-        reopened_as_.clear();
-        lost_ = false;
-        replay = true;
-      } else {
-        part.swap(ready_);
-        last = scanned_ == jobs;
-      }
+      if (stop_ || last_made_) return;
+      part.swap(ready_);
+      last = scanned_ == jobs;
+      // In the plan's order, whichever scan ended first: units predicted
+      // alike are queued in that order.
+      std::sort(part.begin(), part.end());
     }
-    absl::Status status = replay ? Replay() : SendPart(part, last);
+    absl::Status status = MakePart(part, last);
     if (status.ok()) continue;
+    if (!settings_.wait_for_reopen || !CoordinatorLost(status)) {
+      Fail(status);
+      return;
+    }
+    // The coordinator went away: the caller reconnects and reopens the
+    // build, whose parts go again with every input made (UploadAll); these
+    // jobs wait for the next part.
     {
       absl::MutexLock lock(&mu_);
-      if (stop_) return;
-      if (settings_.wait_for_reopen && CoordinatorLost(status)) {
-        // The caller reconnects and reopens the build; this part is among
-        // those sent again then.
-        lost_ = true;
-        continue;
-      }
+      ready_.insert(ready_.begin(), part.begin(), part.end());
+      lost_ = true;
     }
-    Fail(status);
-    return;
+    if (settings_.on_lost) settings_.on_lost();
+    absl::MutexLock lock(&mu_);
+    auto back = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !lost_; };
+    mu_.Await(absl::Condition(&back));
   }
 }
 
-absl::Status BuildSubmission::SendPart(const std::vector<size_t>& jobs, bool last) {
+absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool last) {
   Figures::Part span;
   span.began = absl::Now();
   span.units = jobs.size();
+  absl::MutexLock files_lock(&files_mu_);
   // One part per workspace root (nearly always one), in the order its
   // first unit was scanned.
   std::map<std::string, v1::AddUnitsRequest> parts;
@@ -324,66 +324,110 @@ absl::Status BuildSubmission::SendPart(const std::vector<size_t>& jobs, bool las
     parts[planned_root_].set_workspace_root(planned_root_);
   }
   int uploaded = 0, input_files = 0;
-  const size_t first = sent_.size();
+  std::vector<std::shared_ptr<const MadePart>> made;
   for (size_t i = 0; i < order.size(); ++i) {
     v1::AddUnitsRequest& part = parts[order[i]];
     RootFiles& files = roots_[order[i]];
     part.set_last(last && i + 1 == order.size());
-    SentPart sent;
+    auto sent = std::make_shared<MadePart>();
     if (PackLargeBuild(part, files.files)) {
-      sent.plan_blob = std::move(files.files.plan.back());
+      sent->plan_blob = std::move(files.files.plan.back());
       files.files.plan.clear();
     }
-    sent.request = std::move(part);
-    sent_.push_back(std::move(sent));
+    sent->request = std::move(part);
     // The files and folders that came with this part, files first.
     std::vector<BlobSource> blobs(files.files.blobs.begin() + files.blobs_sent,
                                   files.files.blobs.end());
     ASSIGN_OR_RETURN(int sent_files, cas_.UploadMissing(blobs));
+    files.blobs_sent = files.files.blobs.size();
     std::vector<BlobSource> folders(files.files.folders.begin() + files.folders_sent,
                                     files.files.folders.end());
     RETURN_IF_ERROR(cas_.UploadMissing(folders).status());
-    files.blobs_sent = files.files.blobs.size();
     files.folders_sent = files.files.folders.size();
+    if (sent->plan_blob) RETURN_IF_ERROR(cas_.UploadMissing({*sent->plan_blob}).status());
     uploaded += sent_files;
     input_files += blobs.size();
+    made.push_back(std::move(sent));
   }
-  {
-    // Final before the last part goes: its client reads them when the
-    // coordinator says it has the build.
-    absl::MutexLock lock(&mu_);
-    figures_.units += jobs.size();
-    figures_.uploaded += uploaded;
-    figures_.input_files += input_files;
-    span.sent = absl::Now();
-    figures_.parts.push_back(span);
-    std::vector<std::pair<int, std::string>> by_units;
-    for (const auto& [root, files] : roots_) by_units.emplace_back(-files.units, root);
-    std::sort(by_units.begin(), by_units.end());
-    figures_.roots.clear();
-    for (const auto& [units, root] : by_units) figures_.roots.push_back(root);
-  }
-  for (size_t i = first; i < sent_.size(); ++i) {
-    RETURN_IF_ERROR(Add(sent_[i].request, sent_[i].plan_blob ? &*sent_[i].plan_blob : nullptr));
-  }
+  absl::MutexLock lock(&mu_);
+  // Final before the last part goes: its client reads them when the
+  // coordinator says it has the build.
+  figures_.units += jobs.size();
+  figures_.uploaded += uploaded;
+  figures_.input_files += input_files;
+  span.sent = absl::Now();
+  figures_.parts.push_back(span);
+  std::vector<std::pair<int, std::string>> by_units;
+  for (const auto& [root, files] : roots_) by_units.emplace_back(-files.units, root);
+  std::sort(by_units.begin(), by_units.end());
+  figures_.roots.clear();
+  for (const auto& [units, root] : by_units) figures_.roots.push_back(root);
+  for (auto& part : made) parts_.push_back(std::move(part));
+  last_made_ = last;
   return absl::OkStatus();
 }
 
-absl::Status BuildSubmission::Replay() {
-  // A coordinator restarted with an empty store needs the inputs again.
+void BuildSubmission::AddLoop() {
+  // Something to do: stop, reopen, or add the next part made.
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stop_ || !reopened_as_.empty()) return true;
+    return !lost_ && !build_id_.empty() && added_ < parts_.size();
+  };
+  for (;;) {
+    std::shared_ptr<const MadePart> part;
+    bool reopened = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&has_work));
+      if (stop_) return;
+      if (!reopened_as_.empty()) {
+        build_id_ = std::move(reopened_as_);
+        reopened_as_.clear();
+        added_ = 0;
+        reopened = true;
+      } else {
+        part = parts_[added_];
+      }
+    }
+    absl::Status status =
+        reopened ? UploadAll() : Add(part->request, part->plan_blob ? &*part->plan_blob : nullptr);
+    const bool lost = !status.ok() && settings_.wait_for_reopen && CoordinatorLost(status);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      if (status.ok() && reopened) {
+        lost_ = false;  // the maker goes on too
+      } else if (status.ok()) {
+        ++added_;
+        if (part->request.last()) closed_ = true;
+      } else if (lost) {
+        lost_ = true;
+      }
+    }
+    if (status.ok()) continue;
+    if (lost) {
+      // The caller reconnects and reopens the build; every part goes again.
+      if (settings_.on_lost) settings_.on_lost();
+      continue;
+    }
+    Fail(status);
+    return;
+  }
+}
+
+absl::Status BuildSubmission::UploadAll() {
+  absl::MutexLock files_lock(&files_mu_);
   for (auto& [root, files] : roots_) {
     RETURN_IF_ERROR(cas_.UploadMissing(files.files.blobs).status());
     RETURN_IF_ERROR(cas_.UploadMissing(files.files.folders).status());
     files.blobs_sent = files.files.blobs.size();
     files.folders_sent = files.files.folders.size();
   }
-  for (const SentPart& part : sent_) {
-    RETURN_IF_ERROR(Add(part.request, part.plan_blob ? &*part.plan_blob : nullptr));
-  }
   return absl::OkStatus();
 }
 
 absl::Status BuildSubmission::Add(const v1::AddUnitsRequest& part, const BlobSource* plan_blob) {
+  // Present unless the coordinator lost it (a restart): then sent again.
   if (plan_blob != nullptr) RETURN_IF_ERROR(cas_.UploadMissing({*plan_blob}).status());
   v1::AddUnitsRequest request = part;
   {
@@ -397,12 +441,7 @@ absl::Status BuildSubmission::Add(const v1::AddUnitsRequest& part, const BlobSou
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
     return OlderCoordinatorError(settings_.address);
   }
-  RETURN_IF_ERROR(FromGrpcStatus(status));
-  if (part.last()) {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-  return absl::OkStatus();
+  return FromGrpcStatus(status);
 }
 
 }  // namespace distcc_cuda::client

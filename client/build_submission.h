@@ -34,8 +34,11 @@ struct SubmissionSettings {
   ScanCache* scan_cache = nullptr;  // may be null; not owned
   int scan_slots = 1;               // scans at once
   // A part that cannot go because the coordinator went away waits for
-  // Reopen (the caller reconnects) instead of failing the submission.
+  // Reopen (the caller reconnects) instead of failing the submission;
+  // `on_lost` is called then (the caller ends its build stream, if the
+  // coordinator's going has not ended it yet).
   bool wait_for_reopen = false;
+  std::function<void()> on_lost;
   std::string address;  // the coordinator's, for messages
 };
 
@@ -62,7 +65,9 @@ class BuildSubmission {
   BuildSubmission(const BuildSubmission&) = delete;
   BuildSubmission& operator=(const BuildSubmission&) = delete;
 
-  // Sends the scanned units, part by part, to the open build `build_id`.
+  // Sends the scanned units, part by part, to the open build `build_id`:
+  // one thread makes the parts and uploads their inputs while another adds
+  // the part before, which the coordinator plans meanwhile.
   void SendTo(const std::string& build_id);
   // The coordinator was lost and the build opened again as `build_id`:
   // every part sent before is sent again (with the inputs the coordinator
@@ -96,12 +101,17 @@ class BuildSubmission {
   // One scan job: a unit (index < plan.units.size()) or a set.
   absl::Status Scan(size_t job);
   void ScanLoop();
-  void SendLoop();
+  // Makes parts of what was scanned and uploads their inputs, while the
+  // part before is planned by the coordinator (AddLoop adds them).
+  void MakeLoop();
   // Makes the part(s) of `jobs` (one per workspace root), uploads what the
-  // coordinator lacks, and adds them to the build; `last` with the last.
-  absl::Status SendPart(const std::vector<size_t>& jobs, bool last);
-  // Sends every part sent so far to the reopened build.
-  absl::Status Replay();
+  // coordinator lacks and queues them for AddLoop; `last` marks the last.
+  absl::Status MakePart(const std::vector<size_t>& jobs, bool last);
+  // Adds the parts made, in order, to the build; after a Reopen, all again.
+  void AddLoop();
+  // Uploads every input made so far (a reopened build's coordinator may
+  // have lost its store).
+  absl::Status UploadAll();
   absl::Status Add(const v1::AddUnitsRequest& part, const BlobSource* plan_blob);
   void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // The workspace root of a unit or set of closure `closure`: the folder
@@ -118,7 +128,7 @@ class BuildSubmission {
     size_t folders_sent = 0;
     int units = 0;
   };
-  struct SentPart {
+  struct MadePart {
     v1::AddUnitsRequest request;  // without its build id
     std::optional<BlobSource> plan_blob;
   };
@@ -134,22 +144,28 @@ class BuildSubmission {
   std::string planned_root_;                  // RootFor's folder before scanning
 
   mutable absl::Mutex mu_;
-  std::vector<size_t> ready_ ABSL_GUARDED_BY(mu_);  // scanned, not yet sent
+  std::vector<size_t> ready_ ABSL_GUARDED_BY(mu_);  // scanned, not in a part yet
   size_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
   size_t scanned_ ABSL_GUARDED_BY(mu_) = 0;
   std::string build_id_ ABSL_GUARDED_BY(mu_);
   std::string reopened_as_ ABSL_GUARDED_BY(mu_);  // set by Reopen until the sender takes it
   bool lost_ ABSL_GUARDED_BY(mu_) = false;        // a part found the coordinator gone
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_made_ ABSL_GUARDED_BY(mu_) = false;   // the last part is in parts_
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;      // ... and was added
+  // Every part made, in order, and how many the build has now.
+  std::vector<std::shared_ptr<const MadePart>> parts_ ABSL_GUARDED_BY(mu_);
+  size_t added_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   Figures figures_ ABSL_GUARDED_BY(mu_);
-  // The sending thread's own (SendPart, Replay).
-  std::map<std::string, RootFiles> roots_;
-  std::vector<SentPart> sent_;
+  // The inputs made so far, by workspace root: MakePart's, and UploadAll's
+  // after a Reopen.
+  absl::Mutex files_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::map<std::string, RootFiles> roots_ ABSL_GUARDED_BY(files_mu_);
 
   std::vector<std::thread> scanners_;
-  std::thread sender_;
+  std::thread maker_;
+  std::thread adder_;
 };
 
 }  // namespace distcc_cuda::client

@@ -99,7 +99,9 @@ TEST_P(MemoryCapTest, UnitTooLargeForACapIsKilledThereAndBuiltOnALargerWorker) {
   Write("src/kernels.toml",
         "[build]\noutput = \"libbig.so\"\nsources = [\"busy.cu\", \"big.cu\"]\n");
   Write("src/busy.cu", "// FAKE_TOUCH_MIB=50 FAKE_SLEEP_MS=8000\n");
-  Write("src/big.cu", "// FAKE_TOUCH_MIB=1536 FAKE_SLEEP_MS=200\n");
+  // Units go as they are scanned: big's scan waits until busy runs.
+  Write("src/big.cu", absl::StrCat("// FAKE_TOUCH_MIB=1536 FAKE_SLEEP_MS=200 FAKE_SCAN_WAIT_FOR(",
+                                   root_, "/busy-runs)\n"));
   // The large worker takes the first unit and is busy for 8 s (long enough
   // for two kills on the small worker on a loaded machine: with 3 s, a slow
   // second lease once found the large worker free and skipped a rung) ...
@@ -119,6 +121,7 @@ TEST_P(MemoryCapTest, UnitTooLargeForACapIsKilledThereAndBuiltOnALargerWorker) {
   // ... so the 1.5 GiB unit goes to the 1 GiB worker, where the cap stops it.
   worker::Worker* small = AddWorker("small", 1 * kGiB);
   ASSERT_NE(small, nullptr);
+  Write("busy-runs", "");
   ASSERT_EQ(build.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   absl::Status status = build.get();
   ASSERT_TRUE(status.ok()) << status << "\n" << out;
