@@ -2,19 +2,28 @@
 // The coordinator at the size of a full CUTLASS sm100 library, in one
 // process and without the network: N units (default 55,000) whose inputs
 // are their own source, the core of a shared tree of H headers (default
-// 3,000) and their kernel family's headers, sent as input trees and a
-// BuildPlan blob, planned (plan read,
-// trees read and checked once, units keyed and predicted, the result cache
-// asked), then dispatched by the scheduler to W simulated workers (default
-// 1,000) that report each unit done at once. Prints one line:
-//   units=… submit_s=… plan_blob_mb=… coordinator_rss_mb=… units_per_s=… p99_dispatch_ms=…
-// submit_s: the client's trees and plan blob plus the coordinator's
-// planning; coordinator_rss_mb: resident memory added by planning and
-// holding the build; units_per_s: leases and reports through the scheduler
+// 3,000) and their kernel family's headers, sent in parts of P units
+// (default 5,000) as input trees and BuildPlan blobs, each part planned
+// (plan read, trees read and checked, units keyed and predicted, the result
+// cache asked: PlanPart) while the client makes the next, then dispatched
+// by the scheduler to W simulated workers (default 1,000) that report each
+// unit done at once. Prints one line:
+//   units=… parts=… submit_s=… plan_blob_mb=… coordinator_rss_mb=… units_per_s=… p99_dispatch_ms=…
+// submit_s: from the start of the first part to the last part planned (the
+// client makes its parts in a process of its own and sends them through a
+// pipe, as it would over gRPC, while the coordinator stores their blobs and
+// plans the part before); coordinator_rss_mb: resident memory the
+// coordinator's process added, storing, planning and holding the build;
+// units_per_s: leases and reports through the scheduler
 // (no RPCs, no compiles: the scheduler's own ceiling); p99_dispatch_ms:
 // the 99th percentile of one RequestLease that hands out a unit.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -34,9 +43,11 @@
 #include "common/nvcc_args.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
+#include "coordinator/build_service.h"
 #include "coordinator/memory_model.h"
 #include "coordinator/result_cache.h"
 #include "coordinator/scheduler.h"
+#include "distcc_cuda/v1/cas.pb.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(int, units, 55000, "compile units in the build");
@@ -44,6 +55,8 @@ ABSL_FLAG(int, headers, 3000, "headers in the shared tree");
 ABSL_FLAG(int, headers_per_unit, 200, "headers each unit includes (a window of the tree)");
 ABSL_FLAG(int, workers, 1000, "simulated workers (1 slot each)");
 ABSL_FLAG(std::string, dir, "/tmp", "where the bench's store goes (removed at the end)");
+ABSL_FLAG(int, part_units, 5000,
+          "units per part the client sends (what its scans finished while the part before went)");
 
 namespace distcc_cuda {
 namespace {
@@ -59,6 +72,90 @@ double ResidentMiB() {
 }
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// A message on a pipe: its length in 8 bytes, then its bytes.
+bool WriteMessage(int fd, const google::protobuf::Message& message) {
+  std::string bytes = message.SerializeAsString();
+  const uint64_t size = bytes.size();
+  bytes.insert(0, reinterpret_cast<const char*>(&size), sizeof(size));
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n <= 0) return false;
+    done += n;
+  }
+  return true;
+}
+
+bool ReadExactly(int fd, char* into, size_t size) {
+  for (size_t done = 0; done < size;) {
+    ssize_t n = read(fd, into + done, size - done);
+    if (n <= 0) return false;
+    done += n;
+  }
+  return true;
+}
+
+bool ReadMessage(int fd, google::protobuf::Message& message) {
+  uint64_t size = 0;
+  if (!ReadExactly(fd, reinterpret_cast<char*>(&size), sizeof(size))) return false;
+  std::string bytes(size, '\0');
+  return ReadExactly(fd, bytes.data(), size) && message.ParseFromString(bytes);
+}
+
+// The client process: makes the build's parts of `part_units` units and
+// writes each to `fd` (its new blobs, then the part). Returns its exit code.
+int SendParts(int fd, const std::string& root, const std::string& generated,
+              const std::vector<std::vector<std::string>>& closures, int units, int part_units) {
+  client::WorkspaceFiles files;
+  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
+  size_t folders_sent = 0;
+  for (int first = 0; first < units; first += part_units) {
+    v1::AddUnitsRequest part;
+    part.set_workspace_root(root);
+    for (int u = first; u < std::min(units, first + part_units); ++u) {
+      v1::CompileUnit* unit = part.add_units();
+      std::string name = absl::StrFormat("cutlass3x_sm100_tensorop_gemm_%05d", u);
+      unit->set_name(name);
+      unit->set_working_directory(generated);
+      for (const char* flag : {"-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "-DCUTLASS_VERSIONS_GENERATED",
+                               "-I../../../../../include", "-I../../../../../tools/library/include",
+                               "-O3", "-std=c++17", "--expt-relaxed-constexpr",
+                               "-gencode=arch=compute_100a,code=[sm_100a]", "-Xcompiler=-fPIC"}) {
+        unit->add_arguments(flag);
+      }
+      for (const std::string& argument :
+           {std::string("-c"), name + ".cu", std::string("-o"), name + ".cu.o"}) {
+        unit->add_arguments(argument);
+      }
+      unit->add_output_paths(name + ".cu.o");
+      unit->set_workspace_root(root);
+      // The scan's closure is the family's headers; the source goes beside.
+      absl::Status added = client::AddUnitInputs(
+          *unit, closures[u % closures.size()],
+          absl::StrCat(root, "/", generated, "/", name, ".cu"), files, system_prefixes);
+      if (!added.ok()) {
+        std::cerr << added << "\n";
+        return 1;
+      }
+    }
+    part.set_last(first + part_units >= units);
+    client::PackLargeBuild(part, files);
+    v1::BatchUpdateBlobsRequest blobs;
+    for (; folders_sent < files.folders.size(); ++folders_sent) {
+      auto* blob = blobs.add_blobs();
+      *blob->mutable_digest() = ToProto(files.folders[folders_sent].digest);
+      blob->set_data(files.folders[folders_sent].bytes);
+    }
+    for (const BlobSource& plan : files.plan) {
+      auto* blob = blobs.add_blobs();
+      *blob->mutable_digest() = ToProto(plan.digest);
+      blob->set_data(plan.bytes);
+    }
+    files.plan.clear();
+    if (!WriteMessage(fd, blobs) || !WriteMessage(fd, part)) return 1;
+  }
+  return 0;
+}
 
 int Run() {
   spdlog::set_level(spdlog::level::warn);
@@ -115,146 +212,121 @@ int Run() {
   }
   std::cerr << "set-up " << Seconds(absl::Now() - setup) << " s\n";
 
-  // The client, as `distcc-cuda build` sends a build (AddUnitInputs): each
-  // source hashed, its family's headers moved into a tree made once per
-  // distinct closure, the source beside it; the units checked; the folders
-  // each once, and the units packed into a plan blob.
-  const double rss_start = ResidentMiB();
-  absl::Time submit = absl::Now();
-  v1::SubmitBuildRequest request;
-  request.set_build_name("cutlass sm100");
-  request.mutable_toolchain()->set_digest("bench-toolchain");
-  request.set_workspace_root(root);
-  client::WorkspaceFiles files;
-  const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
-  for (int u = 0; u < units; ++u) {
-    v1::CompileUnit* unit = request.add_units();
-    std::string name = absl::StrFormat("cutlass3x_sm100_tensorop_gemm_%05d", u);
-    unit->set_name(name);
-    unit->set_working_directory(generated);
-    for (const char* flag : {"-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "-DCUTLASS_VERSIONS_GENERATED",
-                             "-I../../../../../include", "-I../../../../../tools/library/include",
-                             "-O3", "-std=c++17", "--expt-relaxed-constexpr",
-                             "-gencode=arch=compute_100a,code=[sm_100a]", "-Xcompiler=-fPIC"}) {
-      unit->add_arguments(flag);
-    }
-    for (const std::string& argument :
-         {std::string("-c"), name + ".cu", std::string("-o"), name + ".cu.o"}) {
-      unit->add_arguments(argument);
-    }
-    unit->add_output_paths(name + ".cu.o");
-    unit->set_workspace_root(root);
-    // The scan's closure is the family's headers; the source goes beside.
-    absl::Status added = client::AddUnitInputs(*unit, closures[u % closures.size()],
-                                               absl::StrCat(root, "/", generated, "/", name, ".cu"),
-                                               files, system_prefixes);
-    if (!added.ok()) {
-      std::cerr << added << "\n";
-      return 1;
-    }
+  // The client, in a process of its own as `distcc-cuda build` is, sends
+  // the build in parts (its BuildSubmission): each source hashed
+  // (AddUnitInputs), its family's headers moved into a tree made once per
+  // distinct closure, the source beside it; the units checked; the part's
+  // new folders and its units packed into a plan blob. It writes each part
+  // to a pipe as its upload would send it (the blobs as one
+  // BatchUpdateBlobsRequest, then the AddUnitsRequest), and makes the next
+  // while the coordinator plans the one before.
+  const int part_units = std::max(1, absl::GetFlag(FLAGS_part_units));
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) {
+    std::cerr << "pipe: " << std::strerror(errno) << "\n";
+    return 1;
   }
-  client::PackLargeBuild(request, files);
-  const absl::Duration request_time = absl::Now() - submit;
-  // What the upload leaves in the coordinator's store: the folders in
-  // batches of the client's size, each stored as BatchUpdateBlobs stores
-  // one (PutMany), and the plan blob (Put, as WriteBlob commits it); no
-  // network.
-  std::vector<std::pair<Digest, absl::string_view>> batch;
-  int64_t batch_bytes = 0;
-  auto store_batch = [&]() {
-    for (const absl::Status& stored : (*cas)->PutMany(batch)) {
-      if (!stored.ok()) std::cerr << stored << "\n";
-    }
-    batch.clear();
-    batch_bytes = 0;
-  };
-  for (const BlobSource& blob : files.folders) {
-    if (batch_bytes + blob.digest.size_bytes > kMaxBatchBytes - (64 << 10)) store_batch();
-    batch.emplace_back(blob.digest, blob.bytes);
-    batch_bytes += blob.digest.size_bytes + 128;
-  }
-  store_batch();
-  const absl::Duration folders_time = absl::Now() - submit - request_time;
-  for (const BlobSource& blob : files.plan) (void)(*cas)->Put(blob.digest, blob.bytes);
-  const double plan_blob_mb =
-      files.plan.empty() ? 0 : files.plan.front().digest.size_bytes / 1048576.0;
-  const size_t folders = files.folders.size();
-  const size_t distinct_trees = files.roots.size();
-  files = client::WorkspaceFiles();
-  const absl::Duration client_time = absl::Now() - submit;
-  std::cerr << "client: " << units << " units, " << distinct_trees << " distinct trees, " << folders
-            << " folders, plan blob " << plan_blob_mb << " MiB in " << Seconds(client_time)
-            << " s (request " << Seconds(request_time) << " s, folders stored "
-            << Seconds(folders_time) << " s, plan stored and memory freed "
-            << Seconds(client_time - request_time - folders_time) << " s)\n";
-
-  // The coordinator: what BuildService::Start does before the scheduler.
   const double rss_before = ResidentMiB();
-  absl::Time plan_start = absl::Now();
-  coordinator::BuildLimits limits;
-  absl::StatusOr<v1::SubmitBuildRequest> read = coordinator::ReadBuildPlan(request, **cas);
-  if (!read.ok()) {
-    std::cerr << read.status() << "\n";
+  const absl::Time submit = absl::Now();
+  const pid_t client = fork();
+  if (client < 0) {
+    std::cerr << "fork: " << std::strerror(errno) << "\n";
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<coordinator::BuildInputs>> trees =
-      coordinator::BuildInputs::Read(*read, **cas, limits);
-  if (!trees.ok()) {
-    std::cerr << trees.status() << "\n";
-    return 1;
+  if (client == 0) {
+    close(pipe_fds[0]);
+    _exit(SendParts(pipe_fds[1], root, generated, closures, units, part_units));
   }
-  const absl::Duration expand_time = absl::Now() - plan_start;
+  close(pipe_fds[1]);
+
+  // The coordinator, in this process: what its ContentStore does with the
+  // blobs (BatchUpdateBlobs: PutMany) and its BuildService with each part
+  // before the scheduler (PlanPart: plan read, trees read and checked,
+  // units keyed and predicted, the result cache asked).
   auto history = coordinator::PeakHistory::Open("", {});
   coordinator::ResultCache results(*dir + "/results", cas->get());
-  absl::StatusOr<std::vector<coordinator::PlannedUnit>> planned = coordinator::PlanBuild(
-      *read, **cas, history->get(),
-      coordinator::ClusterCapacity{int64_t{60} << 30, workers, int64_t{60} << 30}, nullptr, limits,
-      nullptr, nullptr, trees->get());
-  if (!planned.ok()) {
-    std::cerr << planned.status() << "\n";
-    return 1;
-  }
-  *read = v1::SubmitBuildRequest();
-  trees->reset();
-  const absl::Duration planbuild_time = absl::Now() - plan_start - expand_time;
-  std::map<int, v1::TaskResult> cached;
-  for (size_t i = 0; i < planned->size(); ++i) {
-    if (auto hit = results.Lookup((*planned)[i].action_digest)) cached[i] = *hit;
-  }
-  const absl::Duration plan_time = absl::Now() - plan_start;
-  std::cerr << "coordinator: planned " << planned->size() << " units in " << Seconds(plan_time)
-            << " s (plan read and trees checked " << Seconds(expand_time) << " s, PlanBuild "
-            << Seconds(planbuild_time) << " s, result cache "
-            << Seconds(plan_time - expand_time - planbuild_time) << " s)\n";
-
-  // The scheduler: W one-slot workers lease and report until all is done.
   coordinator::BuildScheduler scheduler(
       coordinator::SchedulerOptions{}, [](const std::string&, const v1::TaskResult&) {},
       history->get());
-  absl::Time now = absl::Now();
-  std::vector<std::string> ids;
   v1::ToolchainFingerprint toolchain;
   toolchain.set_digest("bench-toolchain");
+  std::vector<std::string> ids;
   for (int w = 0; w < workers; ++w) {
     v1::RegisterWorkerRequest worker;
     worker.set_name(absl::StrCat("worker-", w));
     *worker.mutable_toolchain() = toolchain;
     worker.set_memory_cap_bytes(int64_t{64} << 30);
     worker.set_slots(1);
-    ids.push_back(*scheduler.RegisterWorker(worker, now));
+    ids.push_back(*scheduler.RegisterWorker(worker, submit));
   }
+  v1::SubmitBuildRequest header;
+  header.set_build_name("cutlass sm100");
+  *header.mutable_toolchain() = toolchain;
   int finished = 0;
   absl::StatusOr<std::string> build = scheduler.SubmitBuild(
-      request.build_name(), toolchain, std::move(*planned), std::move(cached),
+      header.build_name(), toolchain, {}, {},
       [&finished](const v1::BuildEvent& event) {
         if (event.has_unit_finished()) ++finished;
       },
-      now);
+      submit, /*more_to_come=*/true);
   if (!build.ok()) {
     std::cerr << build.status() << "\n";
     return 1;
   }
+  std::unique_ptr<CasPin> pin = (*cas)->Pin({});
+  const coordinator::Planning planning{cas->get(), &results,   history->get(),
+                                       nullptr,    &scheduler, coordinator::BuildLimits{}};
+  absl::Duration store_busy, plan_busy;
+  int part_count = 0;
+  double plan_blob_mb = 0;
+  for (bool last = false; !last;) {
+    v1::BatchUpdateBlobsRequest blobs;
+    v1::AddUnitsRequest part;
+    if (!ReadMessage(pipe_fds[0], blobs) || !ReadMessage(pipe_fds[0], part)) {
+      std::cerr << "the client process ended before its last part\n";
+      return 1;
+    }
+    const absl::Time began = absl::Now();
+    std::vector<std::pair<Digest, absl::string_view>> batch;
+    for (const auto& blob : blobs.blobs())
+      batch.emplace_back(FromProto(blob.digest()), blob.data());
+    for (const absl::Status& stored : (*cas)->PutMany(batch)) {
+      if (!stored.ok()) std::cerr << stored << "\n";
+    }
+    if (part.has_plan()) plan_blob_mb += part.plan().size_bytes() / 1048576.0;
+    const absl::Time stored = absl::Now();
+    absl::StatusOr<coordinator::PlannedPart> planned =
+        coordinator::PlanPart(coordinator::PartRequest(header, part), planning, *pin);
+    if (!planned.ok()) {
+      std::cerr << planned.status() << "\n";
+      return 1;
+    }
+    last = part.last();
+    absl::Status added = scheduler.AddUnits(*build, std::move(planned->units),
+                                            std::move(planned->cached), {}, last, absl::Now());
+    if (!added.ok()) {
+      std::cerr << added << "\n";
+      return 1;
+    }
+    store_busy += stored - began;
+    plan_busy += absl::Now() - stored;
+    ++part_count;
+  }
+  const absl::Duration submit_time = absl::Now() - submit;
+  int client_status = 0;
+  waitpid(client, &client_status, 0);
+  close(pipe_fds[0]);
+  if (!WIFEXITED(client_status) || WEXITSTATUS(client_status) != 0) {
+    std::cerr << "the client process failed\n";
+    return 1;
+  }
+  std::cerr << "coordinator: " << units << " units in " << part_count << " parts of " << part_units
+            << ", plan blobs " << plan_blob_mb << " MiB; busy storing blobs " << Seconds(store_busy)
+            << " s, planning " << Seconds(plan_busy) << " s; the last part planned "
+            << Seconds(submit_time) << " s after the start\n";
   const double rss_mb = ResidentMiB() - rss_before;
+
+  // The scheduler: W one-slot workers lease and report until all is done.
   std::vector<double> dispatch_ms;
   absl::Time run_start = absl::Now();
   for (int round = 0; finished < units && round < units + 10; ++round) {
@@ -304,11 +376,11 @@ int Run() {
     return 1;
   }
   std::printf(
-      "units=%d headers=%d headers_per_unit=%d workers=%d submit_s=%.2f (client %.2f, plan %.2f) "
-      "plan_blob_mb=%.1f coordinator_rss_mb=%.0f units_per_s=%.0f p99_dispatch_ms=%.3f\n",
-      units, headers, per_unit, workers, Seconds(client_time + plan_time), Seconds(client_time),
-      Seconds(plan_time), plan_blob_mb, rss_mb, units / Seconds(run_time), p99);
-  (void)rss_start;
+      "units=%d headers=%d headers_per_unit=%d workers=%d parts=%d submit_s=%.2f (coordinator "
+      "busy %.2f) plan_blob_mb=%.1f coordinator_rss_mb=%.0f units_per_s=%.0f "
+      "p99_dispatch_ms=%.3f\n",
+      units, headers, per_unit, workers, part_count, Seconds(submit_time),
+      Seconds(store_busy + plan_busy), plan_blob_mb, rss_mb, units / Seconds(run_time), p99);
   return 0;
 }
 

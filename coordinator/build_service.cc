@@ -27,29 +27,8 @@ struct BuildEventHandle {
   void Push(const v1::BuildEvent& event);
 };
 
-// What planning made of one submitted part of a build (or a whole build).
-struct PlannedPart {
-  std::vector<PlannedUnit> units;
-  std::map<int, v1::TaskResult> cached;  // by index in `units`
-  std::vector<std::string> notes;        // what the user should know
-};
+}  // namespace
 
-// What planning a part needs of the coordinator.
-struct Planning {
-  CasStore* cas;
-  ResultCache* results;
-  const PeakHistory* history;
-  UnitSizeChoices* unit_sizes;
-  BuildScheduler* scheduler;
-  BuildLimits limits;
-};
-
-// Plans `submitted`, pinning its inputs with `pin` for as long as the build
-// runs. A part all of whose units are cached is answered from the result
-// cache without reading its trees (a launcher sends its unit before
-// uploading its inputs); the results found are the ones answered, so none
-// can go between. Otherwise its trees are read and checked once and stay
-// trees, expanded by the workers that compile them.
 absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
                                      const Planning& planning, CasPin& pin) {
   ASSIGN_OR_RETURN(v1::SubmitBuildRequest request,
@@ -93,7 +72,15 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
   return part;
 }
 
-}  // namespace
+v1::SubmitBuildRequest PartRequest(const v1::SubmitBuildRequest& header,
+                                   const v1::AddUnitsRequest& part) {
+  v1::SubmitBuildRequest request = header;
+  request.set_workspace_root(part.workspace_root());
+  *request.mutable_units() = part.units();
+  *request.mutable_instantiation_sets() = part.instantiation_sets();
+  if (part.has_plan()) *request.mutable_plan() = part.plan();
+  return request;
+}
 
 // A build submitted with more units to follow, while its stream is open:
 // who submitted it (only they may add to it), what its parts share, and
@@ -308,12 +295,8 @@ void BuildEventHandle::Push(const v1::BuildEvent& event) {
 absl::StatusOr<int> AddPart(const std::string& build_id, OpenBuild& build,
                             const v1::AddUnitsRequest& request, const Planning& planning) {
   absl::MutexLock lock(&build.mu);
-  v1::SubmitBuildRequest part = build.header;
-  part.set_workspace_root(request.workspace_root());
-  *part.mutable_units() = request.units();
-  *part.mutable_instantiation_sets() = request.instantiation_sets();
-  if (request.has_plan()) *part.mutable_plan() = request.plan();
-  ASSIGN_OR_RETURN(PlannedPart planned, PlanPart(part, planning, *build.handle->pin));
+  ASSIGN_OR_RETURN(PlannedPart planned,
+                   PlanPart(PartRequest(build.header, request), planning, *build.handle->pin));
   const int64_t count = planned.units.size();
   if (build.units + count > planning.limits.max_units) {
     return absl::ResourceExhaustedError(absl::StrCat(

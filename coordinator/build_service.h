@@ -2,7 +2,10 @@
 // The BuildService: accepts builds, streams their progress, reports status.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/bounded_executor.h"
 #include "common/cas_store.h"
@@ -13,6 +16,41 @@
 #include "distcc_cuda/v1/build.grpc.pb.h"
 
 namespace distcc_cuda::coordinator {
+
+// What planning made of one submitted part of a build (or a whole build).
+struct PlannedPart {
+  std::vector<PlannedUnit> units;
+  std::map<int, v1::TaskResult> cached;  // by index in `units`
+  std::vector<std::string> notes;        // what the user should know
+};
+
+// What planning a part needs of the coordinator.
+struct Planning {
+  CasStore* cas;
+  ResultCache* results;
+  const PeakHistory* history;
+  UnitSizeChoices* unit_sizes;
+  BuildScheduler* scheduler;  // the workers' capacity
+  BuildLimits limits;
+};
+
+// What the BuildService does with a submitted build, or a part of one,
+// before its units go to the scheduler: plans `submitted`, pinning its
+// inputs with `pin` for as long as the build runs. A part all of whose
+// units are cached is answered from the result cache without reading its
+// trees (a launcher sends its unit before uploading its inputs); the
+// results found are the ones answered, so none can go between. Otherwise
+// its trees are read and checked once and stay trees, expanded by the
+// workers that compile them. The errors of ReadBuildPlan, BuildInputs::Read
+// and PlanBuild.
+absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
+                                     const Planning& planning, CasPin& pin);
+
+// A part of an open build as a request of its own, for PlanPart: the
+// build's name, toolchain and split (`header`) with the part's workspace
+// root, units, sets and plan.
+v1::SubmitBuildRequest PartRequest(const v1::SubmitBuildRequest& header,
+                                   const v1::AddUnitsRequest& part);
 
 class BuildService final : public v1::BuildService::CallbackService {
  public:

@@ -52,6 +52,28 @@ bool Printable(const std::string& text, size_t limit) {
 
 }  // namespace
 
+BuildScheduler::UnitState BuildScheduler::Hold(PlannedUnit planned) {
+  UnitState held;
+  v1::CompileUnit compact;
+  compact.set_name(planned.unit.name());
+  *compact.mutable_output_paths() = planned.unit.output_paths();
+  if (planned.unit.has_architecture_part()) {
+    *compact.mutable_architecture_part() = planned.unit.architecture_part();
+  }
+  held.unit_bytes = planned.unit.SerializeAsString();
+  planned.unit = std::move(compact);
+  held.planned = std::move(planned);
+  return held;
+}
+
+v1::CompileUnit BuildScheduler::WholeUnit(const UnitState& unit) {
+  if (unit.unit_bytes.empty()) return unit.planned.unit;
+  v1::CompileUnit whole;
+  // Its own serialization, made by Hold: it parses.
+  whole.ParseFromString(unit.unit_bytes);
+  return whole;
+}
+
 absl::StatusOr<BuildScheduler::WorkerState*> BuildScheduler::WorkerOf(const std::string& worker_id,
                                                                       const WorkerPeer& peer) {
   auto it = workers_.find(worker_id);
@@ -306,7 +328,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     build.workers_used.insert(worker.info.name());
     v1::Task task;
     task.set_task_id(task_id);
-    *task.mutable_unit() = unit.planned.unit;
+    *task.mutable_unit() = WholeUnit(unit);
     task.set_timeout_ms(absl::ToInt64Milliseconds(options_.task_timeout));
     task.set_reserved_bytes(*reservation);
     v1::BuildEvent event;
@@ -625,7 +647,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   finished->set_unit_name(unit.planned.unit.name());
   *finished->mutable_result() = result;
   finished->set_cached(cached);
-  *finished->mutable_unit() = unit.planned.unit;
+  *finished->mutable_unit() = WholeUnit(unit);
   finished->set_predicted_peak_bytes(unit.planned.demand.peak_bytes);
   finished->set_prediction_source(unit.planned.demand.source);
   finished->set_finished_unix_micros(absl::ToUnixMicros(absl::Now()));
@@ -726,7 +748,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     for (PlannedUnit& planned : units) {
       accepted.mutable_accepted()->add_unit_names(planned.unit.name());
       if (build.open) build.names.insert(planned.unit.name());
-      build.units.push_back(UnitState{std::move(planned)});
+      build.units.push_back(Hold(std::move(planned)));
     }
     deferred.events.emplace_back(build.sink, std::move(accepted));
     spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers{}", id, build_name,
@@ -779,7 +801,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
     for (PlannedUnit& planned : units) {
       added.mutable_units_added()->add_unit_names(planned.unit.name());
       build.names.insert(planned.unit.name());
-      build.units.push_back(UnitState{std::move(planned)});
+      build.units.push_back(Hold(std::move(planned)));
     }
     for (std::string& note : notes) added.mutable_units_added()->add_notes(std::move(note));
     if (last) added.mutable_units_added()->set_last(true);
@@ -826,7 +848,7 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
     int index = build.units.size();
     std::optional<v1::TaskResult> hit =
         lookup_result_ ? lookup_result_(part.action_digest) : std::nullopt;
-    UnitState state{std::move(part)};
+    UnitState state = Hold(std::move(part));
     // A part of fewer targets runs fewer of them at once (--threads).
     state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations *
                               std::min(state.planned.parallel, parent_parallel) / parent_parallel;

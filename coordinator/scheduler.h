@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -169,7 +170,10 @@ class BuildScheduler {
  private:
   enum class UnitPhase { kQueued, kRunning, kDone };
   struct UnitState {
+    // Held compact while it waits (Hold): its unit keeps only its name,
+    // outputs and architecture part, the rest is in `unit_bytes`.
     PlannedUnit planned;
+    std::string unit_bytes;  // the whole unit, serialized; "": `planned.unit` is whole
     UnitPhase phase = UnitPhase::kQueued;
     int attempts = 0;  // leases handed out
     int losses = 0;    // leases lost to infrastructure (worker gone, failed start)
@@ -201,7 +205,7 @@ class BuildScheduler {
     // Submitted in parts (AddUnits): it takes more until its last part, and
     // its units' names, which must differ, are kept to check the next part's.
     bool open = false;
-    std::set<std::string> names;
+    absl::flat_hash_set<std::string> names;
   };
   struct TaskState {
     std::string build_id;
@@ -254,6 +258,14 @@ class BuildScheduler {
     absl::MutexLock lock_;
     Deferred& deferred_;
   };
+
+  // A planned unit as the scheduler holds it: its CompileUnit serialized
+  // (a CUTLASS unit's arguments, paths and digests are ~30 strings as a
+  // message, one as bytes: 55,000 units held 1.6 KB each), but for what
+  // the scheduler reads of it.
+  static UnitState Hold(PlannedUnit planned);
+  // The whole unit of `unit`, for its task and its result.
+  static v1::CompileUnit WholeUnit(const UnitState& unit);
 
   // Pops the first queued unit, in priority order, that the worker may take
   // and that fits what its memory cap has left.
