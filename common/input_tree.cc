@@ -189,13 +189,18 @@ absl::StatusOr<InputTreeExpander::Size> InputTreeExpander::SizeOf(const Digest& 
     // Counts stop growing far above any limit: a bomb of 2^64 files must
     // not wrap around to a small number.
     constexpr int64_t kCeiling = int64_t{1} << 60;
-    Size size{directory->files_size(), 1, 1};
+    Size size{directory->files_size(), 1, 1, 0};
+    for (const v1::FileNode& file : directory->files()) {
+      size.bytes =
+          std::min(kCeiling, size.bytes + std::max<int64_t>(0, file.digest().size_bytes()));
+    }
     for (const v1::DirectoryNode& folder : directory->directories()) {
       std::string below = where == "." ? folder.name() : absl::StrCat(where, "/", folder.name());
       ASSIGN_OR_RETURN(Size child, SizeOf(FromProto(folder.digest()), below, depth + 1, limits));
       size.files = std::min(kCeiling, size.files + child.files);
       size.folders = std::min(kCeiling, size.folders + child.folders);
       size.height = std::max(size.height, child.height + 1);
+      size.bytes = std::min(kCeiling, size.bytes + child.bytes);
     }
     known = sizes_.emplace(digest, size).first;
   }
@@ -206,6 +211,12 @@ absl::StatusOr<InputTreeExpander::Size> InputTreeExpander::SizeOf(const Digest& 
                      " folders deep; at most ", limits.max_depth, " are allowed"));
   }
   return size;
+}
+
+absl::StatusOr<int64_t> InputTreeExpander::CountBytes(const Digest& root,
+                                                      const InputTreeLimits& limits) {
+  RETURN_IF_ERROR(CountFiles(root, limits).status());
+  return sizes_.at(root).bytes;
 }
 
 absl::StatusOr<int64_t> InputTreeExpander::CountFiles(const Digest& root,

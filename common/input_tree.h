@@ -70,6 +70,11 @@ class InputTreeExpander {
   // folder it cannot find.
   absl::StatusOr<int64_t> CountFiles(const Digest& root, const InputTreeLimits& limits = {});
 
+  // The bytes of the files of the tree at `root` (by their digests' sizes;
+  // a file listed twice counted twice), as CountFiles counts them and with
+  // its errors.
+  absl::StatusOr<int64_t> CountBytes(const Digest& root, const InputTreeLimits& limits = {});
+
   // Calls `visit` with the path (from the root) and node of each file of
   // the tree at `root` that lies in a folder this expander has not yet
   // walked at that place: trees that share folders at the same paths (the
@@ -104,6 +109,7 @@ class InputTreeExpander {
     int64_t files = 0;
     int64_t folders = 0;
     int height = 0;  // folders on the longest path down, this one included
+    int64_t bytes = 0;
   };
   absl::StatusOr<const v1::Directory*> Read(const Digest& digest, const std::string& where,
                                             const InputTreeLimits& limits);

@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
             },
             inputs->tree_limits_)));
         inputs->files_in_.emplace(root, in_tree);
+        absl::StatusOr<int64_t> bytes = inputs->trees_->CountBytes(root, inputs->tree_limits_);
+        if (!bytes.ok()) return named(bytes.status());
+        inputs->bytes_in_.emplace(root, *bytes);
       }
     }
     listed += in_tree + own_files;
@@ -101,6 +104,11 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
   }
   for (Digest& folder : inputs->trees_->FoldersRead()) inputs->blobs_.push_back(std::move(folder));
   return inputs;
+}
+
+int64_t BuildInputs::BytesIn(const v1::Digest& root) const {
+  auto known = bytes_in_.find(FromProto(root));
+  return known == bytes_in_.end() ? 0 : known->second;
 }
 
 int64_t BuildInputs::FilesIn(const v1::Digest& root) const {

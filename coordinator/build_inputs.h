@@ -41,6 +41,8 @@ class BuildInputs {
   // The files of the tree at `root`, as Read counted them; 0 for a tree
   // Read did not see.
   int64_t FilesIn(const v1::Digest& root) const;
+  // Their bytes; 0 for a tree Read did not see.
+  int64_t BytesIn(const v1::Digest& root) const;
 
   // Every blob the trees name, files and folders, each once: what the store
   // must keep while the build runs.
@@ -59,6 +61,7 @@ class BuildInputs {
   std::unique_ptr<InputTreeExpander> trees_;
   InputTreeLimits tree_limits_;
   std::map<Digest, int64_t> files_in_;  // per root
+  std::map<Digest, int64_t> bytes_in_;  // per root
   std::vector<Digest> blobs_;
   std::map<std::string, int64_t> file_sizes_;
 };

@@ -39,11 +39,13 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
                                  const std::vector<std::string>& system_prefixes,
                                  CheckedUnitParts& checked, std::set<Digest>& present,
                                  BuildInputs& trees, const BuildLimits& limits,
-                                 NvccCommand& command) {
+                                 NvccCommand& command, int64_t& closure_bytes) {
   RETURN_IF_ERROR(ValidateCompileUnit(unit, system_prefixes, &checked, &command));
+  closure_bytes = unit.has_input_root() ? trees.BytesIn(unit.input_root()) : 0;
   for (const auto& input : unit.inputs()) {
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
+    closure_bytes += digest.size_bytes;
     if (present.count(digest) != 0) continue;
     if (cas.Contains(digest)) {
       present.insert(std::move(digest));
@@ -87,9 +89,9 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
 
 UnitDemand Predict(const PeakHistory* history, const std::string& identity,
                    const std::string& family, int parallel, int instantiations,
-                   const std::string& closure = "") {
+                   const std::string& closure = "", int64_t closure_bytes = 0) {
   return history != nullptr
-             ? history->Predict(identity, family, parallel, instantiations, closure)
+             ? history->Predict(identity, family, parallel, instantiations, closure, closure_bytes)
              : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
                           PredictionDefaults().wall * instantiations, "default",
                           PredictionBasis::kDefault};
@@ -144,12 +146,14 @@ v1::CompileUnit SentUnit(const v1::SubmitBuildRequest& request, const v1::Compil
 }
 
 // Keys and predicts one unit, whose arguments parse as `command`.
-// `inputs`: the root of all its inputs (InputTreeExpander::RootWith).
+// `inputs`: the root of all its inputs (InputTreeExpander::RootWith), of
+// `closure_bytes` (0: not read).
 PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccCommand& command,
                  const std::string& family, int instantiations, const PeakHistory* history,
-                 const Digest& inputs) {
+                 const Digest& inputs, int64_t closure_bytes = 0) {
   PlannedUnit plan;
   plan.inputs = inputs;
+  plan.closure_bytes = closure_bytes;
   plan.action_digest = ActionDigest(toolchain, unit, inputs);
   plan.identity = UnitIdentity(toolchain, unit, command);
   plan.family = UnitFamily(toolchain, command, family);
@@ -157,8 +161,8 @@ PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccC
   int parallel = ParallelCompilations(command);
   plan.instantiations = instantiations;
   plan.parallel = parallel;
-  plan.demand =
-      Predict(history, plan.identity, plan.family, parallel, instantiations, plan.closure);
+  plan.demand = Predict(history, plan.identity, plan.family, parallel, instantiations, plan.closure,
+                        closure_bytes);
   plan.unit = std::move(unit);
   return plan;
 }
@@ -185,7 +189,7 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(
     NvccCommand command;
     RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes(), nullptr, &command));
     parts.push_back(Plan(toolchain, std::move(unit), command, family_hint, whole.instantiations,
-                         history, whole.inputs));
+                         history, whole.inputs, whole.closure_bytes));
   }
   return parts;
 }
@@ -630,10 +634,11 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (size_t i = 0; i < units.size(); ++i) {
     NvccCommand command;
+    int64_t closure_bytes = 0;
     ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked, present,
-                                                  trees, limits, command));
+                                                  trees, limits, command, closure_bytes));
     PlannedUnit plan = Plan(toolchain, std::move(units[i]), command, families[i], instantiations[i],
-                            history, all_inputs);
+                            history, all_inputs, closure_bytes);
     absl::StatusOr<std::vector<ArchitecturePart>> targets =
         absl::FailedPreconditionError("split by architecture: never");
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {

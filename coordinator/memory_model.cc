@@ -53,6 +53,20 @@ std::string Key(std::initializer_list<std::string> parts, const std::vector<std:
   return sha.FinishHex().substr(0, 32);
 }
 
+// One run as a line of the history file: identity, family, peak, wall,
+// instantiations [, closure family [, closure bytes, parallel compilations]].
+std::string HistoryLine(const std::string& identity, const std::string& family, int64_t peak,
+                        int64_t wall_ms, int instantiations, const std::string& closure,
+                        int64_t closure_bytes, int parallel) {
+  std::string line =
+      absl::StrCat(identity, "\t", family, "\t", peak, "\t", wall_ms, "\t", instantiations);
+  if (!closure.empty()) {
+    absl::StrAppend(&line, "\t", closure);
+    if (closure_bytes > 0) absl::StrAppend(&line, "\t", closure_bytes, "\t", parallel);
+  }
+  return line + "\n";
+}
+
 }  // namespace
 
 int ParallelCompilations(const std::vector<std::string>& arguments) {
@@ -120,6 +134,8 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
     std::string identity, family, closure;
     int64_t peak = 0, wall_ms = 0;
     int instantiations = 1;
+    int64_t closure_bytes = 0;
+    int parallel = 1;
   };
   std::vector<Run> runs;
   size_t lines = 0;
@@ -127,16 +143,20 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
     ++lines;
     std::vector<std::string> fields = absl::StrSplit(line, '\t');
     Run run;
-    // identity, family, peak, wall [, instantiations [, closure family]]
-    if (fields.size() < 4 || fields.size() > 6 || !absl::SimpleAtoi(fields[2], &run.peak) ||
-        !absl::SimpleAtoi(fields[3], &run.wall_ms) ||
+    // identity, family, peak, wall [, instantiations [, closure family
+    // [, closure bytes, parallel compilations]]]
+    if (fields.size() < 4 || fields.size() > 8 || fields.size() == 7 ||
+        !absl::SimpleAtoi(fields[2], &run.peak) || !absl::SimpleAtoi(fields[3], &run.wall_ms) ||
         (fields.size() >= 5 &&
-         (!absl::SimpleAtoi(fields[4], &run.instantiations) || run.instantiations < 1))) {
+         (!absl::SimpleAtoi(fields[4], &run.instantiations) || run.instantiations < 1)) ||
+        (fields.size() == 8 &&
+         (!absl::SimpleAtoi(fields[6], &run.closure_bytes) || run.closure_bytes < 0 ||
+          !absl::SimpleAtoi(fields[7], &run.parallel) || run.parallel < 1))) {
       continue;  // a torn last line after a crash
     }
     run.identity = fields[0];
     run.family = fields[1];
-    if (fields.size() == 6) run.closure = fields[5];
+    if (fields.size() >= 6) run.closure = fields[5];
     runs.push_back(std::move(run));
   }
   // Only each unit's latest runs count: older ones are left out of the
@@ -148,9 +168,11 @@ absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string
   absl::MutexLock lock(&history->mu_);
   for (const Run& run : runs) {
     if (per_identity[run.identity]-- > kRunsPerIdentity) continue;
-    history->Add(run.identity, run.family, run.closure, run.peak, run.wall_ms, run.instantiations);
-    absl::StrAppend(&kept, run.identity, "\t", run.family, "\t", run.peak, "\t", run.wall_ms, "\t",
-                    run.instantiations, run.closure.empty() ? "" : "\t", run.closure, "\n");
+    history->Add(run.identity, run.family, run.closure, run.peak, run.wall_ms, run.instantiations,
+                 run.closure_bytes, run.parallel);
+    absl::StrAppend(&kept,
+                    HistoryLine(run.identity, run.family, run.peak, run.wall_ms, run.instantiations,
+                                run.closure, run.closure_bytes, run.parallel));
     ++kept_runs;
   }
   if (kept_runs < lines) {
@@ -181,34 +203,37 @@ std::pair<int64_t, int64_t> PeakHistory::Samples::Quantiles(double quantile) {
 }
 
 void PeakHistory::Add(const std::string& identity, const std::string& family,
-                      const std::string& closure, int64_t peak, int64_t wall_ms,
-                      int instantiations) {
+                      const std::string& closure, int64_t peak, int64_t wall_ms, int instantiations,
+                      int64_t closure_bytes, int parallel) {
   by_identity_[identity].Add(peak, wall_ms, kRunsPerIdentity);
   by_family_[family].Add(peak / instantiations, wall_ms / instantiations, kRunsPerFamily);
   if (!closure.empty() && closure != family) {
     by_family_[closure].Add(peak / instantiations, wall_ms / instantiations, kRunsPerFamily);
+    if (closure_bytes > 0) sized_[closure] = Sized{closure_bytes, std::max(1, parallel)};
   }
   ++count_;
 }
 
 void PeakHistory::Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
-                         absl::Duration wall, int instantiations, const std::string& closure) {
+                         absl::Duration wall, int instantiations, const std::string& closure,
+                         int64_t closure_bytes, int parallel_compilations) {
   int64_t wall_ms = absl::ToInt64Milliseconds(wall);
   instantiations = std::max(1, instantiations);
+  closure_bytes = std::max<int64_t>(0, closure_bytes);
+  parallel_compilations = std::max(1, parallel_compilations);
   absl::MutexLock lock(&mu_);
-  Add(identity, family, closure, peak_bytes, wall_ms, instantiations);
+  Add(identity, family, closure, peak_bytes, wall_ms, instantiations, closure_bytes,
+      parallel_compilations);
   if (path_.empty()) return;
   std::ofstream out(path_, std::ios::app);
-  out << identity << '\t' << family << '\t' << peak_bytes << '\t' << wall_ms << '\t'
-      << instantiations;
-  if (!closure.empty()) out << '\t' << closure;
-  out << '\n';
+  out << HistoryLine(identity, family, peak_bytes, wall_ms, instantiations, closure, closure_bytes,
+                     parallel_compilations);
   if (!out) spdlog::warn("cannot append to {}; the history stays in memory", path_);
 }
 
 UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& family,
                                 int parallel_compilations, int instantiations,
-                                const std::string& closure) const {
+                                const std::string& closure, int64_t closure_bytes) const {
   instantiations = std::max(1, instantiations);
   absl::MutexLock lock(&mu_);
   if (auto own = by_identity_.find(identity); own != by_identity_.end()) {
@@ -223,6 +248,12 @@ UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& 
   }
   if (auto similar = GroupDemand(family, PredictionBasis::kSimilarUnits, instantiations)) {
     return *similar;
+  }
+  if (closure_bytes > 0) {
+    if (auto sized =
+            SimilarSizeDemand(closure_bytes, std::max(1, parallel_compilations), instantiations)) {
+      return *sized;
+    }
   }
   int64_t scale = std::max(1, parallel_compilations) * instantiations;
   return UnitDemand{defaults_.peak_bytes * scale, defaults_.wall * instantiations, "default",
@@ -244,6 +275,35 @@ std::optional<UnitDemand> PeakHistory::GroupDemand(const std::string& key, Predi
   return UnitDemand{WithMargin(peak * instantiations), absl::Milliseconds(wall_ms * instantiations),
                     basis == PredictionBasis::kSameClosure ? "same closure" : "similar units",
                     basis};
+}
+
+std::optional<UnitDemand> PeakHistory::SimilarSizeDemand(int64_t closure_bytes, int parallel,
+                                                         int instantiations) const {
+  // The closure families nearest in size, within the ratio.
+  std::vector<std::pair<double, const std::string*>> near;
+  for (const auto& [key, sized] : sized_) {
+    const double ratio =
+        static_cast<double>(std::max(sized.bytes, closure_bytes)) /
+        static_cast<double>(std::max<int64_t>(1, std::min(sized.bytes, closure_bytes)));
+    if (ratio <= kSimilarSizeRatio) near.emplace_back(ratio, &key);
+  }
+  if (near.empty()) return std::nullopt;
+  std::sort(near.begin(), near.end());
+  if (near.size() > kSimilarSizeGroups) near.resize(kSimilarSizeGroups);
+  // Their dearest per compilation at once, so that a unit of more targets
+  // at once (--threads) or another unit size scales from it.
+  int64_t peak_per_compilation = 0, wall_ms = 0;
+  for (const auto& [ratio, key] : near) {
+    auto group = by_family_.find(*key);
+    if (group == by_family_.end()) continue;
+    auto [peak, wall] = group->second.Quantiles(defaults_.quantile);
+    peak_per_compilation = std::max(peak_per_compilation, peak / sized_.at(*key).parallel);
+    wall_ms = std::max(wall_ms, wall);
+  }
+  if (peak_per_compilation == 0) return std::nullopt;
+  return UnitDemand{WithMargin(peak_per_compilation * parallel * instantiations),
+                    absl::Milliseconds(wall_ms * instantiations), "similar size",
+                    PredictionBasis::kSimilarSize};
 }
 
 int64_t PeakHistory::WithMargin(int64_t peak) const {

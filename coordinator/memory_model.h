@@ -52,6 +52,7 @@ std::string ClosureFamily(const std::string& toolchain_digest, const NvccCommand
 // What a prediction was made from, weakest first.
 enum class PredictionBasis {
   kDefault,       // nothing measured: the defaults
+  kSimilarSize,   // units of other families whose inputs are of about its size
   kSimilarUnits,  // units of the same family (flags and folder or set)
   kSameClosure,   // units of the same include closure and flags
   kOwnHistory,    // this unit's own runs
@@ -92,15 +93,28 @@ class PeakHistory {
   // `instantiations` grid points. The family and the closure family
   // (ClosureFamily; "" for none) learn the cost per instantiation (peak and
   // wall divided by their number).
+  // `closure_bytes` (the size of its inputs: its headers and source; 0:
+  // unknown) and `parallel_compilations` let units of other families of
+  // about that size learn from it (Predict).
   void Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
-              absl::Duration wall, int instantiations = 1, const std::string& closure = "");
+              absl::Duration wall, int instantiations = 1, const std::string& closure = "",
+              int64_t closure_bytes = 0, int parallel_compilations = 1);
   // A high quantile of the unit's own history, else of its closure
   // family's cost per instantiation times `instantiations`, else of its
-  // family's, else the default times `parallel_compilations` and
-  // `instantiations`; plus the margin.
+  // family's, else, for a unit whose inputs are `closure_bytes` (0:
+  // unknown), of the closure families of other units whose inputs were
+  // within kSimilarSizeRatio of that (their dearest, per compilation at
+  // once: nvcc's front end grows with what it reads) times
+  // `parallel_compilations` and `instantiations`, else the default times
+  // both; plus the margin.
   UnitDemand Predict(const std::string& identity, const std::string& family,
                      int parallel_compilations, int instantiations = 1,
-                     const std::string& closure = "") const;
+                     const std::string& closure = "", int64_t closure_bytes = 0) const;
+
+  // How far apart two closures' sizes may be for one to predict the other.
+  static constexpr double kSimilarSizeRatio = 1.5;
+  // The nearest in size that count.
+  static constexpr size_t kSimilarSizeGroups = 8;
 
   // The prediction of a unit of `instantiations` from the runs of its
   // closure family (`basis` kSameClosure) or family (kSimilarUnits) `key`
@@ -128,9 +142,14 @@ class PeakHistory {
   std::optional<UnitDemand> GroupDemand(const std::string& key, PredictionBasis basis,
                                         int instantiations) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Predict's prediction from closure families of about `closure_bytes`.
+  std::optional<UnitDemand> SimilarSizeDemand(int64_t closure_bytes, int parallel,
+                                              int instantiations) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t WithMargin(int64_t peak) const;
   void Add(const std::string& identity, const std::string& family, const std::string& closure,
-           int64_t peak, int64_t wall_ms, int instantiations) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+           int64_t peak, int64_t wall_ms, int instantiations, int64_t closure_bytes, int parallel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const PredictionDefaults defaults_;
@@ -139,6 +158,13 @@ class PeakHistory {
   mutable std::map<std::string, Samples> by_identity_ ABSL_GUARDED_BY(mu_);
   // Families and closure families (their keys differ: Key's first part).
   mutable std::map<std::string, Samples> by_family_ ABSL_GUARDED_BY(mu_);
+  // Closure families whose runs said their inputs' size (the latest) and
+  // how many compilations their units run at once.
+  struct Sized {
+    int64_t bytes = 0;
+    int parallel = 1;
+  };
+  std::map<std::string, Sized> sized_ ABSL_GUARDED_BY(mu_);
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -422,7 +422,7 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
     // its own: the node may have been over its cap because of others.
     history_->Record(unit.planned.identity, unit.planned.family, result.peak_memory_bytes(),
                      absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations,
-                     unit.planned.closure);
+                     unit.planned.closure, unit.planned.closure_bytes, unit.planned.parallel);
     LearnFrom(unit.planned);
   }
   std::string killed =
@@ -618,7 +618,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
         if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
           history_->Record(planned.identity, planned.family, result.peak_memory_bytes(),
                            absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
-                           planned.closure);
+                           planned.closure, planned.closure_bytes, planned.parallel);
           LearnFrom(planned);
         }
         FinishUnit(build_it->second, task->unit_index, result, false, deferred,

@@ -75,8 +75,9 @@ struct PlannedUnit {
   std::string family;
   std::string closure;  // ClosureFamily: units with the same headers and flags; may be ""
   UnitDemand demand;
-  int instantiations = 1;  // grid points compiled in this unit
-  int parallel = 1;        // compilations nvcc runs at once (ParallelCompilations)
+  int instantiations = 1;     // grid points compiled in this unit
+  int parallel = 1;           // compilations nvcc runs at once (ParallelCompilations)
+  int64_t closure_bytes = 0;  // its inputs' size, its tree's and its own; 0: not read
   // For a unit of several instantiations: makes smaller units of the same
   // points (named after this one); for one of several -gencode targets: one
   // unit per target. The last rung of the memory retry ladder.

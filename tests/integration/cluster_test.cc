@@ -262,6 +262,38 @@ TEST_F(ClusterTest, UnchangedRebuildCompilesNothing) {
   EXPECT_THAT(out, HasSubstr("units     5 (0 compiled, 5 cached, 0 failed)"));
 }
 
+// A project never built before learns from the coordinator's history of
+// other projects whose units read about as much: its units are predicted
+// from theirs ("similar size"), not from the 2 GiB default; a project of
+// much smaller inputs is not.
+TEST_F(ClusterTest, AProjectNeverBuiltIsPredictedFromUnitsOfAboutItsInputsSize) {
+  // Each project's own names and folders: no unit, folder or headers in
+  // common, so nothing but the size can tell.
+  auto project = [&](const std::string& name, int header_bytes, const std::string& touch) {
+    Write(name + "/include/" + name + ".h", std::string(header_bytes, ' ') + "\n");
+    Write(name + "/" + name + ".cu",
+          absl::StrCat("#include \"", name, ".h\"\nint f(); // ", touch, "\n"));
+    Write(name + "/build-" + name + "/compile_commands.json",
+          absl::StrCat(R"([{"directory": ")", root_, "/", name, "/build-", name,
+                       R"(", "file": "../)", name, R"(.cu", "command": ")", testing::FakeNvccPath(),
+                       " -I../include -c ../", name, ".cu -o ", name, R"(.o"}])"));
+    std::string out;
+    EXPECT_TRUE(BuildCompileCommands(name + "/build-" + name + "/compile_commands.json",
+                                     name + "/build-" + name, &out)
+                    .ok())
+        << out;
+    return out;
+  };
+  EXPECT_THAT(project("first", 200'000, "FAKE_TOUCH_MIB=300"),
+              HasSubstr("(predicted 2.0 GiB, default)"));
+  const std::string second = project("second", 220'000, "FAKE_TOUCH_MIB=280");
+  EXPECT_THAT(second, HasSubstr(", similar size)")) << "from the first project's unit";
+  EXPECT_THAT(second, Not(HasSubstr("(predicted 2.0 GiB, default)")));
+  EXPECT_THAT(project("small", 2'000, "FAKE_TOUCH_MIB=20"),
+              HasSubstr("(predicted 2.0 GiB, default)"))
+      << "a hundred times smaller";
+}
+
 TEST_F(ClusterTest, CompileErrorReachesTheUserUnchangedAndOnlyTheFailedUnitIsRebuilt) {
   Write("src/api.cu",
         "#include \"common.h\"\nint api() { FAKE_FAIL(identifier \"x\" is undefined) }\n");

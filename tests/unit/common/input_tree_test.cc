@@ -156,6 +156,8 @@ TEST(InputTreeTest, SharedFoldersAreCountedAndVisitedOnce) {
   }
   // The 50 headers once, and each unit's own source.
   EXPECT_EQ(visited.size(), 60u);
+  // A tree's bytes: its 50 headers' ("0".."49": 90 bytes) and its source's.
+  EXPECT_EQ(expander.CountBytes(roots[3]).value_or(-1), 90 + 6);
   EXPECT_EQ(std::count(visited.begin(), visited.end(), "include/cutlass/h7.hpp"), 1);
   EXPECT_EQ(blobs.reads, 12);
 
@@ -396,6 +398,10 @@ TEST(InputTreeTest, ATreeBombStopsAtTheLimits) {
   roomy.max_files = int64_t{1} << 41;
   roomy.max_folders = int64_t{1} << 42;
   EXPECT_EQ(counter.CountFiles(below, roomy).value_or(-1), int64_t{1} << 40);
+  // Its bytes the same way: 2^40 files of one byte.
+  absl::StatusOr<int64_t> bytes = counter.CountBytes(below, roomy);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, int64_t{1} << 40);
   EXPECT_THAT(counter.CountFiles(below, shallow).status().message(),
               HasSubstr("40 folders deep; at most 10"));
   EXPECT_THAT(counter

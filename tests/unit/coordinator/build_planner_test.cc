@@ -131,6 +131,11 @@ TEST_F(BuildPlannerTest, AnInputTreePlansAsItsList) {
     EXPECT_FALSE((*from_tree)[i].closure.empty());
     EXPECT_EQ((*from_tree)[i].closure, (*from_tree)[0].closure);
     EXPECT_EQ((*from_list)[i].closure, "") << "a unit sent as a list has no tree to key";
+    // Its inputs' size, for predicting units of other families of about
+    // that size: the header in the tree, the generated source beside it.
+    EXPECT_EQ((*from_tree)[i].closure_bytes,
+              header_.size_bytes + (*from_tree)[i].unit.inputs(0).digest().size_bytes());
+    EXPECT_EQ((*from_list)[i].closure_bytes, (*from_tree)[i].closure_bytes);
   }
 
   // A tree beside a list (a unit's own source) is both; a path in both is

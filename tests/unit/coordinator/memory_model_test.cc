@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "common/files.h"
 #include "tests/support/test_paths.h"
@@ -234,6 +235,66 @@ TEST(PeakHistoryTest, UnitsWithTheSameHeadersPredictBeforeTheirFolder) {
   EXPECT_EQ((*history)->Predict("fwd-64", "folder", 1, 1, "fwd").basis,
             PredictionBasis::kOwnHistory);
   EXPECT_EQ((*history)->Predict("x", "elsewhere", 2, 1, "").basis, PredictionBasis::kDefault);
+}
+
+// A unit of a family never built learns from other families whose inputs
+// were of about its size: a CUTLASS-sized closure from CUTLASS-sized ones,
+// not from small kernels; per compilation at once, so a threaded unit of
+// two targets at once reserves two of them.
+TEST(PeakHistoryTest, AFamilyNeverBuiltPredictsFromClosuresOfAboutItsSize) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
+  ASSERT_TRUE(history.ok());
+  // Small kernels (200 KB of headers) and two families of large ones
+  // (30 MB and 34 MB), one of them compiling two targets at once.
+  (*history)->Record("small-1", "examples", 200 * kMiB, absl::Seconds(5), 1, "small", 200 * 1000,
+                     1);
+  (*history)->Record("gemm-1", "gemm-folder", 3 * kGiB, absl::Seconds(60), 1, "gemm",
+                     30 * 1000 * 1000, 1);
+  (*history)->Record("conv-1", "conv-folder", 7 * kGiB, absl::Seconds(90), 1, "conv",
+                     34 * 1000 * 1000, 2);
+  UnitDemand large = (*history)->Predict("new-1", "new-folder", 1, 1, "new", 32 * 1000 * 1000);
+  EXPECT_EQ(large.source, "similar size");
+  EXPECT_EQ(large.basis, PredictionBasis::kSimilarSize);
+  EXPECT_EQ(large.peak_bytes, 7 * kGiB / 2) << "the dearest per compilation: conv's 3.5 GiB";
+  EXPECT_EQ(large.wall, absl::Seconds(90));
+  UnitDemand threaded = (*history)->Predict("new-2", "new-folder-2", 2, 1, "new-2", 31'000'000);
+  EXPECT_EQ(threaded.peak_bytes, 7 * kGiB);
+  UnitDemand grouped = (*history)->Predict("new-3", "new-folder-3", 1, 3, "new-3", 210'000);
+  EXPECT_EQ(grouped.source, "similar size");
+  EXPECT_EQ(grouped.peak_bytes, 3 * 200 * kMiB) << "three instantiations of a small one";
+  // Nothing within 1.5x: 100 KB and 1 MB, or a size not known.
+  for (int64_t bytes : {int64_t{100'000}, int64_t{1'000'000}, int64_t{0}}) {
+    UnitDemand cold = (*history)->Predict("lone", "lone-folder", 1, 1, "lone", bytes);
+    EXPECT_EQ(cold.basis, PredictionBasis::kDefault) << bytes;
+    EXPECT_EQ(cold.peak_bytes, 2 * kGiB) << bytes;
+  }
+  // Its own family, once measured, comes first.
+  (*history)->Record("new-1", "new-folder", 2 * kGiB, absl::Seconds(50), 1, "new", 32'000'000);
+  EXPECT_EQ((*history)->Predict("new-4", "new-folder", 1, 1, "new", 32'000'000).basis,
+            PredictionBasis::kSameClosure);
+}
+
+TEST(PeakHistoryTest, ClosureSizesSurviveReopening) {
+  std::string path = testing::NewTempDir("history-") + "/history.tsv";
+  {
+    absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open(path, {});
+    ASSERT_TRUE(history.ok());
+    (*history)->Record("gemm-1", "gemm-folder", 3 * kGiB, absl::Seconds(60), 1, "gemm", 30'000'000,
+                       2);
+  }
+  // A torn line of eight fields and one of seven are skipped.
+  {
+    std::ofstream(path, std::ios::app) << "torn\tf\t1\t2\t1\tc\tnot-a-number\t1\n"
+                                       << "seven\tf\t1\t2\t1\tc\t5\n";
+  }
+  absl::StatusOr<std::unique_ptr<PeakHistory>> reopened = PeakHistory::Open(path, {});
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->samples(), 1u);
+  UnitDemand sized = (*reopened)->Predict("new", "new-folder", 1, 1, "new", 30'000'000);
+  EXPECT_EQ(sized.source, "similar size");
+  EXPECT_EQ(sized.peak_bytes, (3 * kGiB / 2) + (3 * kGiB / 2) / 20) << "per compilation, margin";
 }
 
 TEST(PeakHistoryTest, ClosureFamiliesSurviveReopeningAndOldLinesStillLoad) {
