@@ -23,31 +23,14 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox,
     bool worker_in_background) {
   auto cluster = std::make_unique<EmbeddedCluster>();
-  // Mutual TLS with certificates made here, kept in memory only: no other
-  // user of this machine can submit to, or work for, this build's
-  // coordinator while it listens on loopback.
-  ASSIGN_OR_RETURN(CertificateAuthority ca, NewCertificateAuthority("distcc-cuda-embedded"));
-  auto issue = [&](PeerRole role, const std::string& name,
-                   std::vector<std::string> hosts) -> absl::StatusOr<TlsMaterial> {
-    IssueOptions options;
-    options.role = role;
-    options.name = name;
-    options.hosts = std::move(hosts);
-    options.validity = absl::Hours(24 * 7);
-    ASSIGN_OR_RETURN(IssuedCertificate issued, IssueCertificate(ca, options));
-    return FromIssued(ca, issued);
-  };
   coordinator::CoordinatorOptions coordinator_options;
-  coordinator_options.listen_address = "127.0.0.1:0";
+  coordinator_options.in_process = true;
   coordinator_options.state_dir = state_dir + "/coordinator";
   coordinator_options.cas_max_bytes = DefaultCasMaxBytes(coordinator_options.state_dir + "/cas");
   // The worker registers while the build's command starts: a unit sent
   // before it has waits for it, as at a coordinator's own start, instead of
   // being refused for want of workers.
   coordinator_options.scheduler.startup_grace = 2 * coordinator_options.scheduler.heartbeat_timeout;
-  ASSIGN_OR_RETURN(coordinator_options.tls,
-                   issue(PeerRole::kCoordinator, "embedded-coordinator", {"127.0.0.1"}));
-  ASSIGN_OR_RETURN(cluster->client_tls_, issue(PeerRole::kClient, "embedded-client", {}));
   absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> started =
       coordinator::Coordinator::Start(coordinator_options);
   if (absl::IsFailedPrecondition(started.status())) {
@@ -60,8 +43,10 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   }
   if (!started.ok()) return started.status();
   cluster->coordinator_ = *std::move(started);
+  cluster->channel_ = cluster->coordinator_->InProcessChannel();
   worker::WorkerOptions worker_options;
   worker_options.coordinator_address = cluster->coordinator_->address();
+  worker_options.channel = cluster->coordinator_->InProcessChannel();
   worker_options.name = "local";
   worker_options.slots = slots > 0 ? slots : UsableCores();
   worker_options.memory_cap_bytes = DefaultMemoryCap().bytes;
@@ -69,7 +54,6 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.work_dir = state_dir + "/worker";
   worker_options.cas_max_bytes = DefaultCasMaxBytes(worker_options.work_dir + "/cas");
   worker_options.sandbox = sandbox;
-  ASSIGN_OR_RETURN(worker_options.tls, issue(PeerRole::kWorker, "local", {}));
   cluster->slots_ = worker_options.slots;
   cluster->memory_cap_bytes_ = worker_options.memory_cap_bytes;
   EmbeddedCluster* self = cluster.get();
@@ -116,14 +100,8 @@ std::string EmbeddedCluster::sandbox_description() {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
     const std::string& address, const EmbeddedCluster* embedded,
     const std::optional<TlsMaterial>& tls, absl::Duration timeout) {
-  auto channel = OpenChannel(
-      address, embedded == nullptr ? tls : std::optional<TlsMaterial>(embedded->client_tls()));
-  if (embedded != nullptr) {
-    // It listens in this process already: the handshake (about 20 ms) goes
-    // on while the build's command starts, and the first call waits for it.
-    channel->GetState(/*try_to_connect=*/true);
-    return channel;
-  }
+  if (embedded != nullptr) return embedded->channel();
+  auto channel = OpenChannel(address, tls);
   if (channel->WaitForConnected(std::chrono::system_clock::now() +
                                 absl::ToChronoMilliseconds(timeout))) {
     return channel;

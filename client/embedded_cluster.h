@@ -25,9 +25,11 @@ std::string DefaultStateDir();
 
 class EmbeddedCluster {
  public:
-  // Starts both on 127.0.0.1 with state under `state_dir`, speaking mutual
-  // TLS with certificates made for this run (client_tls() is the client's);
-  // the worker gets
+  // Starts both in this process with state under `state_dir`: the
+  // coordinator listens on no address, and the worker and the build reach it
+  // through in-process channels (channel()), so no other process or user of
+  // this machine can submit to it or work for it, and no certificate or
+  // handshake is needed; the worker gets
   // `slots` (0: the usable cores) and the machine's default memory cap, and
   // sandboxes every compile unless `sandbox` is false.
   // With `worker_in_background` only the coordinator has started when
@@ -45,9 +47,10 @@ class EmbeddedCluster {
   // Start returns for a worker started in the foreground).
   absl::Status WorkerStarted();
 
+  // For messages: it has no network address.
   std::string address() const { return coordinator_->address(); }
-  // The client certificate of this run, for the build's channel.
-  const TlsMaterial& client_tls() const { return client_tls_; }
+  // The build's channel to it.
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   int slots() const { return slots_; }
   int64_t memory_cap_bytes() const { return memory_cap_bytes_; }
   // How the worker isolates compiles (Worker::sandbox_description); waits
@@ -60,15 +63,14 @@ class EmbeddedCluster {
   std::thread worker_start_;
   absl::Notification worker_started_;
   absl::Status worker_status_;  // set before worker_started_ is notified
-  TlsMaterial client_tls_;
+  std::shared_ptr<grpc::Channel> channel_;
   int slots_ = 0;
   int64_t memory_cap_bytes_ = 0;
 };
 
-// A channel to the coordinator at `address`: `embedded`'s (with its
-// certificates, connecting, not waited for) when not null, else a cluster's
-// (over `tls` if set) once it answers. UNAVAILABLE within `timeout`, saying
-// what to check.
+// A channel to the coordinator at `address`: `embedded`'s in-process one
+// when not null, else a cluster's (over `tls` if set) once it answers.
+// UNAVAILABLE within `timeout`, saying what to check.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
     const std::string& address, const EmbeddedCluster* embedded,
     const std::optional<TlsMaterial>& tls, absl::Duration timeout);

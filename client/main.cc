@@ -239,7 +239,13 @@ int main(int argc, char** argv) {
     }
     if (interrupted != 0) distcc_cuda::ExitBySignal(interrupted);
     if (WIFSIGNALED(*status)) distcc_cuda::ExitBySignal(WTERMSIG(*status));
-    return WIFEXITED(*status) ? WEXITSTATUS(*status) : 1;
+    // The build is over and said so; its state is on disk. Returning would
+    // shut gRPC down and join its threads first: about 10 ms of every
+    // build, measured.
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    _exit(WIFEXITED(*status) ? WEXITSTATUS(*status) : 1);
   }
   if (command == "build" && positional.size() == 3) {
     distcc_cuda::client::BuildOptions options;

@@ -31,7 +31,10 @@ absl::StatusOr<AccessControl::Mode> AccessMode(const CoordinatorOptions& options
     }
     return AccessControl::Mode::kMutualTls;
   }
-  if (IsLoopbackAddress(options.listen_address)) return AccessControl::Mode::kLocalTrust;
+  // Nothing outside this process reaches an in-process coordinator.
+  if (options.in_process || IsLoopbackAddress(options.listen_address)) {
+    return AccessControl::Mode::kLocalTrust;
+  }
   if (options.insecure) return AccessControl::Mode::kInsecure;
   return absl::InvalidArgumentError(absl::StrCat(
       "refusing to listen on ", options.listen_address,
@@ -90,16 +93,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   // A port in use is an error, not shared with the coordinator already
   // there (gRPC sets SO_REUSEPORT by default on Linux).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(
-      options.listen_address,
-      options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),
-      &coordinator->port_);
+  if (!options.in_process) {
+    builder.AddListeningPort(
+        options.listen_address,
+        options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),
+        &coordinator->port_);
+  }
   builder.RegisterService(coordinator->cas_service_.get());
   builder.RegisterService(coordinator->build_service_.get());
   builder.RegisterService(coordinator->worker_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   coordinator->server_ = builder.BuildAndStart();
-  if (coordinator->server_ == nullptr || coordinator->port_ == 0) {
+  if (coordinator->server_ == nullptr || (coordinator->port_ == 0 && !options.in_process)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use or not local?); choose another --listen address"));
@@ -112,6 +117,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   });
   spdlog::info("coordinator serves {} (state in {}; {})", coordinator->address(), state,
                mode == AccessControl::Mode::kMutualTls    ? "mutual TLS"
+               : options.in_process                       ? "this process only"
                : mode == AccessControl::Mode::kLocalTrust ? "no TLS, loopback only"
                                                           : "INSECURE");
   if (mode == AccessControl::Mode::kInsecure) {
@@ -129,9 +135,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
 }
 
 std::string Coordinator::address() const {
+  if (options_.in_process) return "this process (embedded)";
   std::string host = options_.listen_address.substr(0, options_.listen_address.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   return absl::StrCat(host, ":", port_);
+}
+
+std::shared_ptr<grpc::Channel> Coordinator::InProcessChannel() const {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  return server_->InProcessChannel(arguments);
 }
 
 Coordinator::~Coordinator() {

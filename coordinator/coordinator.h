@@ -20,8 +20,9 @@
 #include "coordinator/scheduler.h"
 
 namespace grpc {
+class Channel;
 class Server;
-}
+}  // namespace grpc
 
 namespace distcc_cuda::coordinator {
 
@@ -36,6 +37,9 @@ struct CoordinatorOptions {
   // Without `tls`, listen on a reachable address anyway and let every peer
   // act as a client and a worker.
   bool insecure = false;
+  // Listen on no address: only this process reaches it, through
+  // InProcessChannel (the embedded default), trusted as a local peer.
+  bool in_process = false;
   // Holds the CAS (cas/) and the result cache (results/); created if missing.
   std::string state_dir;
   // The most the content store may hold (least recently used blobs that no
@@ -68,8 +72,11 @@ class Coordinator {
   ~Coordinator();
 
   int port() const { return port_; }
-  // "127.0.0.1:PORT", where clients and workers reach it.
+  // "127.0.0.1:PORT", where clients and workers reach it; for one started
+  // `in_process`, a description for messages.
   std::string address() const;
+  // A channel to it within this process: no socket, no TLS, no handshake.
+  std::shared_ptr<grpc::Channel> InProcessChannel() const;
 
  private:
   Coordinator() = default;

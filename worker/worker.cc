@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
     spdlog::info("worker {}: removed {} task folders a previous run left in {}", options.name,
                  leftover, worker->tasks_dir_);
   }
-  worker->channel_ = OpenChannel(options.coordinator_address, options.tls);
+  worker->channel_ =
+      options.channel ? options.channel : OpenChannel(options.coordinator_address, options.tls);
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
   // The heartbeat thread registers (and registers again whenever the

@@ -57,6 +57,10 @@ struct WorkerOptions {
   // The cluster's CA and this worker's certificate (role worker); nullopt:
   // no TLS, for a coordinator on loopback or one run with --insecure.
   std::optional<TlsMaterial> tls;
+  // A channel to the coordinator to use instead of `coordinator_address`
+  // and `tls` (the embedded default's in-process one); that address then
+  // only names it in messages.
+  std::shared_ptr<grpc::Channel> channel;
 };
 
 class Worker {

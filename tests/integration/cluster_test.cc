@@ -16,6 +16,7 @@
 #include <iostream>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -1247,6 +1248,56 @@ TEST(CoordinatorRestartTest, ABuildRidesOutACoordinatorKilledAndRestarted) {
 
 // Two embedded builds on one state dir would share a store and each take
 // the machine's whole memory: the second is refused, saying what to do.
+// The embedded coordinator listens on no address: its worker and its build
+// reach it through in-process channels, so no other process of this machine
+// can submit to it or work for it. This process's own listening sockets
+// before and after it started are the same.
+std::set<std::string> ListeningInodes() {
+  std::set<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() > 9 && fields[3] == "0A") inodes.insert(fields[9]);  // LISTEN
+    }
+  }
+  std::set<std::string> own;
+  std::error_code error;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    std::string target = std::filesystem::read_symlink(fd.path(), error).string();
+    if (absl::StartsWith(target, "socket:[")) {
+      std::string inode = target.substr(8, target.size() - 9);
+      if (inodes.count(inode)) own.insert(inode);
+    }
+  }
+  return own;
+}
+
+TEST(EmbeddedClusterTest, ListensOnNoAddressAndBuildsThroughInProcessChannels) {
+  const std::string state = testing::NewTempDir("embedded-inproc-");
+  const std::set<std::string> before = ListeningInodes();
+  auto cluster = client::EmbeddedCluster::Start(state, testing::FakeNvccPath(), 1, false);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_EQ(ListeningInodes(), before) << "the embedded default opened a listening socket";
+  EXPECT_EQ((*cluster)->address(), "this process (embedded)");
+  // Its worker registered through its channel, and the build's channel
+  // reads the status.
+  v1::ClusterStatus status;
+  for (int i = 0; i < 200 && status.workers_size() == 0; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    status.Clear();
+    ASSERT_TRUE(v1::BuildService::NewStub((*cluster)->channel())
+                    ->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &status)
+                    .ok());
+    if (status.workers_size() == 0) absl::SleepFor(absl::Milliseconds(25));
+  }
+  ASSERT_EQ(status.workers_size(), 1);
+  EXPECT_EQ(status.workers(0).name(), "local");
+}
+
 TEST(EmbeddedClusterTest, SecondEmbeddedBuildOnTheSameStateDirIsRefused) {
   const std::string state = testing::NewTempDir("embedded-twice-");
   auto first = client::EmbeddedCluster::Start(state, testing::FakeNvccPath(), 1, false);
