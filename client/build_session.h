@@ -7,6 +7,7 @@
 // the build. The command's own exit status is the result.
 #pragma once
 
+#include <future>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -31,8 +32,10 @@ struct CommandBuildOptions {
   absl::Duration connect_timeout = absl::Seconds(5);
   // --trace: where to write the session's timeline (BuildTrace); empty: none.
   std::string trace_path;
-  // The GPUs that will load what the command builds (BuildOptions').
-  std::vector<TargetGpu> target_gpus;
+  // The GPUs that will load what the command builds (BuildOptions'), as
+  // they become known: the local GPUs' detection (nvidia-smi) runs beside
+  // the session's start, and the first compile waits for it.
+  std::shared_future<std::vector<TargetGpu>> target_gpus;
   bool strict_arch = false;
   // Not owned; may be null. Cancelling it (Ctrl-C, SIGTERM) stops the
   // command (SIGTERM) and every compile it has on the cluster.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 #include <thread>
 
@@ -212,9 +213,19 @@ int main(int argc, char** argv) {
     options.embedded_slots = absl::GetFlag(FLAGS_slots);
     options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
     options.connect_timeout = connect_timeout;
-    auto gpus = TargetGpus(options.nvcc_path);
-    if (!gpus.ok()) return Fail(gpus.status());
-    options.target_gpus = *gpus;
+    // GPUs named on the command line are checked now; this machine's are
+    // found beside the build's start (nvidia-smi can take a tenth of a
+    // second), before its first compile.
+    if (absl::GetFlag(FLAGS_target_gpus).empty()) {
+      options.target_gpus =
+          std::async(std::launch::async, distcc_cuda::DetectLocalGpus, options.nvcc_path).share();
+    } else {
+      auto gpus = TargetGpus(options.nvcc_path);
+      if (!gpus.ok()) return Fail(gpus.status());
+      std::promise<std::vector<distcc_cuda::TargetGpu>> named;
+      named.set_value(*gpus);
+      options.target_gpus = named.get_future().share();
+    }
     options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
     options.trace_path = absl::GetFlag(FLAGS_trace);
     distcc_cuda::CancelToken cancel;

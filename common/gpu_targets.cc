@@ -214,12 +214,27 @@ std::vector<std::string> ArchMismatches(const std::vector<std::string>& images,
   return lines;
 }
 
+namespace {
+
+std::shared_future<std::vector<TargetGpu>> Known(std::vector<TargetGpu> gpus) {
+  std::promise<std::vector<TargetGpu>> known;
+  known.set_value(std::move(gpus));
+  return known.get_future().share();
+}
+
+}  // namespace
+
+ArchCheck::ArchCheck(std::vector<TargetGpu> gpus, bool strict)
+    : ArchCheck(Known(std::move(gpus)), strict) {}
+
 absl::StatusOr<std::vector<std::string>> ArchCheck::Check(
     const std::vector<std::string>& arguments) {
-  if (gpus_.empty()) return std::vector<std::string>();
+  if (!gpus_.valid()) return std::vector<std::string>();  // none said
+  const std::vector<TargetGpu>& gpus = gpus_.get();
+  if (gpus.empty()) return std::vector<std::string>();
   std::optional<std::vector<std::string>> images = DeviceImagesOf(arguments);
   if (!images) return std::vector<std::string>();
-  std::vector<std::string> lines = ArchMismatches(*images, gpus_);
+  std::vector<std::string> lines = ArchMismatches(*images, gpus);
   if (strict_ && !lines.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat(absl::StrJoin(lines, "; "), " (--strict-arch: nothing is compiled)"));

@@ -6,6 +6,7 @@
 // build for sm_100 alone (TORCH_CUDA_ARCH_LIST=10.0) cannot run on them.
 #pragma once
 
+#include <future>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,7 +54,12 @@ std::vector<std::string> ArchMismatches(const std::vector<std::string>& images,
 // warns once per GPU and set of images; with `strict`, refuses.
 class ArchCheck {
  public:
-  ArchCheck(std::vector<TargetGpu> gpus, bool strict) : gpus_(std::move(gpus)), strict_(strict) {}
+  ArchCheck(std::vector<TargetGpu> gpus, bool strict);
+  // The GPUs as they become known: the first Check waits for them (the
+  // local GPUs' detection, nvidia-smi among it, runs beside the build's
+  // start instead of before it). An empty future: none.
+  ArchCheck(std::shared_future<std::vector<TargetGpu>> gpus, bool strict)
+      : gpus_(std::move(gpus)), strict_(strict) {}
 
   // The warnings not said before for a compile with `arguments` (nvcc's).
   // With `strict`, FAILED_PRECONDITION carrying them whenever a GPU cannot
@@ -61,7 +67,7 @@ class ArchCheck {
   absl::StatusOr<std::vector<std::string>> Check(const std::vector<std::string>& arguments);
 
  private:
-  const std::vector<TargetGpu> gpus_;
+  const std::shared_future<std::vector<TargetGpu>> gpus_;
   const bool strict_;
   absl::Mutex mu_;
   std::set<std::string> said_ ABSL_GUARDED_BY(mu_);

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
 
 #include "common/files.h"
 #include "tests/support/test_paths.h"
@@ -72,6 +74,27 @@ TEST(ArchMismatchesTest, NameTheGpuAndWhatToAdd) {
   EXPECT_THAT(lines[0], HasSubstr("FLASH_ATTN_CUDA_ARCHS with 120"));
   EXPECT_THAT(lines[0], HasSubstr("CMAKE_CUDA_ARCHITECTURES with 120"));
   EXPECT_TRUE(ArchMismatches({"sm_100", "sm_120"}, {{"sm_120", 120}, {"sm_100", 100}}).empty());
+}
+
+// The check of `build -- COMMAND` starts before this machine's GPUs are
+// known: its first compile waits for them, each warning is said once, and
+// with none said (an empty future) nothing is.
+TEST(ArchCheckTest, WaitsForGpusFoundBesideTheBuildsStartAndWarnsOnce) {
+  std::promise<std::vector<TargetGpu>> found;
+  ArchCheck check(found.get_future().share(), /*strict=*/false);
+  const std::vector<std::string> sm100 = {"-gencode", "arch=compute_100,code=sm_100", "-c", "k.cu"};
+  std::future<absl::StatusOr<std::vector<std::string>>> first =
+      std::async(std::launch::async, [&] { return check.Check(sm100); });
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "checked before the GPUs were known";
+  found.set_value({{"NVIDIA RTX PRO 6000", 120}});
+  absl::StatusOr<std::vector<std::string>> warned = first.get();
+  ASSERT_TRUE(warned.ok()) << warned.status();
+  ASSERT_EQ(warned->size(), 1u);
+  EXPECT_THAT((*warned)[0], HasSubstr("NVIDIA RTX PRO 6000 (sm_120) cannot load"));
+  EXPECT_TRUE(check.Check(sm100)->empty()) << "said once";
+  ArchCheck none(std::shared_future<std::vector<TargetGpu>>(), /*strict=*/true);
+  EXPECT_TRUE(none.Check(sm100)->empty());
 }
 
 TEST(ParseTargetGpusTest, AcceptsTheUsualSpellings) {
