@@ -248,7 +248,10 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     {
       absl::MutexLock lock(&stream_mu);
       stream_context = &context;
-      if (options.cancel != nullptr && options.cancel->cancelled()) context.TryCancel();
+      // A cancel, or a scan that failed, before this stream began.
+      if ((options.cancel != nullptr && options.cancel->cancelled()) || submission_failed) {
+        context.TryCancel();
+      }
     }
     auto reader = stub->SubmitBuild(&context, request);
     v1::BuildEvent event;

@@ -540,6 +540,43 @@ class OlderBuildService final : public v1::BuildService::Service {
   }
 };
 
+// A coordinator slow to accept a build: a scan that fails while the build
+// is being opened ends it at once (the stream that opens it is cancelled),
+// with the scan's error, instead of waiting for the coordinator.
+class SlowToAcceptBuildService final : public v1::BuildService::Service {
+ public:
+  grpc::Status SubmitBuild(grpc::ServerContext* context, const v1::SubmitBuildRequest*,
+                           grpc::ServerWriter<v1::BuildEvent>* writer) override {
+    absl::SleepFor(absl::Milliseconds(500));
+    v1::BuildEvent accepted;
+    accepted.mutable_accepted()->set_build_id("b-slow");
+    accepted.mutable_accepted()->set_eligible_workers(1);
+    writer->Write(accepted);
+    for (int i = 0; i < 3000 && !context->IsCancelled(); ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  }
+};
+
+TEST_F(ClusterTest, AScanThatFailsBeforeTheBuildIsOpenEndsItAtOnce) {
+  Write("src/api.cu", "#include \"nowhere.h\"\nint api();\n");
+  SlowToAcceptBuildService slow;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&slow);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::string out;
+  const absl::Time start = absl::Now();
+  absl::Status status = Build(&out, absl::StrCat("127.0.0.1:", port));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status << "\n" << out;
+  EXPECT_THAT(status.message(), HasSubstr("nowhere.h"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "the build waited for its stream to end";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
 TEST_F(ClusterTest, APlanBuildOnACoordinatorThatTakesNoPartsSaysToUpdateIt) {
   OlderBuildService older;
   int port = 0;
