@@ -273,8 +273,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
         }
       } else if (event.has_units_added()) {
         total += event.units_added().unit_names_size();
+        const absl::Time added_at = CoordinatorTimeOrNow(event.units_added().added_unix_micros());
         for (const std::string& name : event.units_added().unit_names()) {
-          queued_at[name] = absl::Now();
+          queued_at[name] = added_at;
         }
         last_part_seen = last_part_seen || event.units_added().last();
         for (const std::string& note : event.units_added().notes()) out << "  " << note << "\n";

@@ -805,6 +805,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
     }
     for (std::string& note : notes) added.mutable_units_added()->add_notes(std::move(note));
     if (last) added.mutable_units_added()->set_last(true);
+    added.mutable_units_added()->set_added_unix_micros(absl::ToUnixMicros(absl::Now()));
     deferred.events.emplace_back(build.sink, std::move(added));
     const size_t first = build.units.size() - units.size();
     build.remaining += static_cast<int>(units.size());

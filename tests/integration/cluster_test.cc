@@ -34,6 +34,7 @@
 #include "common/files.h"
 #include "common/memory_cap.h"
 #include "common/subprocess.h"
+#include "common/toolchain.h"
 #include "coordinator/coordinator.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "tests/support/background_process.h"
@@ -519,6 +520,108 @@ TEST_F(ScanOverlapTest, AClosureRefusedAfterUnitsWentStopsTheBuildNamingIt) {
     absl::SleepFor(absl::Milliseconds(25));
   }
   EXPECT_EQ(StatusOf(coordinator_->address()).active_builds(), 0);
+}
+
+// A part is checked as a whole build is, and refused whole: a unit that
+// writes outside its folder, one that makes nvcc read a private file of the
+// worker, and a part that takes the build past --max-units-per-build add
+// nothing; the build goes on with the parts that passed, and ends after
+// its last.
+TEST(BuildInPartsTest, AHostileOrOversizedPartIsRefusedWholeAndTheBuildGoesOn) {
+  const std::string root = testing::NewTempDir("parts-");
+  coordinator::CoordinatorOptions options;
+  options.state_dir = root + "/coordinator";
+  options.limits.max_units = 3;
+  auto coordinator = coordinator::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  worker::WorkerOptions worker_options;
+  worker_options.coordinator_address = (*coordinator)->address();
+  worker_options.name = "parts-worker";
+  worker_options.slots = 2;
+  worker_options.memory_cap_bytes = int64_t{4} << 30;
+  worker_options.nvcc_path = testing::FakeNvccPath();
+  worker_options.work_dir = root + "/worker";
+  worker_options.sandbox = false;
+  auto worker = worker::Worker::Start(worker_options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<v1::ToolchainFingerprint> toolchain =
+      ComputeToolchainFingerprint(testing::FakeNvccPath());
+  ASSERT_TRUE(toolchain.ok()) << toolchain.status();
+
+  auto channel = grpc::CreateChannel((*coordinator)->address(), grpc::InsecureChannelCredentials());
+  CasClient cas(v1::ContentStore::NewStub(channel));
+  const std::string source = "int f();\n";
+  const Digest digest = DigestOf(source);
+  ASSERT_TRUE(cas.UploadMissing({BlobSource{digest, "", source}}).ok());
+  auto unit = [&](const std::string& name, std::vector<std::string> extra = {},
+                  const std::string& output = "") {
+    v1::CompileUnit made;
+    made.set_name(name);
+    for (const std::string& argument : extra) made.add_arguments(argument);
+    const std::string object = output.empty() ? name + ".o" : output;
+    for (const std::string& argument :
+         {std::string("-c"), name + ".cu", std::string("-o"), object}) {
+      made.add_arguments(argument);
+    }
+    made.add_output_paths(object);
+    v1::InputFile* input = made.add_inputs();
+    input->set_path(name + ".cu");
+    *input->mutable_digest() = ToProto(digest);
+    return made;
+  };
+  auto stub = v1::BuildService::NewStub(channel);
+  grpc::ClientContext stream_context;
+  v1::SubmitBuildRequest open;
+  open.set_build_name("in parts");
+  *open.mutable_toolchain() = *toolchain;
+  open.set_more_units_follow(true);
+  auto reader = stub->SubmitBuild(&stream_context, open);
+  v1::BuildEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_accepted()) << event.DebugString();
+  const std::string build_id = event.accepted().build_id();
+  auto add = [&](std::vector<v1::CompileUnit> units, bool last) {
+    v1::AddUnitsRequest part;
+    part.set_build_id(build_id);
+    part.set_workspace_root(root + "/src");
+    for (v1::CompileUnit& made : units) *part.add_units() = std::move(made);
+    part.set_last(last);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::AddUnitsResponse response;
+    return stub->AddUnits(&context, part, &response);
+  };
+  grpc::Status status = add({unit("u1"), unit("u2")}, false);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  status = add({unit("u3"), unit("evil", {}, "/etc/evil.o")}, false);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  status = add({unit("u3", {"--options-file=/etc/shadow"})}, false);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  status = add({unit("u3"), unit("u4")}, false);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("--max-units-per-build"));
+  status = add({}, true);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::set<std::string> finished;
+  std::vector<std::string> added;
+  bool ended = false;
+  while (reader->Read(&event)) {
+    if (event.has_units_added()) {
+      for (const std::string& name : event.units_added().unit_names()) added.push_back(name);
+    } else if (event.has_unit_finished()) {
+      finished.insert(event.unit_finished().unit_name());
+      EXPECT_EQ(event.unit_finished().result().exit_code(), 0)
+          << event.unit_finished().result().stderr_text();
+    } else if (event.has_finished()) {
+      ended = true;
+      EXPECT_TRUE(event.finished().success());
+      EXPECT_EQ(event.finished().units_total(), 2);
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_TRUE(ended);
+  EXPECT_THAT(added, ::testing::ElementsAre("u1", "u2")) << "nothing of a refused part";
+  EXPECT_EQ(finished, (std::set<std::string>{"u1", "u2"}));
 }
 
 // A coordinator of a release before builds in parts ends an opened build

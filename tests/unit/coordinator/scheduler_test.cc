@@ -408,6 +408,7 @@ TEST_F(SchedulerTest, BuildSubmittedInPartsEndsOnlyAfterItsLastPart) {
   EXPECT_THAT(events_.back().units_added().unit_names(), ::testing::ElementsAre("part0"));
   EXPECT_THAT(events_.back().units_added().notes(), ::testing::ElementsAre("a note"));
   EXPECT_FALSE(events_.back().units_added().last());
+  EXPECT_GT(events_.back().units_added().added_unix_micros(), 0) << "for the client's timeline";
   std::optional<v1::Task> first = LeaseNow(worker);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->unit().name(), "part0");
