@@ -418,8 +418,7 @@ void BuildSubmission::AddLoop() {
 absl::Status BuildSubmission::UploadAll() {
   absl::MutexLock files_lock(&files_mu_);
   for (auto& [root, files] : roots_) {
-    RETURN_IF_ERROR(cas_.UploadMissing(files.files.blobs).status());
-    RETURN_IF_ERROR(cas_.UploadMissing(files.files.folders).status());
+    RETURN_IF_ERROR(UploadWorkspace(cas_, files.files).status());
     files.blobs_sent = files.files.blobs.size();
     files.folders_sent = files.files.folders.size();
   }

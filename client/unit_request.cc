@@ -150,11 +150,7 @@ std::vector<BlobSource> WorkspaceFiles::AllBlobs() const {
   return all;
 }
 
-namespace {
-
-// PackLargeBuild for a whole build or a part of one.
-template <typename Request>
-bool PackLarge(Request& request, WorkspaceFiles& files) {
+bool PackLargeBuild(v1::AddUnitsRequest& request, WorkspaceFiles& files) {
   if (static_cast<int64_t>(request.ByteSizeLong()) <= kInlineBuildBytes) return false;
   v1::BuildPlan plan;
   plan.mutable_units()->Swap(request.mutable_units());
@@ -164,16 +160,6 @@ bool PackLarge(Request& request, WorkspaceFiles& files) {
   *request.mutable_plan() = ToProto(digest);
   files.plan.push_back(BlobSource{digest, "", std::move(bytes)});
   return true;
-}
-
-}  // namespace
-
-bool PackLargeBuild(v1::SubmitBuildRequest& request, WorkspaceFiles& files) {
-  return PackLarge(request, files);
-}
-
-bool PackLargeBuild(v1::AddUnitsRequest& request, WorkspaceFiles& files) {
-  return PackLarge(request, files);
 }
 
 absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files) {

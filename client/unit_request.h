@@ -90,15 +90,11 @@ struct WorkspaceFiles {
 // gives; returns how many input files (not folders or plan) were uploaded.
 absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files);
 
-// Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,
-// adds the tree's folders to `files` and empties `inputs`. A header every
-// unit includes is then described once per build, not once per unit.
-// A request larger than kInlineBuildBytes sends its units and sets as a
-// BuildPlan blob (added to `files.plan`) and names it, so no count of units
-// meets the limit on one message (kMaxMessageBytes). Returns whether it did.
+// A part of a build larger than kInlineBuildBytes sends its units and sets
+// as a BuildPlan blob (added to `files.plan`) and names it, so no count of
+// units meets the limit on one message (kMaxMessageBytes). Returns whether
+// it did.
 inline constexpr int64_t kInlineBuildBytes = 1 << 20;
-bool PackLargeBuild(v1::SubmitBuildRequest& request, WorkspaceFiles& files);
-// The same for a part of a build submitted in parts.
 bool PackLargeBuild(v1::AddUnitsRequest& request, WorkspaceFiles& files);
 
 // Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,

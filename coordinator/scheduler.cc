@@ -52,16 +52,29 @@ bool Printable(const std::string& text, size_t limit) {
 
 }  // namespace
 
-BuildScheduler::UnitState BuildScheduler::Hold(PlannedUnit planned) {
-  UnitState held;
+namespace {
+
+// What the scheduler reads of a unit it holds: its name, outputs and
+// architecture part.
+v1::CompileUnit CompactUnit(const v1::CompileUnit& unit) {
   v1::CompileUnit compact;
-  compact.set_name(planned.unit.name());
-  *compact.mutable_output_paths() = planned.unit.output_paths();
-  if (planned.unit.has_architecture_part()) {
-    *compact.mutable_architecture_part() = planned.unit.architecture_part();
+  compact.set_name(unit.name());
+  *compact.mutable_output_paths() = unit.output_paths();
+  if (unit.has_architecture_part()) {
+    *compact.mutable_architecture_part() = unit.architecture_part();
   }
-  held.unit_bytes = planned.unit.SerializeAsString();
-  planned.unit = std::move(compact);
+  return compact;
+}
+
+}  // namespace
+
+BuildScheduler::UnitState BuildScheduler::Hold(PlannedUnit planned, bool cached) {
+  UnitState held;
+  // A cached unit is finished at once, its whole unit in its event.
+  if (!cached) {
+    held.unit_bytes = planned.unit.SerializeAsString();
+    planned.unit = CompactUnit(planned.unit);
+  }
   held.planned = std::move(planned);
   return held;
 }
@@ -648,6 +661,10 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   *finished->mutable_result() = result;
   finished->set_cached(cached);
   *finished->mutable_unit() = WholeUnit(unit);
+  // Done: nothing reads more of it than its name and outputs again.
+  std::string().swap(unit.unit_bytes);
+  unit.planned.unit = CompactUnit(unit.planned.unit);
+  unit.planned.split = nullptr;
   finished->set_predicted_peak_bytes(unit.planned.demand.peak_bytes);
   finished->set_prediction_source(unit.planned.demand.source);
   finished->set_finished_unix_micros(absl::ToUnixMicros(absl::Now()));
@@ -745,10 +762,11 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     v1::BuildEvent accepted;
     accepted.mutable_accepted()->set_build_id(id);
     accepted.mutable_accepted()->set_eligible_workers(eligible);
-    for (PlannedUnit& planned : units) {
+    for (size_t i = 0; i < units.size(); ++i) {
+      PlannedUnit& planned = units[i];
       accepted.mutable_accepted()->add_unit_names(planned.unit.name());
       if (build.open) build.names.insert(planned.unit.name());
-      build.units.push_back(Hold(std::move(planned)));
+      build.units.push_back(Hold(std::move(planned), cached.count(i) != 0));
     }
     deferred.events.emplace_back(build.sink, std::move(accepted));
     spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers{}", id, build_name,
@@ -798,10 +816,11 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
       }
     }
     v1::BuildEvent added;
-    for (PlannedUnit& planned : units) {
+    for (size_t i = 0; i < units.size(); ++i) {
+      PlannedUnit& planned = units[i];
       added.mutable_units_added()->add_unit_names(planned.unit.name());
       build.names.insert(planned.unit.name());
-      build.units.push_back(Hold(std::move(planned)));
+      build.units.push_back(Hold(std::move(planned), cached.count(i) != 0));
     }
     for (std::string& note : notes) added.mutable_units_added()->add_notes(std::move(note));
     if (last) added.mutable_units_added()->set_last(true);
@@ -849,7 +868,7 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
     int index = build.units.size();
     std::optional<v1::TaskResult> hit =
         lookup_result_ ? lookup_result_(part.action_digest) : std::nullopt;
-    UnitState state = Hold(std::move(part));
+    UnitState state = Hold(std::move(part), hit.has_value());
     // A part of fewer targets runs fewer of them at once (--threads).
     state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations *
                               std::min(state.planned.parallel, parent_parallel) / parent_parallel;

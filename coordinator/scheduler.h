@@ -263,8 +263,9 @@ class BuildScheduler {
   // A planned unit as the scheduler holds it: its CompileUnit serialized
   // (a CUTLASS unit's arguments, paths and digests are ~30 strings as a
   // message, one as bytes: 55,000 units held 1.6 KB each), but for what
-  // the scheduler reads of it.
-  static UnitState Hold(PlannedUnit planned);
+  // the scheduler reads of it; a `cached` one, finished at once, whole.
+  // A finished unit keeps only what the scheduler reads.
+  static UnitState Hold(PlannedUnit planned, bool cached);
   // The whole unit of `unit`, for its task and its result.
   static v1::CompileUnit WholeUnit(const UnitState& unit);
 

@@ -267,9 +267,9 @@ TEST(UnitRequestTest, AClosureThatReadsAPrivateFileThroughALinkIsRefused) {
   }
 }
 
-TEST(UnitRequestTest, ALargeBuildTravelsAsAPlanBlob) {
-  v1::SubmitBuildRequest request;
-  request.set_build_name("cutlass");
+TEST(UnitRequestTest, ALargePartTravelsAsAPlanBlob) {
+  v1::AddUnitsRequest request;
+  request.set_build_id("b-cutlass");
   auto add_units = [&](int count) {
     for (int unit = 0; unit < count; ++unit) {
       v1::CompileUnit* compile = request.add_units();
@@ -281,7 +281,7 @@ TEST(UnitRequestTest, ALargeBuildTravelsAsAPlanBlob) {
   };
   WorkspaceFiles files;
   add_units(10);
-  EXPECT_FALSE(PackLargeBuild(request, files)) << "a small build stays in its message";
+  EXPECT_FALSE(PackLargeBuild(request, files)) << "a small part stays in its message";
   EXPECT_EQ(request.units_size(), 10);
   EXPECT_TRUE(files.plan.empty());
 
@@ -290,7 +290,7 @@ TEST(UnitRequestTest, ALargeBuildTravelsAsAPlanBlob) {
   ASSERT_GT(static_cast<int64_t>(units.size()), kMaxMessageBytes);
   ASSERT_TRUE(PackLargeBuild(request, files));
   EXPECT_EQ(request.units_size(), 0);
-  EXPECT_EQ(request.build_name(), "cutlass");
+  EXPECT_EQ(request.build_id(), "b-cutlass");
   EXPECT_LT(static_cast<int64_t>(request.ByteSizeLong()), 1024);
   ASSERT_EQ(files.plan.size(), 1u);
   EXPECT_EQ(FromProto(request.plan()), files.plan[0].digest);
