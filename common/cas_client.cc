@@ -203,7 +203,9 @@ absl::Status CasClient::DownloadToFile(const Digest& digest, const std::string& 
 }
 
 absl::Status CasClient::DownloadToStore(const Digest& digest, CasStore& store) {
-  if (store.Contains(digest)) return absl::OkStatus();
+  bool found = store.Contains(digest);
+  store.CountLookup(found);
+  if (found) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto writer, store.StartWrite(digest));
   RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
     return writer->Append(writer->bytes_written(), data);

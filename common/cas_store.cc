@@ -173,6 +173,27 @@ int64_t CasStore::evicted_blobs() const {
   return evicted_;
 }
 
+CasStore::Stats CasStore::stats() const {
+  Stats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    // Not waiting for the count at opening: a scrape answers at once.
+    stats.bytes = total_bytes_;
+    stats.blobs = index_.size();
+    stats.evicted_blobs = evicted_;
+    stats.evicted_bytes = evicted_bytes_;
+    stats.counted = indexed_;
+  }
+  stats.max_bytes = max_bytes_;
+  stats.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);
+  stats.lookup_misses = lookup_misses_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+void CasStore::CountLookup(bool found) const {
+  (found ? lookup_hits_ : lookup_misses_).fetch_add(1, std::memory_order_relaxed);
+}
+
 void CasStore::Added(const Digest& digest) const {
   absl::MutexLock lock(&mu_);
   auto [entry, inserted] = index_.try_emplace(digest.hash);
@@ -224,6 +245,7 @@ void CasStore::EvictLocked() const {
     index_.erase(hash);
   }
   evicted_ += removed;
+  evicted_bytes_ += freed;
   if (removed > 0) {
     spdlog::info(
         "content store {}: evicted {} least recently used blobs ({} bytes) to stay under "

@@ -156,6 +156,23 @@ class CasStore {
   // Blobs evicted for room since the store was opened.
   int64_t evicted_blobs() const;
 
+  // What the store holds and has done since it was opened, for /metrics.
+  struct Stats {
+    int64_t bytes = 0;
+    int64_t blobs = 0;
+    int64_t max_bytes = 0;  // 0: no limit
+    int64_t evicted_blobs = 0;
+    int64_t evicted_bytes = 0;
+    int64_t lookup_hits = 0;    // blobs asked for that it had
+    int64_t lookup_misses = 0;  // and that it lacked (to be uploaded or fetched)
+    bool counted = false;       // false while it still counts what it held at opening
+  };
+  Stats stats() const;
+  // Counts a caller's lookup of a blob a peer wants to send or a task needs:
+  // found here (nothing to transfer) or not. Store-internal checks do not
+  // count.
+  void CountLookup(bool found) const;
+
   // Keeps `digests` from eviction while the returned pin lives.
   std::unique_ptr<CasPin> Pin(const std::vector<Digest>& digests) const;
 
@@ -195,6 +212,9 @@ class CasStore {
   mutable int64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::unordered_map<std::string, int> pins_ ABSL_GUARDED_BY(mu_);  // hash -> count
   mutable int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable int64_t evicted_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::atomic<int64_t> lookup_hits_{0};
+  mutable std::atomic<int64_t> lookup_misses_{0};
   mutable bool warned_full_ ABSL_GUARDED_BY(mu_) = false;
   // Set when Index has counted what was on disk; until then, the blobs
   // discarded, which its walk may still have seen.

@@ -187,12 +187,15 @@ struct CgroupFiles {
   const char* peak;        // a task's peak charge
   const char* oom_counts;  // where oom_kill is counted
   const char* swap_limit;  // written with the cap (v1) or 0 (v2); optional
+  const char* current;     // the group's charge now
 };
 
 const CgroupFiles& FilesOf(MemoryCapMechanism version) {
-  static const CgroupFiles kV2 = {"memory.max", "memory.peak", "memory.events", "memory.swap.max"};
+  static const CgroupFiles kV2 = {"memory.max", "memory.peak", "memory.events", "memory.swap.max",
+                                  "memory.current"};
   static const CgroupFiles kV1 = {"memory.limit_in_bytes", "memory.max_usage_in_bytes",
-                                  "memory.oom_control", "memory.memsw.limit_in_bytes"};
+                                  "memory.oom_control", "memory.memsw.limit_in_bytes",
+                                  "memory.usage_in_bytes"};
   return version == MemoryCapMechanism::kCgroupV2 ? kV2 : kV1;
 }
 
@@ -346,12 +349,8 @@ class CgroupNodeCap : public NodeMemoryCap {
   MemoryCapMechanism mechanism() const override { return version_; }
   int64_t cap_bytes() const override { return cap_bytes_; }
   std::string cgroup_path() const override { return dir_; }
-  int64_t PeakBytes() const override {
-    absl::StatusOr<std::string> text = ReadText(absl::StrCat(dir_, "/", FilesOf(version_).peak));
-    int64_t peak = 0;
-    if (text.ok()) absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &peak);
-    return peak;
-  }
+  int64_t PeakBytes() const override { return ReadBytes(FilesOf(version_).peak); }
+  int64_t CurrentBytes() const override { return ReadBytes(FilesOf(version_).current); }
   std::string Describe() const override {
     return absl::StrCat(MechanismName(version_), " at ", dir_, ", cap ",
                         FormatByteSize(cap_bytes_));
@@ -377,6 +376,13 @@ class CgroupNodeCap : public NodeMemoryCap {
   }
 
  private:
+  int64_t ReadBytes(const char* file) const {
+    absl::StatusOr<std::string> text = ReadText(absl::StrCat(dir_, "/", file));
+    int64_t bytes = 0;
+    if (text.ok()) absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &bytes);
+    return bytes;
+  }
+
   const MemoryCapMechanism version_;
   const std::string dir_;
   const int64_t cap_bytes_;
@@ -582,6 +588,10 @@ class Watchdog {
     absl::MutexLock lock(&mu_);
     return peak_total_;
   }
+  int64_t current_total() const {
+    absl::MutexLock lock(&mu_);
+    return tasks_.empty() ? 0 : current_total_;
+  }
 
   absl::Status Attach(const std::shared_ptr<WatchedTask>& task, pid_t pid) {
     std::optional<ProcStat> stat = ReadProcStat(pid);
@@ -629,6 +639,7 @@ class Watchdog {
       if (!task->killed) total += task->current_bytes;
     }
     peak_total_ = std::max(peak_total_, total);
+    current_total_ = total;
     if (total <= cap_bytes_) return;
     WatchedTask* victim = nullptr;
     for (const std::shared_ptr<WatchedTask>& task : tasks_) {
@@ -711,6 +722,7 @@ class Watchdog {
 
   const int64_t cap_bytes_;
   int64_t peak_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t current_total_ ABSL_GUARDED_BY(mu_) = 0;  // at the last sample
   const absl::Duration interval_;
   const int64_t page_bytes_;
   mutable absl::Mutex mu_;
@@ -774,6 +786,7 @@ class WatchdogNodeCap : public NodeMemoryCap {
   int64_t cap_bytes() const override { return cap_bytes_; }
   std::string cgroup_path() const override { return ""; }
   int64_t PeakBytes() const override { return watchdog_->peak_total(); }
+  int64_t CurrentBytes() const override { return watchdog_->current_total(); }
   std::string Describe() const override {
     return absl::StrCat("RSS watchdog every ", absl::FormatDuration(interval_), ", cap ",
                         FormatByteSize(cap_bytes_), " (", why_, ")");

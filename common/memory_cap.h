@@ -142,6 +142,9 @@ class NodeMemoryCap {
   // The most memory the node's tasks held at once so far (cgroups: the node
   // group's peak charge; the watchdog: its largest sampled total).
   virtual int64_t PeakBytes() const = 0;
+  // What the node's tasks hold now (cgroups: the node group's charge, page
+  // cache included; the watchdog: its last sampled total, 0 when idle).
+  virtual int64_t CurrentBytes() const = 0;
 
   // Starts accounting for one task. `reserved_bytes` is what the scheduler
   // reserved for it (0 if unknown): when the node goes over its cap, the task

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/certificates.h"
+#include "common/listen_address.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -83,10 +84,6 @@ class AccessControl {
   mutable absl::flat_hash_map<std::string, absl::StatusOr<CertificateIdentity>> identities_
       ABSL_GUARDED_BY(identities_mu_);
 };
-
-// True if the HOST of `listen_address` (HOST:PORT, [IPV6]:PORT) can only be
-// reached from this machine: 127.0.0.0/8, ::1 or localhost.
-bool IsLoopbackAddress(absl::string_view listen_address);
 
 // A reactor that ends its call at once with `status`, for a streaming
 // handler that refuses the call before it starts. `Reactor` is one of

@@ -185,7 +185,9 @@ grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerConte
       return reactor;
     }
     // Hashed once per coordinator run: a blob damaged on disk is missing.
-    if (!store_->Verify(digest).ok()) *response->add_missing() = proto;
+    bool found = store_->Verify(digest).ok();
+    store_->CountLookup(found);
+    if (!found) *response->add_missing() = proto;
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -7,10 +7,12 @@
 #include "common/cas_client.h"
 #include "common/cas_store.h"
 #include "common/files.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "coordinator/build_service.h"
 #include "coordinator/cas_service.h"
 #include "coordinator/result_cache.h"
+#include "coordinator/scheduler_metrics.h"
 #include "coordinator/worker_service.h"
 #include "spdlog/spdlog.h"
 
@@ -69,13 +71,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   ASSIGN_OR_RETURN(coordinator->history_,
                    PeakHistory::Open(state + "/history.tsv", options.prediction));
   ASSIGN_OR_RETURN(coordinator->unit_sizes_, UnitSizeChoices::Open(state + "/unit_sizes.tsv"));
+  auto registry = std::make_shared<prometheus::Registry>();
   coordinator->scheduler_ = std::make_unique<BuildScheduler>(
       options.scheduler,
       [results](const std::string& action, const v1::TaskResult& result) {
         results->Record(action, result);
       },
       coordinator->history_.get(),
-      [results](const std::string& action) { return results->Lookup(action); });
+      [results](const std::string& action) { return results->Lookup(action); },
+      std::make_shared<SchedulerMetrics>(registry));
   const AccessControl* access = coordinator->access_.get();
   coordinator->cas_service_ =
       std::make_unique<CasService>(access, coordinator->cas_.get(), options.max_blob_bytes);
@@ -110,6 +114,17 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                      " (address in use or not local?); choose another --listen address"));
   }
   Coordinator* self = coordinator.get();
+  if (!options.metrics_listen.empty()) {
+    HttpServerOptions http;
+    http.listen_address = options.metrics_listen;
+    http.reachable = options.http_reachable;
+    http.purpose = "metrics";
+    http.routes["/metrics"] = MetricsPage(
+        registry, {[self] { return ClusterMetrics(self->scheduler_->Status(absl::Now())); },
+                   [self] { return StoreMetrics(*self->cas_); }});
+    ASSIGN_OR_RETURN(coordinator->metrics_server_, HttpServer::Start(std::move(http)));
+    spdlog::info("coordinator metrics at {}/metrics", coordinator->metrics_server_->url());
+  }
   coordinator->ticker_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
       self->scheduler_->Tick(absl::Now());
@@ -147,7 +162,12 @@ std::shared_ptr<grpc::Channel> Coordinator::InProcessChannel() const {
   return server_->InProcessChannel(arguments);
 }
 
+std::string Coordinator::metrics_url() const {
+  return metrics_server_ != nullptr ? metrics_server_->url() : "";
+}
+
 Coordinator::~Coordinator() {
+  metrics_server_.reset();
   stop_.Notify();
   // Builds still being planned finish their calls before the server stops.
   if (planner_) planner_->Shutdown();

@@ -14,6 +14,7 @@
 #include "common/bounded_executor.h"
 #include "common/cas_store.h"
 #include "common/files.h"
+#include "common/http_server.h"
 #include "common/tls_credentials.h"
 #include "coordinator/access_control.h"
 #include "coordinator/build_planner.h"
@@ -52,6 +53,11 @@ struct CoordinatorOptions {
   BuildLimits limits;
   // The largest blob the content store takes (--max-blob-size).
   int64_t max_blob_bytes = int64_t{4} << 30;
+  // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
+  std::string metrics_listen;
+  // Serve metrics on an address other than loopback: they need no
+  // credentials to read (worker names, queue, store figures).
+  bool http_reachable = false;
 };
 
 class BuildService;
@@ -77,6 +83,8 @@ class Coordinator {
   std::string address() const;
   // A channel to it within this process: no socket, no TLS, no handshake.
   std::shared_ptr<grpc::Channel> InProcessChannel() const;
+  // Where /metrics is served ("http://127.0.0.1:PORT"); "" if nowhere.
+  std::string metrics_url() const;
 
  private:
   Coordinator() = default;
@@ -95,6 +103,8 @@ class Coordinator {
   std::unique_ptr<BuildService> build_service_;
   std::unique_ptr<WorkerService> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  // Reads the scheduler and the store: stopped first.
+  std::unique_ptr<HttpServer> metrics_server_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

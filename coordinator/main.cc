@@ -56,6 +56,12 @@ ABSL_FLAG(std::string, max_build_input_size, "64GiB",
 ABSL_FLAG(std::string, max_blob_size, "4GiB", "refuse to store a larger blob (input or object)");
 ABSL_FLAG(std::string, max_output, "1MiB",
           "keep at most this much of each of a unit's stdout and stderr from a worker's report");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on, at /metrics (e.g. 127.0.0.1:9464); off by "
+          "default; an address other than loopback needs --http-open");
+ABSL_FLAG(bool, http_open, false,
+          "serve --metrics-listen on an address other than loopback: it needs no credentials "
+          "to read (worker names, the queue, store figures); it changes nothing");
 ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
@@ -98,6 +104,8 @@ int main(int argc, char** argv) {
   }
   options.tls = std::move(*tls);
   options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_reachable = absl::GetFlag(FLAGS_http_open);
   options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   // Workers of a coordinator that restarted register again within a couple
   // of heartbeats; builds resubmitted meanwhile wait for them.

@@ -27,11 +27,13 @@ void BuildScheduler::Deferred::Run() {
 }
 
 BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
-                               PeakHistory* history, ResultLookup lookup_result)
+                               PeakHistory* history, ResultLookup lookup_result,
+                               std::shared_ptr<SchedulerMetrics> metrics)
     : options_(options),
       record_result_(std::move(record_result)),
       lookup_result_(std::move(lookup_result)),
-      history_(history) {}
+      history_(history),
+      metrics_(metrics != nullptr ? std::move(metrics) : std::make_shared<SchedulerMetrics>()) {}
 
 namespace {
 
@@ -176,6 +178,8 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
                        worker->info.slots(), " slots"));
     }
     worker->last_heartbeat = now;
+    worker->memory_used_bytes =
+        std::clamp<int64_t>(request.memory_used_bytes(), 0, worker->info.memory_cap_bytes());
     std::set<std::string> running(request.running_task_ids().begin(),
                                   request.running_task_ids().end());
     std::vector<std::string> lost;
@@ -334,6 +338,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
+    metrics_->UnitLeased(absl::Now() - unit.queued_at);
     std::string task_id = NewId('t', epoch_);
     tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation, false, std::nullopt};
     worker.tasks.insert(task_id);
@@ -404,7 +409,9 @@ void BuildScheduler::Requeue(const std::string& task_id, const std::string& reas
     return;
   }
   spdlog::warn("re-queueing unit {}: {}", name, reason);
+  metrics_->UnitRequeued();
   unit.phase = UnitPhase::kQueued;
+  unit.queued_at = absl::Now();
   queue_.emplace_front(build.id, task->unit_index);
   v1::BuildEvent event;
   event.mutable_unit_requeued()->set_unit_name(name);
@@ -430,6 +437,7 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
   // A killed run needed more than it had when it was stopped.
   unit.peak_seen = std::max({unit.peak_seen, result.peak_memory_bytes(), task.reserved_bytes});
   ++unit.memory_kills;
+  metrics_->UnitKilledForMemory();
   if (history_ != nullptr) {
     // What it held when stopped is a lower bound of its need, not a peak of
     // its own: the node may have been over its cap because of others.
@@ -655,6 +663,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   if (ok && !cached && cacheable && record_result_) {
     record_result_(unit.planned.action_digest, result);
   }
+  metrics_->UnitFinished(result, cached, unit.planned.demand.peak_bytes);
   v1::BuildEvent event;
   auto* finished = event.mutable_unit_finished();
   finished->set_unit_name(unit.planned.unit.name());
@@ -687,6 +696,7 @@ bool BuildScheduler::EndBuildIfDone(BuildState& build, Deferred& deferred) {
           ? "all units compiled"
           : absl::StrCat(build.failed, " of ", build.units.size() - build.splits, " units failed"));
   deferred.events.emplace_back(build.sink, std::move(done));
+  metrics_->BuildFinished(build.failed == 0);
   spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
                build.failed, build.cached);
   StopWaitingForHistory(build.id);
@@ -994,7 +1004,10 @@ void BuildScheduler::PlaceMovedUnits() {
 
 void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
   std::vector<std::pair<std::string, int>> fresh;
+  const absl::Time now = absl::Now();
+  std::vector<UnitState>& held = builds_.at(build_id).units;
   for (int index : units) {
+    held[index].queued_at = now;
     fresh.emplace_back(build_id, index);
     WaitForHistory(build_id, index);
   }
@@ -1198,6 +1211,7 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     out->set_memory_mechanism(worker.info.memory_mechanism());
     out->set_sandbox(worker.info.sandbox());
     out->set_reserved_bytes(worker.reserved_bytes);
+    out->set_memory_used_bytes(worker.memory_used_bytes);
   }
   status.set_active_builds(builds_.size());
   status.set_queued_units(queue_.size());

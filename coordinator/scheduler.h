@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/digest.h"
 #include "coordinator/memory_model.h"
+#include "coordinator/scheduler_metrics.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
 
@@ -97,8 +98,10 @@ struct ClusterCapacity {
 class BuildScheduler {
  public:
   // Measured peaks and times go into `history` (may be null).
+  // What it does is counted in `metrics` (null: counted where nobody reads).
   BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
-                 PeakHistory* history = nullptr, ResultLookup lookup_result = nullptr);
+                 PeakHistory* history = nullptr, ResultLookup lookup_result = nullptr,
+                 std::shared_ptr<SchedulerMetrics> metrics = nullptr);
 
   // Adds a worker, bound to `peer`; returns its id (random, NewId).
   // INVALID_ARGUMENT for zero slots or cap, or a name that is not plain.
@@ -188,6 +191,7 @@ class BuildScheduler {
     bool split = false;                     // replaced by smaller units
     bool moving = false;                    // LearnFrom is moving it in the queue
     std::set<std::string> refused_by = {};  // workers whose reports for it were refused
+    absl::Time queued_at = absl::Now();     // when it last joined the queue (for metrics)
   };
   struct BuildState {
     std::string id;
@@ -232,6 +236,7 @@ class BuildScheduler {
     std::set<std::string> tasks;
     int64_t reserved_bytes = 0;
     int64_t completed = 0;
+    int64_t memory_used_bytes = 0;  // at its last heartbeat
   };
   struct ParkedLease {
     std::string worker_id;
@@ -367,6 +372,7 @@ class BuildScheduler {
   const ResultRecorder record_result_;
   const ResultLookup lookup_result_;
   PeakHistory* const history_;
+  const std::shared_ptr<SchedulerMetrics> metrics_;
   mutable absl::Mutex mu_;
   std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);

@@ -56,6 +56,12 @@ ABSL_FLAG(std::string, bwrap, "bwrap", "the bubblewrap program that builds each 
 ABSL_FLAG(std::string, max_output, "1MiB",
           "the most of each of a unit's stdout and stderr sent back; the rest is cut with a "
           "marker");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on, at /metrics (e.g. 127.0.0.1:9465); off by "
+          "default; an address other than loopback needs --http-open");
+ABSL_FLAG(bool, http_open, false,
+          "serve --metrics-listen on an address other than loopback: it needs no credentials "
+          "to read (slots, memory, cache figures); it changes nothing");
 ABSL_FLAG(bool, print_toolchain, false, "print this worker's toolchain fingerprint and exit");
 ABSL_FLAG(std::string, tls_ca, "",
           "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, connect to "
@@ -97,6 +103,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.tls = std::move(*tls);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_reachable = absl::GetFlag(FLAGS_http_open);
   options.nvcc_path = *nvcc;
   options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
   options.name = absl::GetFlag(FLAGS_name);

@@ -14,6 +14,7 @@
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/input_tree.h"
+#include "common/metrics.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "common/subprocess.h"
@@ -133,6 +134,20 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
       options.channel ? options.channel : OpenChannel(options.coordinator_address, options.tls);
   worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
   worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
+  auto registry = std::make_shared<prometheus::Registry>();
+  worker->metrics_ = std::make_unique<WorkerMetrics>(registry);
+  if (!options.metrics_listen.empty()) {
+    const Worker* reader = worker.get();
+    HttpServerOptions http;
+    http.listen_address = options.metrics_listen;
+    http.reachable = options.http_reachable;
+    http.purpose = "metrics";
+    http.routes["/metrics"] =
+        MetricsPage(registry, {[reader] { return WorkerGaugeMetrics(reader->Gauges()); },
+                               [reader] { return StoreMetrics(*reader->cache_); }});
+    ASSIGN_OR_RETURN(worker->metrics_server_, HttpServer::Start(std::move(http)));
+    spdlog::info("worker {} metrics at {}/metrics", options.name, worker->metrics_server_->url());
+  }
   // The heartbeat thread registers (and registers again whenever the
   // coordinator forgets this worker); the slots lease once it has.
   Worker* self = worker.get();
@@ -160,7 +175,26 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   return worker;
 }
 
+std::string Worker::metrics_url() const {
+  return metrics_server_ != nullptr ? metrics_server_->url() : "";
+}
+
+WorkerGauges Worker::Gauges() const {
+  WorkerGauges gauges;
+  {
+    absl::MutexLock lock(&mu_);
+    gauges.registered = !worker_id_.empty();
+    gauges.busy = running_.size();
+  }
+  gauges.slots = options_.slots;
+  gauges.memory_cap_bytes = memory_cap_->cap_bytes();
+  gauges.memory_used_bytes = memory_cap_->CurrentBytes();
+  gauges.memory_peak_bytes = memory_cap_->PeakBytes();
+  return gauges;
+}
+
 Worker::~Worker() {
+  metrics_server_.reset();
   stop_.Notify();
   std::string id;
   int killed = 0;
@@ -348,6 +382,7 @@ void Worker::HeartbeatLoop() {
       request.set_worker_id(worker_id_);
       for (const auto& [id, cancel] : running_) request.add_running_task_ids(id);
     }
+    request.set_memory_used_bytes(memory_cap_->CurrentBytes());
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(5)));
@@ -440,6 +475,7 @@ void Worker::SlotLoop(int slot) {
     const v1::Task& task = response.task();
     spdlog::info("slot {} runs unit {} ({})", slot, task.unit().name(), task.task_id());
     v1::TaskResult result = RunTask(task, *cancel);
+    metrics_->TaskEnded(result);
     if (result.outcome() == v1::TASK_CANCELLED) {
       spdlog::info("slot {}: unit {} ({}) cancelled: {}", slot, task.unit().name(), task.task_id(),
                    cancel->reason());
@@ -492,6 +528,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
   // A unit names the headers it shares with others as a tree: its files
   // are listed here, from folders kept in the cache, before any check.
   v1::CompileUnit unit = task.unit();
+  const absl::Time inputs_start = absl::Now();
   absl::Status expanded = ExpandUnitInputs(unit, [this](const Digest& digest) {
     return cas_client_->FetchThroughStore(digest, *cache_);
   });
@@ -536,6 +573,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
     if (cancel.cancelled()) return Cancelled(cancel);
     return FailedToStart(std::string(prepared.status().message()));
   }
+  metrics_->InputsReady(absl::Now() - inputs_start);
   const std::string& tree = prepared->tree();
   const std::string& cwd = prepared->working_directory();
   absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
@@ -664,7 +702,9 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
       cleanup();
       return FailedToStart(std::string(made.message()));
     }
+    const absl::Time upload_start = absl::Now();
     absl::StatusOr<int> uploaded = cas_client_->UploadMissing(uploads);
+    metrics_->OutputsUploaded(absl::Now() - upload_start);
     if (!uploaded.ok()) {
       cleanup();
       return FailedToStart(absl::StrCat("cannot upload outputs: ", uploaded.status().message()));

@@ -19,11 +19,13 @@
 #include "common/cas_client.h"
 #include "common/cas_store.h"
 #include "common/files.h"
+#include "common/http_server.h"
 #include "common/memory_cap.h"
 #include "common/sandbox.h"
 #include "common/task_tree.h"
 #include "common/tls_credentials.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
+#include "worker/worker_metrics.h"
 
 namespace distcc_cuda::worker {
 
@@ -61,6 +63,10 @@ struct WorkerOptions {
   // and `tls` (the embedded default's in-process one); that address then
   // only names it in messages.
   std::shared_ptr<grpc::Channel> channel;
+  // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
+  std::string metrics_listen;
+  // Serve metrics on an address other than loopback (no credentials).
+  bool http_reachable = false;
 };
 
 class Worker {
@@ -83,6 +89,8 @@ class Worker {
   // How compiles are isolated, for people: the sandbox's Describe(), or a
   // warning that there is none.
   std::string sandbox_description() const;
+  // Where /metrics is served ("http://127.0.0.1:PORT"); "" if nowhere.
+  std::string metrics_url() const;
   // Not OK once the coordinator refused this worker for good (a wrong
   // certificate, a bad name): it stopped trying and should exit.
   absl::Status refused() const;
@@ -109,6 +117,8 @@ class Worker {
   // succeeds or the worker stops. False when stopped.
   bool RegisterUntilStopped();
   std::string worker_id() const;
+  // Its slots and memory now, for /metrics.
+  WorkerGauges Gauges() const;
   void HeartbeatLoop();
   void SlotLoop(int slot);
   // Runs one task and returns its result; never throws away a finished result.
@@ -145,6 +155,9 @@ class Worker {
   std::map<std::string, std::shared_ptr<CancelToken>> running_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> waiting_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  // Reads the cache, the cap and the slots: stopped first.
+  std::unique_ptr<HttpServer> metrics_server_;
 };
 
 }  // namespace distcc_cuda::worker

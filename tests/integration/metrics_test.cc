@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+// /metrics on a real coordinator and two workers, scraped around builds with
+// the fake compiler: each counter moves by exactly what the build did, the
+// gauges show the cluster, and the text is Prometheus's exposition format.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/build_command.h"
+#include "common/files.h"
+#include "coordinator/coordinator.h"
+#include "tests/support/prometheus_text.h"
+#include "tests/support/test_paths.h"
+#include "worker/worker.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewTempDir("metrics-");
+    coordinator::CoordinatorOptions options;
+    options.state_dir = root_ + "/coordinator";
+    options.metrics_listen = "127.0.0.1:0";
+    // Every unit fits the workers' small caps until measured.
+    options.prediction.peak_bytes = 64 * kMiB;
+    auto started = coordinator::Coordinator::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = std::move(*started);
+    for (const char* name : {"worker-a", "worker-b"}) {
+      worker::WorkerOptions worker;
+      worker.coordinator_address = coordinator_->address();
+      worker.name = name;
+      worker.slots = 1;
+      // The watchdog: the same memory kill on every machine, root or not.
+      worker.memory_cap_bytes = 512 * kMiB;
+      worker.force_watchdog = true;
+      worker.nvcc_path = testing::FakeNvccPath();
+      worker.work_dir = root_ + "/" + name;
+      worker.metrics_listen = "127.0.0.1:0";
+      auto running = worker::Worker::Start(worker);
+      ASSERT_TRUE(running.ok()) << running.status();
+      workers_.push_back(std::move(*running));
+    }
+    Write("src/kern.cuh", "template <typename T, int N> void Kern() {}\n");
+    Write("src/api.cu", "int api() { return 1; } // FAKE_SLEEP_MS=100\n");
+    Write("src/big.cu", "int big(); // FAKE_TOUCH_MIB=768 FAKE_SLEEP_MS=2000\n");
+  }
+
+  void Write(const std::string& relative, const std::string& content) {
+    ASSERT_TRUE(WriteFileAtomically(root_ + "/" + relative, content).ok());
+  }
+
+  // A manifest of 8 generated units and `sources`.
+  void WriteManifest(const std::string& sources) {
+    Write("src/kernels.toml", absl::StrCat(R"([build]
+output = "libm.so"
+sources = [)",
+                                           sources, R"(]
+
+[[instantiations]]
+name = "kern"
+unit = "kern_{n}"
+headers = ["kern.cuh"]
+text = "template void Kern<float, {n}>(); // FAKE_SLEEP_MS=100"
+
+[instantiations.axes]
+n = [1, 2, 3, 4, 5, 6, 7, 8]
+)"));
+  }
+
+  absl::Status Build(std::string* output) {
+    client::BuildOptions options;
+    options.plan_path = root_ + "/src/kernels.toml";
+    options.coordinator_address = coordinator_->address();
+    options.output_dir = root_ + "/out";
+    options.nvcc_path = testing::FakeNvccPath();
+    std::ostringstream out;
+    absl::Status status = client::RunBuild(options, out);
+    *output = out.str();
+    return status;
+  }
+
+  // What the build's summary says it did: "units  9 (9 compiled, 0 cached,
+  // 0 failed)".
+  struct Summary {
+    int units = -1, compiled = -1, cached = -1, failed = -1;
+  };
+  static Summary SummaryOf(const std::string& output) {
+    static const std::regex kLine(R"(units +(\d+) \((\d+) compiled, (\d+) cached, (\d+) failed\))");
+    std::smatch match;
+    Summary summary;
+    if (std::regex_search(output, match, kLine)) {
+      summary = {std::stoi(match[1]), std::stoi(match[2]), std::stoi(match[3]),
+                 std::stoi(match[4])};
+    }
+    return summary;
+  }
+
+  static testing::ScrapedMetrics Scrape(const std::string& url) {
+    absl::StatusOr<std::string> text = testing::HttpGet(url + "/metrics");
+    EXPECT_TRUE(text.ok()) << text.status();
+    if (!text.ok()) return {};
+    absl::StatusOr<testing::ScrapedMetrics> parsed = testing::ParsePrometheusText(*text);
+    EXPECT_TRUE(parsed.ok()) << parsed.status() << "\n" << *text;
+    return parsed.ok() ? *parsed : testing::ScrapedMetrics{};
+  }
+
+  // Both workers' scrapes, summed series by series.
+  testing::ScrapedMetrics ScrapeWorkers() {
+    testing::ScrapedMetrics sum;
+    for (const auto& worker : workers_) {
+      testing::ScrapedMetrics one = Scrape(worker->metrics_url());
+      for (const auto& [series, value] : one.series) sum.series[series] += value;
+      sum.types.insert(one.types.begin(), one.types.end());
+    }
+    return sum;
+  }
+
+  std::string root_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::vector<std::unique_ptr<worker::Worker>> workers_;
+};
+
+TEST_F(MetricsTest, CountersMoveByExactlyWhatEachBuildDid) {
+  const std::string url = coordinator_->metrics_url();
+  ASSERT_THAT(url, HasSubstr("http://127.0.0.1:"));
+  testing::ScrapedMetrics before = Scrape(url);
+  EXPECT_EQ(before.types.at("distcc_cuda_units_compiled_total"), "counter");
+  EXPECT_EQ(before.types.at("distcc_cuda_compile_duration_seconds"), "histogram");
+  EXPECT_EQ(before.Value("distcc_cuda_units_compiled_total"), 0);
+  EXPECT_EQ(before.Value("distcc_cuda_workers_connected"), 2);
+  EXPECT_EQ(before.Value("distcc_cuda_worker_slots{worker=\"worker-a\"}"), 1);
+  EXPECT_EQ(before.Value("distcc_cuda_worker_memory_cap_bytes{worker=\"worker-b\"}"), 512 * kMiB);
+  EXPECT_EQ(before.Value("distcc_cuda_units_queued"), 0);
+
+  // 8 instantiations in as many units as the coordinator chooses, and
+  // api.cu: all compiled.
+  WriteManifest(R"("api.cu")");
+  std::string out;
+  absl::Status built = Build(&out);
+  ASSERT_TRUE(built.ok()) << built << "\n" << out;
+  const Summary one = SummaryOf(out);
+  ASSERT_GE(one.units, 2) << out;
+  ASSERT_EQ(one.compiled, one.units) << out;
+  const int n = one.units;
+  testing::ScrapedMetrics first = Scrape(url);
+  EXPECT_EQ(first.Value("distcc_cuda_units_compiled_total"), n);
+  EXPECT_EQ(first.Value("distcc_cuda_units_cached_total"), 0);
+  EXPECT_EQ(first.Value("distcc_cuda_units_failed_total"), 0);
+  EXPECT_EQ(first.Value("distcc_cuda_units_killed_for_memory_total"), 0);
+  EXPECT_EQ(first.Value("distcc_cuda_units_requeued_total"), 0);
+  EXPECT_EQ(first.Value("distcc_cuda_builds_total{result=\"success\"}"), 1);
+  EXPECT_EQ(first.Value("distcc_cuda_compile_duration_seconds_count"), n);
+  EXPECT_GE(first.Value("distcc_cuda_compile_duration_seconds_sum"), n * 0.1);
+  EXPECT_EQ(first.Value("distcc_cuda_queue_duration_seconds_count"), n);
+  EXPECT_EQ(first.Value("distcc_cuda_peak_prediction_ratio_count"), n);
+  EXPECT_GT(first.Value("distcc_cuda_store_blobs"), 0);
+  EXPECT_GT(first.Value("distcc_cuda_store_bytes"), 0);
+  EXPECT_GT(first.Value("distcc_cuda_store_lookups_total{result=\"miss\"}"), 0);
+  testing::ScrapedMetrics workers_first = ScrapeWorkers();
+  EXPECT_EQ(workers_first.Value("distcc_cuda_tasks_total{outcome=\"completed\"}"), n);
+  EXPECT_EQ(workers_first.Value("distcc_cuda_compile_duration_seconds_count"), n);
+  EXPECT_EQ(
+      workers_first.Value("distcc_cuda_transfer_duration_seconds_count{direction=\"inputs\"}"), n);
+  EXPECT_EQ(
+      workers_first.Value("distcc_cuda_transfer_duration_seconds_count{direction=\"outputs\"}"), n);
+  EXPECT_EQ(workers_first.Value("distcc_cuda_worker_registered"), 2);
+  EXPECT_EQ(workers_first.Value("distcc_cuda_worker_slots"), 2);
+  EXPECT_GT(workers_first.Value("distcc_cuda_store_lookups_total{result=\"miss\"}"), 0);
+
+  // The same units, cached, and big.cu, which no worker's cap holds: killed
+  // for memory, retried alone on a worker, killed again, failed.
+  WriteManifest(R"("api.cu", "big.cu")");
+  built = Build(&out);
+  ASSERT_FALSE(built.ok()) << out;
+  EXPECT_THAT(out, HasSubstr("killed for memory"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("1 of ", n + 1, " units failed: big")));
+  testing::ScrapedMetrics second = Scrape(url);
+  EXPECT_EQ(second.Value("distcc_cuda_units_compiled_total"), n);
+  EXPECT_EQ(second.Value("distcc_cuda_units_cached_total"), n);
+  EXPECT_EQ(second.Value("distcc_cuda_units_failed_total"), 1);
+  EXPECT_EQ(second.Value("distcc_cuda_units_killed_for_memory_total"), 2);
+  EXPECT_EQ(second.Value("distcc_cuda_units_requeued_total"), 1);
+  EXPECT_EQ(second.Value("distcc_cuda_builds_total{result=\"success\"}"), 1);
+  EXPECT_EQ(second.Value("distcc_cuda_builds_total{result=\"failure\"}"), 1);
+  EXPECT_EQ(second.Value("distcc_cuda_compile_duration_seconds_count"), n);
+  EXPECT_EQ(second.Value("distcc_cuda_queue_duration_seconds_count"), n + 2);
+  testing::ScrapedMetrics workers_second = ScrapeWorkers();
+  EXPECT_EQ(workers_second.Value("distcc_cuda_tasks_total{outcome=\"completed\"}"), n);
+  EXPECT_EQ(workers_second.Value("distcc_cuda_tasks_total{outcome=\"killed_for_memory\"}"), 2);
+  EXPECT_GE(workers_second.Value("distcc_cuda_worker_memory_peak_bytes"), 512 * kMiB);
+  // Nothing left running or reserved.
+  EXPECT_EQ(second.Value("distcc_cuda_units_running"), 0);
+  EXPECT_EQ(second.Sum("distcc_cuda_worker_memory_reserved_bytes"), 0);
+  EXPECT_EQ(second.Value("distcc_cuda_builds_active"), 0);
+}
+
+TEST_F(MetricsTest, WorkerMemoryInUseReachesTheCoordinatorWithTheHeartbeat) {
+  Write("src/kernels.toml", "[build]\noutput = \"libh.so\"\nsources = [\"hold.cu\"]\n");
+  Write("src/hold.cu", "int hold(); // FAKE_TOUCH_MIB=200 FAKE_SLEEP_MS=4000\n");
+  std::string out;
+  std::thread build([&] { Build(&out).IgnoreError(); });
+  // Within a few heartbeats (1 s apart) of the touch, while it sleeps.
+  double used = 0;
+  for (int i = 0; i < 60 && used < 150 * kMiB; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    used = Scrape(coordinator_->metrics_url()).Sum("distcc_cuda_worker_memory_used_bytes");
+  }
+  build.join();
+  EXPECT_GE(used, 150 * kMiB) << out;
+  EXPECT_LE(used, 512 * kMiB);
+}
+
+}  // namespace
+}  // namespace distcc_cuda
