@@ -14,6 +14,10 @@
 #   DISTCC_CUDA_TLS_CERT             --tls-cert FILE (role coordinator)
 #   DISTCC_CUDA_TLS_KEY              --tls-key FILE
 #   DISTCC_CUDA_INSECURE             1: --insecure (no TLS on a reachable address)
+#   DISTCC_CUDA_METRICS_LISTEN       --metrics-listen HOST:PORT: Prometheus metrics
+#                                    at /metrics (e.g. 0.0.0.0:9464 in a container)
+#   DISTCC_CUDA_HTTP_OPEN            1: --http-open (metrics on an address other
+#                                    than loopback; they need no credentials)
 #   DISTCC_CUDA_BIN_DIR              where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -39,6 +43,10 @@ if [ -n "${DISTCC_CUDA_HEARTBEAT_TIMEOUT_S:-}" ]; then
   set -- "--heartbeat-timeout-s=$DISTCC_CUDA_HEARTBEAT_TIMEOUT_S" "$@"
 fi
 if [ "${DISTCC_CUDA_INSECURE:-}" = 1 ]; then set -- --insecure "$@"; fi
+if [ -n "${DISTCC_CUDA_METRICS_LISTEN:-}" ]; then
+  set -- "--metrics-listen=$DISTCC_CUDA_METRICS_LISTEN" "$@"
+fi
+if [ "${DISTCC_CUDA_HTTP_OPEN:-}" = 1 ]; then set -- --http-open "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_KEY:-}" ]; then set -- "--tls-key=$DISTCC_CUDA_TLS_KEY" "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_CERT:-}" ]; then set -- "--tls-cert=$DISTCC_CUDA_TLS_CERT" "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_CA:-}" ]; then set -- "--tls-ca=$DISTCC_CUDA_TLS_CA" "$@"; fi

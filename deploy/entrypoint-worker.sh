@@ -24,6 +24,10 @@
 #   DISTCC_CUDA_TLS_CERT          --tls-cert FILE (role worker)
 #   DISTCC_CUDA_TLS_KEY           --tls-key FILE
 #   DISTCC_CUDA_SANDBOX_USER      --sandbox-user USER (when the worker is root)
+#   DISTCC_CUDA_METRICS_LISTEN    --metrics-listen HOST:PORT: Prometheus metrics at
+#                                 /metrics (e.g. 0.0.0.0:9465 in a container)
+#   DISTCC_CUDA_HTTP_OPEN         1: --http-open (metrics on an address other than
+#                                 loopback; they need no credentials to read)
 #   DISTCC_CUDA_BIN_DIR           where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -59,6 +63,10 @@ if [ -n "${DISTCC_CUDA_WORK_DIR:-}" ]; then set -- "--work-dir=$DISTCC_CUDA_WORK
 if [ -n "${DISTCC_CUDA_SANDBOX_USER:-}" ]; then
   set -- "--sandbox-user=$DISTCC_CUDA_SANDBOX_USER" "$@"
 fi
+if [ -n "${DISTCC_CUDA_METRICS_LISTEN:-}" ]; then
+  set -- "--metrics-listen=$DISTCC_CUDA_METRICS_LISTEN" "$@"
+fi
+if [ "${DISTCC_CUDA_HTTP_OPEN:-}" = 1 ]; then set -- --http-open "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_KEY:-}" ]; then set -- "--tls-key=$DISTCC_CUDA_TLS_KEY" "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_CERT:-}" ]; then set -- "--tls-cert=$DISTCC_CUDA_TLS_CERT" "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_CA:-}" ]; then set -- "--tls-ca=$DISTCC_CUDA_TLS_CA" "$@"; fi

@@ -186,6 +186,14 @@ else
     fail "compose: the worker is privileged or has added capabilities"
   grep -qE "(published: ['\"]?3633['\"]?|- ['\"]?3633:3633)" <<<"$coordinator_block" ||
     fail "compose: the coordinator does not publish port 3633"
+  grep -qE "(host_ip: 127\.0\.0\.1|- ['\"]?127\.0\.0\.1:9464:9464)" <<<"$coordinator_block" ||
+    fail "compose: the coordinator's metrics are not published on the host's loopback"
+  grep -q 'DISTCC_CUDA_METRICS_LISTEN: 0.0.0.0:9464' <<<"$coordinator_block" ||
+    fail "compose: the coordinator serves no metrics"
+  grep -q 'DISTCC_CUDA_METRICS_LISTEN: 0.0.0.0:9465' <<<"$worker_block" ||
+    fail "compose: the workers serve no metrics"
+  grep -qE "^ +- ['\"]?9465['\"]?$" <<<"$worker_block" ||
+    fail "compose: the workers' metrics port is not exposed on the Compose network"
   # The memory limit is a setting: DISTCC_CUDA_WORKER_MEMORY=8g reaches mem_limit.
   DISTCC_CUDA_WORKER_MEMORY=8g timeout 60 "${compose[@]}" -f "$compose_file" config \
     >"$tmp/compose-8g.yml" 2>>"$tmp/compose.log" || fail "compose config with a memory setting"
@@ -323,7 +331,8 @@ worker_env=(DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_COORDINATOR="127.0.0.1:$p
   DISTCC_CUDA_MEMORY_MECHANISM=watchdog FAKE_NVCC_RELEASE=12.8)
 worker_env+=(DISTCC_CUDA_REQUIRE_NVCC=12.8)
 spawn "$tmp/worker1.log" env "${worker_env[@]}" DISTCC_CUDA_NAME="$name" \
-  DISTCC_CUDA_WORK_DIR="$tmp/work1" "$deploy/entrypoint-worker.sh"
+  DISTCC_CUDA_WORK_DIR="$tmp/work1" DISTCC_CUDA_METRICS_LISTEN=127.0.0.1:0 \
+  "$deploy/entrypoint-worker.sh"
 worker1_pid=$spawned
 # Worker 2: no name (so HOST-PID), and an argument that overrides a variable.
 spawn "$tmp/worker2.log" env "${worker_env[@]}" DISTCC_CUDA_SLOTS=3 DISTCC_CUDA_WORK_DIR="$tmp/work2" \
@@ -333,6 +342,21 @@ wait_for_line "$tmp/worker1.log" 'registered' 20 "$worker1_pid"
 wait_for_line "$tmp/worker2.log" 'registered' 20 "$worker2_pid"
 check_exec "$worker1_pid" "$bin_dir/distcc-cuda-worker"
 check_exec "$worker2_pid" "$bin_dir/distcc-cuda-worker"
+
+# http_get URL: the body, by bash's own /dev/tcp (no curl in a bare image).
+http_get() {
+  [[ $1 =~ ^http://([0-9.]+):([0-9]+)(/.*)$ ]] || return 1
+  local response
+  response=$(timeout 10 bash -c 'exec 3<>"/dev/tcp/$0/$1"; printf "GET %s HTTP/1.0\r\n\r\n" "$2" >&3; cat <&3' \
+    "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}") || return 1
+  [[ $response == "HTTP/1.1 200 "* ]] || return 1
+  printf '%s\n' "${response#*$'\r\n\r\n'}"
+}
+wait_for_line "$tmp/worker1.log" 'metrics at http://' 20 "$worker1_pid"
+metrics_url=$(grep -oE 'http://127\.0\.0\.1:[0-9]+/metrics' "$tmp/worker1.log" | head -n 1)
+http_get "$metrics_url" >"$tmp/worker1.metrics" || fail "DISTCC_CUDA_METRICS_LISTEN: no metrics at '$metrics_url'"
+grep -qE '^distcc_cuda_worker_slots 2$' "$tmp/worker1.metrics" ||
+  fail "worker metrics without its 2 slots: $(head -c 2000 "$tmp/worker1.metrics")"
 [[ -d $tmp/work1 ]] || fail "DISTCC_CUDA_WORK_DIR: $tmp/work1 was not made"
 
 timeout 30 "$bin_dir/distcc-cuda" status --coordinator "127.0.0.1:$port" >"$tmp/status.out" 2>&1 ||
@@ -378,7 +402,7 @@ touch -d '2 minutes ago' "$tmp/stale-health" && mkdir -p "$tmp/stale" &&
   fail "healthcheck.sh worker: not 1 for a worker whose last heartbeat is 2 minutes old"
 [[ $(health nonsense) == 1 ]] || fail "healthcheck.sh with an unknown role: not 1"
 pass "(c) coordinator and workers started through the entrypoints, configured by DISTCC_CUDA_*," \
-  "registered; status and healthcheck.sh see them"
+  "registered; status and healthcheck.sh see them; a worker serves /metrics"
 
 # --- (d) a worker with another nvcc release refuses to start -----------------
 status=0
