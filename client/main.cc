@@ -24,6 +24,7 @@
 #include "common/cancellation.h"
 #include "common/command_line.h"
 #include "common/gpu_targets.h"
+#include "common/logging.h"
 #include "common/signals.h"
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
@@ -54,6 +55,10 @@ ABSL_FLAG(std::string, state_dir, "",
           "embedded default's store (default: $XDG_CACHE_HOME/distcc-cuda or "
           "~/.cache/distcc-cuda)");
 ABSL_FLAG(int, slots, 0, "embedded default's slots (default: the usable cores)");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per log line (--verbose; the embedded coordinator's and "
+          "worker's lines with the build, unit, task and worker they concern); the progress "
+          "and the summary stay text");
 ABSL_FLAG(int, connect_timeout_s, 5, "seconds to wait for the coordinator");
 ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Minutes(5),
           "how long a build waits for a coordinator it lost (a restart) before giving up, e.g. "
@@ -173,6 +178,9 @@ int main(int argc, char** argv) {
   }
   std::string command = positional[1];
   spdlog::set_level(absl::GetFlag(FLAGS_verbose) ? spdlog::level::info : spdlog::level::warn);
+  auto log_format = distcc_cuda::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) return Fail(log_format.status());
+  distcc_cuda::UseLogFormat(*log_format, "distcc-cuda");
   // Priority: the command line, then $DISTCC_CUDA_COORDINATOR, then the
   // config file (which ParseFlags merged into the flag's value).
   bool on_command_line = std::any_of(argv + 1, argv + argc, [](const char* arg) {

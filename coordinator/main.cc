@@ -5,9 +5,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/cas_store.h"
 #include "common/command_line.h"
+#include "common/logging.h"
 #include "common/signals.h"
 #include "common/tls_credentials.h"
 #include "coordinator/certs_command.h"
@@ -62,6 +64,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(bool, http_open, false,
           "serve --metrics-listen on an address other than loopback: it needs no credentials "
           "to read (worker names, the queue, store figures); it changes nothing");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per log line (time, level, program, message, and "
+          "the build, unit, task and worker it concerns), for a log pipeline");
 ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
@@ -84,6 +89,12 @@ int main(int argc, char** argv) {
       "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
       "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)");
   distcc_cuda::ParseFlags(argc, argv, "coordinator");
+  auto log_format = distcc_cuda::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) {
+    std::cerr << "distcc-cuda-coordinator: " << log_format.status().message() << "\n";
+    return 2;
+  }
+  distcc_cuda::UseLogFormat(*log_format, "distcc-cuda-coordinator");
   distcc_cuda::BlockTerminationSignals();
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -91,7 +102,7 @@ int main(int argc, char** argv) {
   auto cas_max = distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
                                                   options.state_dir + "/cas");
   if (!cas_max.ok()) {
-    std::cerr << "distcc-cuda-coordinator: " << cas_max.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(cas_max.status().message()));
     return 2;
   }
   options.cas_max_bytes = *cas_max;
@@ -99,7 +110,7 @@ int main(int argc, char** argv) {
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
       distcc_cuda::PeerRole::kCoordinator);
   if (!tls.ok()) {
-    std::cerr << "distcc-cuda-coordinator: " << tls.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(tls.status().message()));
     return 2;
   }
   options.tls = std::move(*tls);
@@ -112,8 +123,9 @@ int main(int argc, char** argv) {
   options.scheduler.startup_grace = 2 * options.scheduler.heartbeat_timeout;
   auto default_memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_default_unit_memory));
   if (!default_memory.ok()) {
-    std::cerr << "distcc-cuda-coordinator: --default-unit-memory: "
-              << default_memory.status().message() << "\n";
+    distcc_cuda::LogFatal(
+        "distcc-cuda-coordinator",
+        absl::StrCat("--default-unit-memory: ", default_memory.status().message()));
     return 2;
   }
   options.prediction.peak_bytes = *default_memory;
@@ -135,22 +147,24 @@ int main(int argc, char** argv) {
                         &options.scheduler.max_output_bytes)}) {
     auto bytes = distcc_cuda::ParseByteSize(value);
     if (!bytes.ok()) {
-      std::cerr << "distcc-cuda-coordinator: " << flag << ": " << bytes.status().message() << "\n";
+      distcc_cuda::LogFatal("distcc-cuda-coordinator",
+                            absl::StrCat(flag, ": ", bytes.status().message()));
       return 2;
     }
     *into = *bytes;
   }
   std::string admission = absl::GetFlag(FLAGS_admission);
   if (admission != "memory" && admission != "static") {
-    std::cerr << "distcc-cuda-coordinator: --admission is 'memory' or 'static', not '" << admission
-              << "'\n";
+    distcc_cuda::LogFatal(
+        "distcc-cuda-coordinator",
+        absl::StrCat("--admission is 'memory' or 'static', not '", admission, "'"));
     return 2;
   }
   options.scheduler.memory_admission = admission == "memory";
   options.prediction.wall = absl::Seconds(absl::GetFlag(FLAGS_default_unit_seconds));
   auto coordinator = distcc_cuda::coordinator::Coordinator::Start(options);
   if (!coordinator.ok()) {
-    std::cerr << "distcc-cuda-coordinator: " << coordinator.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(coordinator.status().message()));
     return 1;
   }
   // Lets scripts started with port 0 learn the port.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
 #include "common/digest.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "common/toolchain.h"
 #include "coordinator/ids.h"
@@ -161,6 +162,7 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
   for (auto& [build_id, build] : builds_) {
     if (build.toolchain_digest == request.toolchain().digest()) build.stranded_since.reset();
   }
+  LogFields fields{{"worker", request.name()}};
   spdlog::info("worker {} joined: {} slots, cap {} bytes, {}", id, request.slots(),
                request.memory_cap_bytes(), DescribeToolchain(request.toolchain()));
   return id;
@@ -346,6 +348,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     build.workers_used.insert(worker.info.name());
     v1::Task task;
     task.set_task_id(task_id);
+    task.set_build_id(build.id);
     *task.mutable_unit() = WholeUnit(unit);
     task.set_timeout_ms(absl::ToInt64Milliseconds(options_.task_timeout));
     task.set_reserved_bytes(*reservation);
@@ -400,6 +403,10 @@ void BuildScheduler::Requeue(const std::string& task_id, const std::string& reas
   BuildState& build = build_it->second;
   UnitState& unit = build.units[task->unit_index];
   const std::string& name = unit.planned.unit.name();
+  auto worker = workers_.find(task->worker_id);
+  LogFields fields{{"build", build.id},
+                   {"unit", name},
+                   {"worker", worker != workers_.end() ? worker->second.info.name() : ""}};
   if (count_as_loss && ++unit.losses >= options_.max_attempts) {
     v1::TaskResult result;
     result.set_outcome(v1::TASK_FAILED_TO_START);
@@ -433,6 +440,7 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
   BuildState& build = build_it->second;
   UnitState& unit = build.units[task.unit_index];
   const std::string& name = unit.planned.unit.name();
+  LogFields fields{{"build", build.id}, {"unit", name}, {"worker", worker.info.name()}};
   int64_t cap = worker.info.memory_cap_bytes();
   // A killed run needed more than it had when it was stopped.
   unit.peak_seen = std::max({unit.peak_seen, result.peak_memory_bytes(), task.reserved_bytes});
@@ -549,6 +557,7 @@ absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const st
     if (task == tasks_.end() || task->second.worker_id != worker_id) {
       return absl::NotFoundError(absl::StrCat("task ", task_id, " is not leased to ", worker_id));
     }
+    LogFields fields{{"build", task->second.build_id}, {"worker", worker->info.name()}};
     if (auto build = builds_.find(task->second.build_id); build != builds_.end()) {
       build->second.units[task->second.unit_index].refused_by.insert(worker_id);
     }
@@ -697,6 +706,7 @@ bool BuildScheduler::EndBuildIfDone(BuildState& build, Deferred& deferred) {
           : absl::StrCat(build.failed, " of ", build.units.size() - build.splits, " units failed"));
   deferred.events.emplace_back(build.sink, std::move(done));
   metrics_->BuildFinished(build.failed == 0);
+  LogFields fields{{"build", build.id}};
   spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
                build.failed, build.cached);
   StopWaitingForHistory(build.id);
@@ -779,6 +789,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       build.units.push_back(Hold(std::move(planned), cached.count(i) != 0));
     }
     deferred.events.emplace_back(build.sink, std::move(accepted));
+    LogFields fields{{"build", id}};
     spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers{}", id, build_name,
                  build.units.size(), cached.size(), eligible,
                  build.open ? "; more units follow" : "");
@@ -839,6 +850,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
     const size_t first = build.units.size() - units.size();
     build.remaining += static_cast<int>(units.size());
     if (last) build.open = false;
+    LogFields fields{{"build", build_id}};
     spdlog::info("build {}: {} units added, {} cached{}", build_id, units.size(), cached.size(),
                  last ? "; its last part" : "");
     if (units.empty()) {
@@ -860,6 +872,7 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
   old.phase = UnitPhase::kDone;
   old.split = true;
   ++build.splits;
+  LogFields fields{{"build", build.id}, {"unit", old.planned.unit.name()}};
   v1::BuildEvent event;
   auto* split = event.mutable_unit_split();
   split->set_unit_name(old.planned.unit.name());
@@ -1087,6 +1100,7 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
                                 absl::Time now, Deferred& deferred, bool count_as_loss) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
+  LogFields fields{{"worker", it->second.info.name()}};
   // A worker that says it stops is news, not trouble.
   if (count_as_loss) {
     spdlog::warn("worker {} dropped: {}", worker_id, reason);

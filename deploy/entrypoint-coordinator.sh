@@ -18,6 +18,7 @@
 #                                    at /metrics (e.g. 0.0.0.0:9464 in a container)
 #   DISTCC_CUDA_HTTP_OPEN            1: --http-open (metrics on an address other
 #                                    than loopback; they need no credentials)
+#   DISTCC_CUDA_LOG_FORMAT           --log-format text|json (json: one object a line)
 #   DISTCC_CUDA_BIN_DIR              where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -43,6 +44,7 @@ if [ -n "${DISTCC_CUDA_HEARTBEAT_TIMEOUT_S:-}" ]; then
   set -- "--heartbeat-timeout-s=$DISTCC_CUDA_HEARTBEAT_TIMEOUT_S" "$@"
 fi
 if [ "${DISTCC_CUDA_INSECURE:-}" = 1 ]; then set -- --insecure "$@"; fi
+if [ -n "${DISTCC_CUDA_LOG_FORMAT:-}" ]; then set -- "--log-format=$DISTCC_CUDA_LOG_FORMAT" "$@"; fi
 if [ -n "${DISTCC_CUDA_METRICS_LISTEN:-}" ]; then
   set -- "--metrics-listen=$DISTCC_CUDA_METRICS_LISTEN" "$@"
 fi

@@ -28,6 +28,7 @@
 #                                 /metrics (e.g. 0.0.0.0:9465 in a container)
 #   DISTCC_CUDA_HTTP_OPEN         1: --http-open (metrics on an address other than
 #                                 loopback; they need no credentials to read)
+#   DISTCC_CUDA_LOG_FORMAT        --log-format text|json (json: one object a line)
 #   DISTCC_CUDA_BIN_DIR           where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -63,6 +64,7 @@ if [ -n "${DISTCC_CUDA_WORK_DIR:-}" ]; then set -- "--work-dir=$DISTCC_CUDA_WORK
 if [ -n "${DISTCC_CUDA_SANDBOX_USER:-}" ]; then
   set -- "--sandbox-user=$DISTCC_CUDA_SANDBOX_USER" "$@"
 fi
+if [ -n "${DISTCC_CUDA_LOG_FORMAT:-}" ]; then set -- "--log-format=$DISTCC_CUDA_LOG_FORMAT" "$@"; fi
 if [ -n "${DISTCC_CUDA_METRICS_LISTEN:-}" ]; then
   set -- "--metrics-listen=$DISTCC_CUDA_METRICS_LISTEN" "$@"
 fi

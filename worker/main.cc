@@ -12,6 +12,7 @@
 #include "common/cas_store.h"
 #include "common/command_line.h"
 #include "common/host_resources.h"
+#include "common/logging.h"
 #include "common/memory_cap.h"
 #include "common/signals.h"
 #include "common/tls_credentials.h"
@@ -62,6 +63,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(bool, http_open, false,
           "serve --metrics-listen on an address other than loopback: it needs no credentials "
           "to read (slots, memory, cache figures); it changes nothing");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per log line (time, level, program, message, and "
+          "the build, unit, task and worker it concerns), for a log pipeline");
 ABSL_FLAG(bool, print_toolchain, false, "print this worker's toolchain fingerprint and exit");
 ABSL_FLAG(std::string, tls_ca, "",
           "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, connect to "
@@ -77,17 +81,23 @@ int main(int argc, char** argv) {
       "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
       "[--memory-cap SIZE] [--nvcc PATH]");
   distcc_cuda::ParseFlags(argc, argv, "worker");
+  auto log_format = distcc_cuda::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) {
+    std::cerr << "distcc-cuda-worker: " << log_format.status().message() << "\n";
+    return 2;
+  }
+  distcc_cuda::UseLogFormat(*log_format, "distcc-cuda-worker");
   distcc_cuda::BlockTerminationSignals();
   const char* cuda_home = std::getenv("CUDA_HOME");
   auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
   if (!nvcc.ok()) {
-    std::cerr << "distcc-cuda-worker: " << nvcc.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(nvcc.status().message()));
     return 1;
   }
   if (absl::GetFlag(FLAGS_print_toolchain)) {
     auto toolchain = distcc_cuda::ComputeToolchainFingerprint(*nvcc);
     if (!toolchain.ok()) {
-      std::cerr << "distcc-cuda-worker: " << toolchain.status().message() << "\n";
+      distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(toolchain.status().message()));
       return 1;
     }
     std::cout << toolchain->DebugString();
@@ -99,7 +109,7 @@ int main(int argc, char** argv) {
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
       distcc_cuda::PeerRole::kWorker);
   if (!tls.ok()) {
-    std::cerr << "distcc-cuda-worker: " << tls.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(tls.status().message()));
     return 2;
   }
   options.tls = std::move(*tls);
@@ -111,18 +121,21 @@ int main(int argc, char** argv) {
   if (options.name.empty()) {
     options.name = absl::StrCat(distcc_cuda::HostName(), "-", getpid());
   }
+  // Every line from here on is about this worker.
+  distcc_cuda::LogFields worker_field{{"worker", options.name}};
   options.slots = absl::GetFlag(FLAGS_slots);
   if (options.slots <= 0) options.slots = distcc_cuda::UsableCores();
   std::string cap = absl::GetFlag(FLAGS_memory_cap);
   if (cap.empty()) {
     distcc_cuda::DefaultCap default_cap = distcc_cuda::DefaultMemoryCap();
     options.memory_cap_bytes = default_cap.bytes;
-    std::cout << "memory cap " << distcc_cuda::FormatByteSize(default_cap.bytes) << ": "
-              << default_cap.source << std::endl;
+    distcc_cuda::LogNotice(absl::StrCat(
+        "memory cap ", distcc_cuda::FormatByteSize(default_cap.bytes), ": ", default_cap.source));
   } else {
     auto parsed = distcc_cuda::ParseByteSize(cap);
     if (!parsed.ok()) {
-      std::cerr << "distcc-cuda-worker: --memory-cap: " << parsed.status().message() << "\n";
+      distcc_cuda::LogFatal("distcc-cuda-worker",
+                            absl::StrCat("--memory-cap: ", parsed.status().message()));
       return 1;
     }
     options.memory_cap_bytes = *parsed;
@@ -135,7 +148,7 @@ int main(int argc, char** argv) {
   auto cas_max = distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
                                                   options.work_dir + "/cas");
   if (!cas_max.ok()) {
-    std::cerr << "distcc-cuda-worker: " << cas_max.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(cas_max.status().message()));
     return 2;
   }
   options.cas_max_bytes = *cas_max;
@@ -145,14 +158,16 @@ int main(int argc, char** argv) {
   options.sandbox_options.bwrap = absl::GetFlag(FLAGS_bwrap);
   auto max_output = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_max_output));
   if (!max_output.ok()) {
-    std::cerr << "distcc-cuda-worker: --max-output: " << max_output.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-worker",
+                          absl::StrCat("--max-output: ", max_output.status().message()));
     return 2;
   }
   options.max_output_bytes = *max_output;
   std::string mechanism = absl::GetFlag(FLAGS_memory_mechanism);
   if (mechanism != "auto" && mechanism != "watchdog") {
-    std::cerr << "distcc-cuda-worker: --memory-mechanism is 'auto' or 'watchdog', not '"
-              << mechanism << "'\n";
+    distcc_cuda::LogFatal(
+        "distcc-cuda-worker",
+        absl::StrCat("--memory-mechanism is 'auto' or 'watchdog', not '", mechanism, "'"));
     return 2;
   }
   options.force_watchdog = mechanism == "watchdog";
@@ -161,19 +176,20 @@ int main(int argc, char** argv) {
   options.connect_timeout = absl::ZeroDuration();
   auto worker = distcc_cuda::worker::Worker::Start(options);
   if (!worker.ok()) {
-    std::cerr << "distcc-cuda-worker: " << worker.status().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(worker.status().message()));
     return 1;
   }
-  std::cout << "memory cap enforced by " << (*worker)->memory_mechanism() << std::endl;
-  std::cout << (*worker)->sandbox_description() << std::endl;
-  std::cout << "working for the coordinator at " << options.coordinator_address
-            << " (registering; Ctrl-C or SIGTERM stops this worker)" << std::endl;
+  distcc_cuda::LogNotice(absl::StrCat("memory cap enforced by ", (*worker)->memory_mechanism()));
+  distcc_cuda::LogNotice((*worker)->sandbox_description());
+  distcc_cuda::LogNotice(absl::StrCat("working for the coordinator at ",
+                                      options.coordinator_address,
+                                      " (registering; Ctrl-C or SIGTERM stops this worker)"));
   int signal = 0;
   while (signal == 0 && (*worker)->refused().ok()) {
     signal = distcc_cuda::WaitForTerminationSignalFor(1);
   }
   if (signal == 0) {
-    std::cerr << "distcc-cuda-worker: " << (*worker)->refused().message() << "\n";
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat((*worker)->refused().message()));
     return 1;
   }
   spdlog::info("worker {} stopping (signal {})", options.name, signal);

@@ -14,6 +14,7 @@
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/input_tree.h"
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "common/nvcc_args.h"
 #include "common/status.h"
@@ -52,6 +53,7 @@ bool IsOwnDirectory(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& options) {
+  LogFields fields{{"worker", options.name}};
   if (options.slots <= 0) {
     return absl::InvalidArgumentError("--slots must be at least 1");
   }
@@ -194,6 +196,7 @@ WorkerGauges Worker::Gauges() const {
 }
 
 Worker::~Worker() {
+  LogFields fields{{"worker", options_.name}};
   metrics_server_.reset();
   stop_.Notify();
   std::string id;
@@ -345,6 +348,7 @@ std::string Worker::worker_id() const {
 }
 
 void Worker::HeartbeatLoop() {
+  LogFields fields{{"worker", options_.name}};
   if (!RegisterUntilStopped()) return;
   int failures = 0;
   while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) {
@@ -437,6 +441,7 @@ void Worker::HeartbeatLoop() {
 }
 
 void Worker::SlotLoop(int slot) {
+  LogFields worker_field{{"worker", options_.name}};
   while (!stop_.HasBeenNotified()) {
     if (worker_id().empty()) {
       // Not registered (yet, or again): the heartbeat thread is at it.
@@ -473,6 +478,8 @@ void Worker::SlotLoop(int slot) {
     }
     if (!response.has_task()) continue;
     const v1::Task& task = response.task();
+    LogFields fields{
+        {"build", task.build_id()}, {"unit", task.unit().name()}, {"task", task.task_id()}};
     spdlog::info("slot {} runs unit {} ({})", slot, task.unit().name(), task.task_id());
     v1::TaskResult result = RunTask(task, *cancel);
     metrics_->TaskEnded(result);

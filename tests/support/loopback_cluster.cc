@@ -7,11 +7,14 @@
 namespace distcc_cuda::testing {
 
 absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
-    const std::string& root, const std::string& nvcc, const std::vector<LoopbackWorker>& workers) {
+    const std::string& root, const std::string& nvcc, const std::vector<LoopbackWorker>& workers,
+    const std::vector<std::string>& coordinator_arguments) {
   auto cluster = std::unique_ptr<LoopbackCluster>(new LoopbackCluster());
-  auto coordinator = BackgroundProcess::Start({BinaryPath("distcc-cuda-coordinator"), "--listen",
-                                               "127.0.0.1:0", "--state-dir", root + "/state"},
-                                              root + "/coordinator.log");
+  std::vector<std::string> coordinator_argv = {BinaryPath("distcc-cuda-coordinator"), "--listen",
+                                               "127.0.0.1:0", "--state-dir", root + "/state"};
+  coordinator_argv.insert(coordinator_argv.end(), coordinator_arguments.begin(),
+                          coordinator_arguments.end());
+  auto coordinator = BackgroundProcess::Start(coordinator_argv, root + "/coordinator.log");
   if (!coordinator.ok()) return coordinator.status();
   cluster->coordinator_ = std::move(*coordinator);
   absl::StatusOr<std::string> line =
@@ -33,6 +36,7 @@ absl::StatusOr<std::unique_ptr<LoopbackCluster>> LoopbackCluster::Start(
                                      "--work-dir",
                                      root + "/" + spec.name};
     if (!spec.sandbox) argv.push_back("--insecure-no-sandbox");
+    argv.insert(argv.end(), spec.arguments.begin(), spec.arguments.end());
     auto worker = BackgroundProcess::Start(argv, root + "/" + spec.name + ".log");
     if (!worker.ok()) return worker.status();
     absl::StatusOr<std::string> registered = (*worker)->WaitForLog("registered", absl::Seconds(60));

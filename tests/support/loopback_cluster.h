@@ -19,6 +19,7 @@ struct LoopbackWorker {
   // false: --insecure-no-sandbox, for tests about something else than the
   // sandbox that run thousands of compiles.
   bool sandbox = true;
+  std::vector<std::string> arguments = {};  // more flags, after the others
 };
 
 class LoopbackCluster {
@@ -27,7 +28,8 @@ class LoopbackCluster {
   // `nvcc`; returns once every worker registered. Logs and state under
   // `root`. An error carrying the log of the process that did not come up.
   static absl::StatusOr<std::unique_ptr<LoopbackCluster>> Start(
-      const std::string& root, const std::string& nvcc, const std::vector<LoopbackWorker>& workers);
+      const std::string& root, const std::string& nvcc, const std::vector<LoopbackWorker>& workers,
+      const std::vector<std::string>& coordinator_arguments = {});
 
   const std::string& address() const { return address_; }
   BackgroundProcess& coordinator() { return *coordinator_; }
