@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "client/cluster_view.h"
 #include "client/coordinator_text.h"
 #include "common/byte_size.h"
 #include "common/fatbin.h"
@@ -16,15 +18,16 @@
 
 namespace distcc_cuda::client {
 
-absl::Status RunStatus(const std::string& coordinator_address, absl::Duration connect_timeout,
-                       std::ostream& out, const std::optional<TlsMaterial>& tls) {
-  auto channel = OpenChannel(coordinator_address, tls);
-  auto stub = v1::BuildService::NewStub(channel);
+namespace {
+
+// One GetClusterStatus, its strings made safe to print.
+absl::StatusOr<v1::ClusterStatus> FetchStatus(v1::BuildService::Stub& stub,
+                                              const std::string& coordinator_address,
+                                              absl::Duration timeout, bool tls) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(connect_timeout));
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
   v1::ClusterStatus status;
-  grpc::Status rpc = stub->GetClusterStatus(&context, {}, &status);
+  grpc::Status rpc = stub.GetClusterStatus(&context, {}, &status);
   MakePrintable(status);
   if (rpc.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
       rpc.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
@@ -39,6 +42,16 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
               "comes from the CA in --tls-ca"
             : "; if it uses mutual TLS, pass --tls-ca, --tls-cert and --tls-key"));
   }
+  return status;
+}
+
+}  // namespace
+
+absl::Status RunStatus(const std::string& coordinator_address, absl::Duration connect_timeout,
+                       std::ostream& out, const std::optional<TlsMaterial>& tls) {
+  auto stub = v1::BuildService::NewStub(OpenChannel(coordinator_address, tls));
+  ASSIGN_OR_RETURN(v1::ClusterStatus status,
+                   FetchStatus(*stub, coordinator_address, connect_timeout, tls.has_value()));
   out << "coordinator " << coordinator_address << ": " << status.workers_size() << " workers, "
       << status.active_builds() << " builds, " << status.queued_units() << " units queued, "
       << status.running_units() << " running\n";
@@ -58,6 +71,37 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
                            unit.unit_name(), unit.worker_name(),
                            FormatByteSize(unit.reserved_bytes()),
                            FormatByteSize(unit.predicted_peak_bytes()), unit.prediction_source());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunStatusWatch(const std::string& coordinator_address, absl::Duration connect_timeout,
+                            const StatusWatchOptions& watch, std::ostream& out,
+                            const std::optional<TlsMaterial>& tls) {
+  auto stub = v1::BuildService::NewStub(OpenChannel(coordinator_address, tls));
+  // The first answer decides whether there is anything to watch.
+  ASSIGN_OR_RETURN(v1::ClusterStatus status,
+                   FetchStatus(*stub, coordinator_address, connect_timeout, tls.has_value()));
+  absl::Status last = absl::OkStatus();
+  for (int frame = 0; watch.frames <= 0 || frame < watch.frames; ++frame) {
+    if (frame > 0) {
+      absl::SleepFor(watch.interval);
+      absl::StatusOr<v1::ClusterStatus> next =
+          FetchStatus(*stub, coordinator_address, connect_timeout, tls.has_value());
+      last = next.status();
+      if (next.ok()) status = *std::move(next);
+    }
+    std::string view = RenderClusterView(status, coordinator_address, absl::Now(), watch.width);
+    if (!last.ok()) {
+      absl::StrAppend(&view, "\n(no answer now, showing the last: ", last.message(), ")\n");
+    }
+    // In place on a terminal: home, the view, clear what the last one left.
+    if (watch.terminal) {
+      out << "\x1b[H" << absl::StrReplaceAll(view, {{"\n", "\x1b[K\n"}}) << "\x1b[J";
+    } else {
+      out << view << "\n";
+    }
+    out.flush();
   }
   return absl::OkStatus();
 }

@@ -84,6 +84,12 @@ void MakePrintable(v1::ClusterStatus& status) {
     Clean(unit.mutable_worker_name());
     Clean(unit.mutable_prediction_source());
   }
+  for (v1::BuildRecord& build : *status.mutable_builds()) {
+    Clean(build.mutable_build_id());
+    Clean(build.mutable_name());
+    Clean(build.mutable_outcome());
+    for (std::string& worker : *build.mutable_workers_used()) Clean(&worker);
+  }
 }
 
 }  // namespace distcc_cuda::client

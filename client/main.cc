@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // distcc-cuda: build CUDA kernel sets across workers, check status, inspect
 // fatbinaries.
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -55,6 +57,11 @@ ABSL_FLAG(std::string, state_dir, "",
           "embedded default's store (default: $XDG_CACHE_HOME/distcc-cuda or "
           "~/.cache/distcc-cuda)");
 ABSL_FLAG(int, slots, 0, "embedded default's slots (default: the usable cores)");
+ABSL_FLAG(bool, watch, false,
+          "status: redraw the cluster view in place until Ctrl-C (one view after another "
+          "when the output is not a terminal)");
+ABSL_FLAG(double, watch_interval_s, 1.0, "status --watch: seconds between views");
+ABSL_FLAG(int, watch_frames, 0, "status --watch: stop after this many views (0: never)");
 ABSL_FLAG(std::string, log_format, "text",
           "text, or json: one JSON object per log line (--verbose; the embedded coordinator's and "
           "worker's lines with the build, unit, task and worker they concern); the progress "
@@ -108,7 +115,9 @@ constexpr char kUsage[] =
     "      the cluster runs nvcc here). DISTCC_CUDA_VERBOSE=1 says where each\n"
     "      compile runs and why; DISTCC_CUDA_FALLBACK=local compiles here when\n"
     "      the cluster cannot be reached.\n"
-    "  distcc-cuda status --coordinator HOST:PORT\n"
+    "  distcc-cuda status --coordinator HOST:PORT [--watch]\n"
+    "      the workers, their memory and slots, what runs and waits, the\n"
+    "      last builds; --watch redraws it every --watch-interval-s\n"
     "  distcc-cuda inspect FILE      list the device images of an object or library\n"
     "                                (a cubin of no kernel says so)\n"
     "A coordinator that uses mutual TLS also needs --tls-ca ca.crt\n"
@@ -200,8 +209,27 @@ int main(int argc, char** argv) {
       distcc_cuda::PeerRole::kClient);
   if (!tls.ok()) return Fail(tls.status());
   if (command == "status" && positional.size() == 2) {
-    absl::Status status = distcc_cuda::client::RunStatus(
-        coordinator.empty() ? "127.0.0.1:3633" : coordinator, connect_timeout, std::cout, *tls);
+    const std::string address = coordinator.empty() ? "127.0.0.1:3633" : coordinator;
+    if (!absl::GetFlag(FLAGS_watch)) {
+      absl::Status status =
+          distcc_cuda::client::RunStatus(address, connect_timeout, std::cout, *tls);
+      return status.ok() ? 0 : Fail(status);
+    }
+    distcc_cuda::client::StatusWatchOptions watch;
+    double interval = absl::GetFlag(FLAGS_watch_interval_s);
+    if (!(interval >= 0.05 && interval <= 3600)) {
+      return Fail(
+          absl::InvalidArgumentError("--watch-interval-s must be between 0.05 and 3600 seconds"));
+    }
+    watch.interval = absl::Seconds(interval);
+    watch.frames = std::max(0, absl::GetFlag(FLAGS_watch_frames));
+    watch.terminal = isatty(STDOUT_FILENO) == 1;
+    winsize size;
+    if (watch.terminal && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
+      watch.width = size.ws_col;
+    }
+    absl::Status status =
+        distcc_cuda::client::RunStatusWatch(address, connect_timeout, watch, std::cout, *tls);
     return status.ok() ? 0 : Fail(status);
   }
   if (command == "build" && dashes > 0) {

@@ -340,6 +340,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
+    unit.leased_at = absl::Now();
     metrics_->UnitLeased(absl::Now() - unit.queued_at);
     std::string task_id = NewId('t', epoch_);
     tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation, false, std::nullopt};
@@ -673,6 +674,11 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
     record_result_(unit.planned.action_digest, result);
   }
   metrics_->UnitFinished(result, cached, unit.planned.demand.peak_bytes);
+  if (build.log) {
+    build.log->UnitEnded(unit_index, result, cached, !ok,
+                         cached ? absl::InfinitePast() : unit.leased_at, absl::Now(),
+                         unit.planned.demand.peak_bytes, unit.attempts);
+  }
   v1::BuildEvent event;
   auto* finished = event.mutable_unit_finished();
   finished->set_unit_name(unit.planned.unit.name());
@@ -706,6 +712,7 @@ bool BuildScheduler::EndBuildIfDone(BuildState& build, Deferred& deferred) {
           : absl::StrCat(build.failed, " of ", build.units.size() - build.splits, " units failed"));
   deferred.events.emplace_back(build.sink, std::move(done));
   metrics_->BuildFinished(build.failed == 0);
+  KeepRecord(build, build.failed == 0 ? "succeeded" : "failed");
   LogFields fields{{"build", build.id}};
   spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
                build.failed, build.cached);
@@ -775,6 +782,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     build.sink = std::move(sink);
     build.remaining = units.size();
     build.open = more_to_come;
+    build.log.emplace(id, build_name, absl::Now());
     if (eligible == 0 && starting_up) {
       build.stranded_since = now;
       build.stranded_reason = "the coordinator has just started and no worker had registered yet";
@@ -798,6 +806,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       done.mutable_finished()->set_success(true);
       done.mutable_finished()->set_message("nothing to build");
       deferred.events.emplace_back(build.sink, std::move(done));
+      KeepRecord(build, "succeeded");
       builds_.erase(id);
     } else {
       AdmitUnits(id, 0, std::move(cached), now, deferred);
@@ -1054,11 +1063,13 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
     ++running;
   }
   std::vector<int> queued = TakeQueuedUnits(build_id);
+  LogFields fields{{"build", build_id}};
   spdlog::warn(
       "build {} cancelled: its client went away or cancelled it; {} queued units dropped, "
       "{} running units being stopped on their workers",
       build_id, queued.size(), running);
   StopWaitingForHistory(build_id);
+  KeepRecord(build->second, "cancelled");
   builds_.erase(build);
   return running;
 }
@@ -1249,7 +1260,44 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     running->set_predicted_wall_ms(absl::ToInt64Milliseconds(planned.demand.wall));
     running->set_elapsed_ms(absl::ToInt64Milliseconds(now - task.leased_at));
   }
+  std::vector<v1::BuildRecord> running_builds;
+  for (const auto& [id, build] : builds_) {
+    if (build.log) running_builds.push_back(RecordOf(build, "running", /*with_spans=*/false));
+  }
+  std::sort(running_builds.begin(), running_builds.end(), [](const auto& a, const auto& b) {
+    return a.started_unix_micros() > b.started_unix_micros();
+  });
+  for (v1::BuildRecord& record : running_builds) *status.add_builds() = std::move(record);
+  for (const v1::BuildRecord& record : recent_builds_.records()) {
+    v1::BuildRecord* summary = status.add_builds();
+    *summary = record;
+    summary->clear_spans();
+  }
   return status;
+}
+
+v1::BuildRecord BuildScheduler::RecordOf(const BuildState& build, const std::string& outcome,
+                                         bool with_spans) {
+  return build.log->Record(outcome, static_cast<int>(build.units.size()) - build.splits, with_spans,
+                           [&build](int index) { return build.units[index].planned.unit.name(); });
+}
+
+void BuildScheduler::KeepRecord(BuildState& build, const std::string& outcome) {
+  if (!build.log) return;
+  recent_builds_.Add(
+      build.log->Finish(outcome, static_cast<int>(build.units.size()) - build.splits, absl::Now(),
+                        [&build](int index) { return build.units[index].planned.unit.name(); }));
+}
+
+std::optional<v1::BuildRecord> BuildScheduler::BuildRecordOf(const std::string& build_id) const {
+  absl::MutexLock lock(&mu_);
+  auto build = builds_.find(build_id);
+  if (build != builds_.end() && build->second.log) {
+    return RecordOf(build->second, "running", /*with_spans=*/true);
+  }
+  const v1::BuildRecord* kept = recent_builds_.Find(build_id);
+  if (kept != nullptr) return *kept;
+  return std::nullopt;
 }
 
 }  // namespace distcc_cuda::coordinator

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/digest.h"
+#include "coordinator/build_records.h"
 #include "coordinator/memory_model.h"
 #include "coordinator/scheduler_metrics.h"
 #include "distcc_cuda/v1/build.pb.h"
@@ -166,6 +167,9 @@ class BuildScheduler {
   void Tick(absl::Time now);
 
   v1::ClusterStatus Status(absl::Time now) const;
+  // A running or recently ended build's record with its units' spans;
+  // nullopt for a build it does not know (any more).
+  std::optional<v1::BuildRecord> BuildRecordOf(const std::string& build_id) const;
 
   // The workers with toolchain `toolchain_digest`: their smallest usable cap
   // and their slots. Zero slots when none is connected.
@@ -185,13 +189,14 @@ class BuildScheduler {
     // The memory retry ladder: what the kills taught us.
     int memory_kills = 0;
     int64_t peak_seen = 0;
-    int64_t reservation_floor = 0;          // reserve at least this much
-    bool alone = false;                     // only on an otherwise idle worker
-    int64_t needs_cap_above = 0;            // only on a worker with a larger cap
-    bool split = false;                     // replaced by smaller units
-    bool moving = false;                    // LearnFrom is moving it in the queue
-    std::set<std::string> refused_by = {};  // workers whose reports for it were refused
-    absl::Time queued_at = absl::Now();     // when it last joined the queue (for metrics)
+    int64_t reservation_floor = 0;                // reserve at least this much
+    bool alone = false;                           // only on an otherwise idle worker
+    int64_t needs_cap_above = 0;                  // only on a worker with a larger cap
+    bool split = false;                           // replaced by smaller units
+    bool moving = false;                          // LearnFrom is moving it in the queue
+    std::set<std::string> refused_by = {};        // workers whose reports for it were refused
+    absl::Time queued_at = absl::Now();           // when it last joined the queue (for metrics)
+    absl::Time leased_at = absl::InfinitePast();  // its last lease, by the wall clock
   };
   struct BuildState {
     std::string id;
@@ -211,6 +216,8 @@ class BuildScheduler {
     // its units' names, which must differ, are kept to check the next part's.
     bool open = false;
     absl::flat_hash_set<std::string> names;
+    // Its summary and its units' spans, for people.
+    std::optional<BuildLog> log;
   };
   struct TaskState {
     std::string build_id;
@@ -271,6 +278,11 @@ class BuildScheduler {
   // the scheduler reads of it; a `cached` one, finished at once, whole.
   // A finished unit keeps only what the scheduler reads.
   static UnitState Hold(PlannedUnit planned, bool cached);
+  // A build's record for people (BuildLog::Record), its units named.
+  static v1::BuildRecord RecordOf(const BuildState& build, const std::string& outcome,
+                                  bool with_spans);
+  // Ends `build`'s record and keeps it among the recent builds.
+  void KeepRecord(BuildState& build, const std::string& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The whole unit of `unit`, for its task and its result.
   static v1::CompileUnit WholeUnit(const UnitState& unit);
 
@@ -380,6 +392,7 @@ class BuildScheduler {
   // (build id, unit index): re-queued units first, then longest predicted
   // wall time first.
   std::deque<std::pair<std::string, int>> queue_ ABSL_GUARDED_BY(mu_);
+  RecentBuilds recent_builds_ ABSL_GUARDED_BY(mu_);
   std::deque<ParkedLease> parked_ ABSL_GUARDED_BY(mu_);
   // Queued units (build id, unit index) waiting for the first runs of a
   // closure family or family (the key), and how many runs of it were

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// /metrics on a real coordinator and two workers, scraped around builds with
-// the fake compiler: each counter moves by exactly what the build did, the
-// gauges show the cluster, and the text is Prometheus's exposition format.
+// What an operator sees of a real coordinator and two workers around builds
+// with the fake compiler: /metrics, whose counters move by exactly what each
+// build did in Prometheus's exposition format, and `status --watch`.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,9 +9,13 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/build_command.h"
+#include "client/commands.h"
 #include "common/files.h"
+#include "common/subprocess.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/test_paths.h"
@@ -21,6 +25,7 @@ namespace distcc_cuda {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 constexpr int64_t kMiB = int64_t{1} << 20;
 
 class MetricsTest : public ::testing::Test {
@@ -218,6 +223,56 @@ TEST_F(MetricsTest, WorkerMemoryInUseReachesTheCoordinatorWithTheHeartbeat) {
   build.join();
   EXPECT_GE(used, 150 * kMiB) << out;
   EXPECT_LE(used, 512 * kMiB);
+}
+
+TEST_F(MetricsTest, StatusWatchShowsTheRunningUnitThenTheEndedBuild) {
+  Write("src/kernels.toml", "[build]\noutput = \"libh.so\"\nsources = [\"hold.cu\"]\n");
+  Write("src/hold.cu", "int hold(); // FAKE_TOUCH_MIB=200 FAKE_SLEEP_MS=3000\n");
+  std::string out;
+  std::thread build([&] { Build(&out).IgnoreError(); });
+  client::StatusWatchOptions watch;
+  watch.interval = absl::Milliseconds(200);
+  watch.frames = 30;  // 6 s: the build's 3 s and then some
+  std::ostringstream views;
+  absl::Status watched =
+      client::RunStatusWatch(coordinator_->address(), absl::Seconds(5), watch, views);
+  build.join();
+  ASSERT_TRUE(watched.ok()) << watched;
+  const std::string text = views.str();
+  std::vector<std::string> frames = absl::StrSplit(text, "coordinator 127.0.0.1:");
+  EXPECT_EQ(frames.size(), 31u);  // 30 views, each starting with its heading
+  bool saw_running = false, saw_memory = false, saw_ended = false;
+  for (const std::string& frame : frames) {
+    saw_running |= absl::StrContains(frame, "1 units running") && absl::StrContains(frame, "hold");
+    saw_memory |= absl::StrContains(frame, "[#");
+    saw_ended |= absl::StrContains(frame, "succeeded 1/1 units (1 compiled, 0 cached, 0 failed)");
+  }
+  EXPECT_TRUE(saw_running) << text;
+  EXPECT_TRUE(saw_memory) << "the worker's memory in use never showed:\n" << text;
+  EXPECT_TRUE(saw_ended) << text << out;
+  // The first views show the build running, the last ones ended.
+  EXPECT_THAT(frames.back(), HasSubstr("succeeded"));
+  EXPECT_THAT(frames.back(), HasSubstr("worker-a"));
+  EXPECT_THAT(frames.back(), HasSubstr("worker-b"));
+
+  // The command, as people run it (not a terminal here: one view after
+  // another, no escape sequences).
+  ProcessSpec status;
+  status.argv = {testing::BinaryPath("distcc-cuda"),
+                 "status",
+                 "--coordinator",
+                 coordinator_->address(),
+                 "--watch",
+                 "--watch-interval-s=0.1",
+                 "--watch-frames=2"};
+  status.timeout = absl::Seconds(30);
+  absl::StatusOr<ProcessResult> run = RunProcess(status);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_code, 0) << run->stderr_text;
+  std::vector<std::string> cli_frames = absl::StrSplit(run->stdout_text, "builds\n");
+  EXPECT_EQ(cli_frames.size(), 3u) << run->stdout_text;
+  EXPECT_THAT(run->stdout_text, Not(HasSubstr("\x1b[")));
+  EXPECT_THAT(run->stdout_text, HasSubstr("succeeded 1/1 units"));
 }
 
 }  // namespace

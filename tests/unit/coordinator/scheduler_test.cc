@@ -177,6 +177,64 @@ TEST_F(SchedulerTest, LeasesRunsAndFinishesABuild) {
   EXPECT_THAT(recorded_, ::testing::ElementsAre("action0", "action1"));
 }
 
+TEST_F(SchedulerTest, StatusShowsBuildsRunningAndEndedAndKeepsTheirUnitsSpans) {
+  std::string worker = AddWorker("a", "13.0", 2);
+  v1::TaskResult hit = Completed(0);
+  absl::StatusOr<std::string> first = Submit(3, {{2, hit}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::optional<v1::Task> one = LeaseNow(worker);
+  std::optional<v1::Task> two = LeaseNow(worker);
+  ASSERT_TRUE(one && two);
+  v1::TaskResult compiled = Completed(0);
+  compiled.set_peak_memory_bytes(300 * kMiB);
+  ASSERT_TRUE(Report(worker, *one, compiled).ok());
+
+  v1::ClusterStatus running = scheduler_.Status(kStart);
+  ASSERT_EQ(running.builds_size(), 1);
+  const v1::BuildRecord& now = running.builds(0);
+  EXPECT_EQ(now.build_id(), *first);
+  EXPECT_EQ(now.name(), "test");
+  EXPECT_EQ(now.outcome(), "running");
+  EXPECT_EQ(now.units_total(), 3);
+  EXPECT_EQ(now.units_done(), 2);
+  EXPECT_EQ(now.units_compiled(), 1);
+  EXPECT_EQ(now.units_cached(), 1);
+  EXPECT_EQ(now.spans_size(), 0) << "status carries no spans";
+  std::optional<v1::BuildRecord> so_far = scheduler_.BuildRecordOf(*first);
+  ASSERT_TRUE(so_far);
+  EXPECT_EQ(so_far->spans_size(), 2);
+
+  ASSERT_TRUE(Report(worker, *two, Completed(2)).ok());
+  // A second build, cancelled while its unit runs.
+  absl::StatusOr<std::string> second = Submit(1);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(LeaseNow(worker));
+  scheduler_.CancelBuild(*second);
+
+  v1::ClusterStatus after = scheduler_.Status(kStart);
+  ASSERT_EQ(after.builds_size(), 2);
+  EXPECT_EQ(after.builds(0).build_id(), *second) << "newest first";
+  EXPECT_EQ(after.builds(0).outcome(), "cancelled");
+  EXPECT_EQ(after.builds(1).outcome(), "failed");
+  EXPECT_EQ(after.builds(1).units_failed(), 1);
+  EXPECT_GT(after.builds(1).finished_unix_micros(), 0);
+  std::optional<v1::BuildRecord> ended = scheduler_.BuildRecordOf(*first);
+  ASSERT_TRUE(ended);
+  ASSERT_EQ(ended->spans_size(), 3);
+  std::map<std::string, v1::UnitSpan> spans;
+  for (const v1::UnitSpan& span : ended->spans()) spans[span.unit_name()] = span;
+  EXPECT_TRUE(spans["unit2"].cached());
+  EXPECT_EQ(spans["unit2"].worker_name(), "");
+  EXPECT_EQ(spans["unit2"].leased_unix_micros(), 0);
+  EXPECT_EQ(spans["unit0"].worker_name(), "a");
+  EXPECT_EQ(spans["unit0"].peak_memory_bytes(), 300 * kMiB);
+  EXPECT_EQ(spans["unit0"].predicted_peak_bytes(), 100 * kMiB);
+  EXPECT_GT(spans["unit0"].leased_unix_micros(), 0);
+  EXPECT_LE(spans["unit0"].leased_unix_micros(), spans["unit0"].finished_unix_micros());
+  EXPECT_TRUE(spans["unit1"].failed());
+  EXPECT_FALSE(scheduler_.BuildRecordOf("b-unknown"));
+}
+
 TEST_F(SchedulerTest, CompileErrorFailsTheUnitWithoutRetryAndIsNotCached) {
   std::string worker = AddWorker("a");
   ASSERT_TRUE(Submit(1).ok());
