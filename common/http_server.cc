@@ -44,6 +44,8 @@ void Send(mg_connection* connection, const HttpResponse& response, bool head) {
   mg_printf(connection,
             "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
             "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+            "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'\r\n"
+            "Referrer-Policy: no-referrer\r\n"
             "Connection: close\r\n\r\n",
             response.status, ReasonOf(response.status), response.content_type.c_str(),
             response.body.size());

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "coordinator/build_service.h"
 #include "coordinator/cas_service.h"
+#include "coordinator/dashboard.h"
 #include "coordinator/result_cache.h"
 #include "coordinator/scheduler_metrics.h"
 #include "coordinator/worker_service.h"
@@ -125,6 +126,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     ASSIGN_OR_RETURN(coordinator->metrics_server_, HttpServer::Start(std::move(http)));
     spdlog::info("coordinator metrics at {}/metrics", coordinator->metrics_server_->url());
   }
+  if (!options.http_listen.empty()) {
+    HttpServerOptions http;
+    http.listen_address = options.http_listen;
+    http.reachable = options.http_reachable;
+    http.purpose = "dashboard";
+    http.routes = DashboardRoutes(self->scheduler_.get());
+    ASSIGN_OR_RETURN(coordinator->dashboard_server_, HttpServer::Start(std::move(http)));
+    spdlog::info("coordinator dashboard at {}/", coordinator->dashboard_server_->url());
+  }
   coordinator->ticker_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
       self->scheduler_->Tick(absl::Now());
@@ -166,7 +176,12 @@ std::string Coordinator::metrics_url() const {
   return metrics_server_ != nullptr ? metrics_server_->url() : "";
 }
 
+std::string Coordinator::dashboard_url() const {
+  return dashboard_server_ != nullptr ? dashboard_server_->url() : "";
+}
+
 Coordinator::~Coordinator() {
+  dashboard_server_.reset();
   metrics_server_.reset();
   stop_.Notify();
   // Builds still being planned finish their calls before the server stops.

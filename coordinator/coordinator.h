@@ -55,8 +55,12 @@ struct CoordinatorOptions {
   int64_t max_blob_bytes = int64_t{4} << 30;
   // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
   std::string metrics_listen;
-  // Serve metrics on an address other than loopback: they need no
-  // credentials to read (worker names, queue, store figures).
+  // HOST:PORT to serve the live dashboard on (/, /api/status,
+  // /api/build); "": none.
+  std::string http_listen;
+  // Serve metrics and the dashboard on an address other than loopback:
+  // they need no credentials to read (worker and unit names, the queue,
+  // store figures).
   bool http_reachable = false;
 };
 
@@ -85,6 +89,8 @@ class Coordinator {
   std::shared_ptr<grpc::Channel> InProcessChannel() const;
   // Where /metrics is served ("http://127.0.0.1:PORT"); "" if nowhere.
   std::string metrics_url() const;
+  // Where the dashboard is served; "" if nowhere.
+  std::string dashboard_url() const;
 
  private:
   Coordinator() = default;
@@ -105,6 +111,7 @@ class Coordinator {
   std::unique_ptr<grpc::Server> server_;
   // Reads the scheduler and the store: stopped first.
   std::unique_ptr<HttpServer> metrics_server_;
+  std::unique_ptr<HttpServer> dashboard_server_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

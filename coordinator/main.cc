@@ -61,9 +61,14 @@ ABSL_FLAG(std::string, max_output, "1MiB",
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on, at /metrics (e.g. 127.0.0.1:9464); off by "
           "default; an address other than loopback needs --http-open");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT to serve the live dashboard on (e.g. 127.0.0.1:8080): workers, their "
+          "memory and running units, the queue, the last builds and their timelines; off by "
+          "default; an address other than loopback needs --http-open");
 ABSL_FLAG(bool, http_open, false,
-          "serve --metrics-listen on an address other than loopback: it needs no credentials "
-          "to read (worker names, the queue, store figures); it changes nothing");
+          "serve --metrics-listen and --http-listen on an address other than loopback: they "
+          "need no credentials to read (worker and unit names, the queue, store figures); "
+          "they change nothing");
 ABSL_FLAG(std::string, log_format, "text",
           "text, or json: one JSON object per log line (time, level, program, message, and "
           "the build, unit, task and worker it concerns), for a log pipeline");
@@ -116,6 +121,7 @@ int main(int argc, char** argv) {
   options.tls = std::move(*tls);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.http_reachable = absl::GetFlag(FLAGS_http_open);
   options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   // Workers of a coordinator that restarted register again within a couple
@@ -169,6 +175,9 @@ int main(int argc, char** argv) {
   }
   // Lets scripts started with port 0 learn the port.
   std::cout << "listening on " << (*coordinator)->address() << std::endl;
+  if (!(*coordinator)->dashboard_url().empty()) {
+    std::cout << "dashboard at " << (*coordinator)->dashboard_url() << "/" << std::endl;
+  }
   int signal = distcc_cuda::WaitForTerminationSignal();
   spdlog::info("coordinator shutting down (signal {})", signal);
   return 0;

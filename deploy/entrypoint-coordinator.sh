@@ -16,8 +16,10 @@
 #   DISTCC_CUDA_INSECURE             1: --insecure (no TLS on a reachable address)
 #   DISTCC_CUDA_METRICS_LISTEN       --metrics-listen HOST:PORT: Prometheus metrics
 #                                    at /metrics (e.g. 0.0.0.0:9464 in a container)
-#   DISTCC_CUDA_HTTP_OPEN            1: --http-open (metrics on an address other
-#                                    than loopback; they need no credentials)
+#   DISTCC_CUDA_HTTP_LISTEN          --http-listen HOST:PORT: the live dashboard
+#                                    (e.g. 0.0.0.0:8080 in a container)
+#   DISTCC_CUDA_HTTP_OPEN            1: --http-open (metrics and dashboard on an
+#                                    address other than loopback; no credentials)
 #   DISTCC_CUDA_LOG_FORMAT           --log-format text|json (json: one object a line)
 #   DISTCC_CUDA_BIN_DIR              where the binaries are (default /usr/local/bin)
 #
@@ -48,6 +50,7 @@ if [ -n "${DISTCC_CUDA_LOG_FORMAT:-}" ]; then set -- "--log-format=$DISTCC_CUDA_
 if [ -n "${DISTCC_CUDA_METRICS_LISTEN:-}" ]; then
   set -- "--metrics-listen=$DISTCC_CUDA_METRICS_LISTEN" "$@"
 fi
+if [ -n "${DISTCC_CUDA_HTTP_LISTEN:-}" ]; then set -- "--http-listen=$DISTCC_CUDA_HTTP_LISTEN" "$@"; fi
 if [ "${DISTCC_CUDA_HTTP_OPEN:-}" = 1 ]; then set -- --http-open "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_KEY:-}" ]; then set -- "--tls-key=$DISTCC_CUDA_TLS_KEY" "$@"; fi
 if [ -n "${DISTCC_CUDA_TLS_CERT:-}" ]; then set -- "--tls-cert=$DISTCC_CUDA_TLS_CERT" "$@"; fi

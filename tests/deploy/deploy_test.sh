@@ -190,6 +190,10 @@ else
     fail "compose: the coordinator's metrics are not published on the host's loopback"
   grep -q 'DISTCC_CUDA_METRICS_LISTEN: 0.0.0.0:9464' <<<"$coordinator_block" ||
     fail "compose: the coordinator serves no metrics"
+  grep -q 'DISTCC_CUDA_HTTP_LISTEN: 0.0.0.0:8080' <<<"$coordinator_block" ||
+    fail "compose: the coordinator serves no dashboard"
+  grep -qE "(host_ip: 127\.0\.0\.1|- ['\"]?127\.0\.0\.1:8080:8080)" <<<"$coordinator_block" ||
+    fail "compose: the dashboard is not published on the host's loopback"
   grep -q 'DISTCC_CUDA_METRICS_LISTEN: 0.0.0.0:9465' <<<"$worker_block" ||
     fail "compose: the workers serve no metrics"
   grep -qE "^ +- ['\"]?9465['\"]?$" <<<"$worker_block" ||
@@ -313,7 +317,8 @@ fi
 # Port 0: the coordinator picks a free port and prints it.
 state_dir=$tmp/state
 spawn "$tmp/coordinator.log" env DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_LISTEN=127.0.0.1:0 \
-  DISTCC_CUDA_STATE_DIR="$state_dir" "$deploy/entrypoint-coordinator.sh"
+  DISTCC_CUDA_STATE_DIR="$state_dir" DISTCC_CUDA_HTTP_LISTEN=127.0.0.1:0 \
+  "$deploy/entrypoint-coordinator.sh"
 coordinator_pid=$spawned
 wait_for_line "$tmp/coordinator.log" '^listening on ' 20 "$coordinator_pid"
 address=$(sed -n 's/^listening on //p' "$tmp/coordinator.log" | head -n 1)
@@ -357,6 +362,11 @@ metrics_url=$(grep -oE 'http://127\.0\.0\.1:[0-9]+/metrics' "$tmp/worker1.log" |
 http_get "$metrics_url" >"$tmp/worker1.metrics" || fail "DISTCC_CUDA_METRICS_LISTEN: no metrics at '$metrics_url'"
 grep -qE '^distcc_cuda_worker_slots 2$' "$tmp/worker1.metrics" ||
   fail "worker metrics without its 2 slots: $(head -c 2000 "$tmp/worker1.metrics")"
+dashboard_url=$(sed -n 's/^dashboard at //p' "$tmp/coordinator.log" | head -n 1)
+http_get "${dashboard_url}api/status" >"$tmp/dashboard.json" ||
+  fail "DISTCC_CUDA_HTTP_LISTEN: no dashboard at '$dashboard_url'"
+grep -q "\"name\":\"$name\"" "$tmp/dashboard.json" ||
+  fail "the dashboard's status does not list $name: $(head -c 2000 "$tmp/dashboard.json")"
 [[ -d $tmp/work1 ]] || fail "DISTCC_CUDA_WORK_DIR: $tmp/work1 was not made"
 
 timeout 30 "$bin_dir/distcc-cuda" status --coordinator "127.0.0.1:$port" >"$tmp/status.out" 2>&1 ||
@@ -402,7 +412,7 @@ touch -d '2 minutes ago' "$tmp/stale-health" && mkdir -p "$tmp/stale" &&
   fail "healthcheck.sh worker: not 1 for a worker whose last heartbeat is 2 minutes old"
 [[ $(health nonsense) == 1 ]] || fail "healthcheck.sh with an unknown role: not 1"
 pass "(c) coordinator and workers started through the entrypoints, configured by DISTCC_CUDA_*," \
-  "registered; status and healthcheck.sh see them; a worker serves /metrics"
+  "registered; status and healthcheck.sh see them; a worker serves /metrics, the dashboard lists it"
 
 # --- (d) a worker with another nvcc release refuses to start -----------------
 status=0

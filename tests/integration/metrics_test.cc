@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/subprocess.h"
 #include "coordinator/coordinator.h"
+#include "tests/integration/operated_cluster.h"
 #include "tests/support/prometheus_text.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"
@@ -26,35 +27,15 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-constexpr int64_t kMiB = int64_t{1} << 20;
-
-class MetricsTest : public ::testing::Test {
+class MetricsTest : public testing::OperatedClusterTest {
  protected:
   void SetUp() override {
-    root_ = testing::NewTempDir("metrics-");
     coordinator::CoordinatorOptions options;
-    options.state_dir = root_ + "/coordinator";
     options.metrics_listen = "127.0.0.1:0";
     // Every unit fits the workers' small caps until measured.
     options.prediction.peak_bytes = 64 * kMiB;
-    auto started = coordinator::Coordinator::Start(options);
-    ASSERT_TRUE(started.ok()) << started.status();
-    coordinator_ = std::move(*started);
-    for (const char* name : {"worker-a", "worker-b"}) {
-      worker::WorkerOptions worker;
-      worker.coordinator_address = coordinator_->address();
-      worker.name = name;
-      worker.slots = 1;
-      // The watchdog: the same memory kill on every machine, root or not.
-      worker.memory_cap_bytes = 512 * kMiB;
-      worker.force_watchdog = true;
-      worker.nvcc_path = testing::FakeNvccPath();
-      worker.work_dir = root_ + "/" + name;
-      worker.metrics_listen = "127.0.0.1:0";
-      auto running = worker::Worker::Start(worker);
-      ASSERT_TRUE(running.ok()) << running.status();
-      workers_.push_back(std::move(*running));
-    }
+    StartCluster("metrics-", options, 512 * kMiB);
+    if (HasFatalFailure()) return;
     Write("src/kern.cuh", "template <typename T, int N> void Kern() {}\n");
     Write("src/api.cu", "int api() { return 1; } // FAKE_SLEEP_MS=100\n");
     Write("src/big.cu", "int big(); // FAKE_TOUCH_MIB=768 FAKE_SLEEP_MS=2000\n");
@@ -129,10 +110,6 @@ n = [1, 2, 3, 4, 5, 6, 7, 8]
     }
     return sum;
   }
-
-  std::string root_;
-  std::unique_ptr<coordinator::Coordinator> coordinator_;
-  std::vector<std::unique_ptr<worker::Worker>> workers_;
 };
 
 TEST_F(MetricsTest, CountersMoveByExactlyWhatEachBuildDid) {

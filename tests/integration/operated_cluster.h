@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// A coordinator and two workers in-process on 127.0.0.1:0 with the fake
+// compiler, as an operator runs them (metrics and dashboard on loopback):
+// the fixture of the metrics, status --watch and dashboard tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+#include "tests/support/test_paths.h"
+#include "worker/worker.h"
+
+namespace distcc_cuda::testing {
+
+class OperatedClusterTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kMiB = int64_t{1} << 20;
+
+  // Starts the coordinator with `options` (its state under a new root) and
+  // workers worker-a and worker-b of one slot, each capped at `cap` by the
+  // watchdog (the same memory kills on every machine, root or not), with
+  // /metrics on loopback.
+  void StartCluster(const std::string& prefix, coordinator::CoordinatorOptions options,
+                    int64_t cap) {
+    root_ = NewTempDir(prefix);
+    options.state_dir = root_ + "/coordinator";
+    auto started = coordinator::Coordinator::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = std::move(*started);
+    for (const char* name : {"worker-a", "worker-b"}) {
+      worker::WorkerOptions worker;
+      worker.coordinator_address = coordinator_->address();
+      worker.name = name;
+      worker.slots = 1;
+      worker.memory_cap_bytes = cap;
+      worker.force_watchdog = true;
+      worker.nvcc_path = FakeNvccPath();
+      worker.work_dir = root_ + "/" + name;
+      worker.metrics_listen = "127.0.0.1:0";
+      auto running = worker::Worker::Start(worker);
+      ASSERT_TRUE(running.ok()) << running.status();
+      workers_.push_back(std::move(*running));
+    }
+  }
+
+  std::string root_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::vector<std::unique_ptr<worker::Worker>> workers_;
+};
+
+}  // namespace distcc_cuda::testing
