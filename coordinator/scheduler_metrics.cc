@@ -3,6 +3,9 @@
 
 #include <prometheus/gauge.h>
 
+#include <iterator>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "common/metrics.h"
@@ -126,11 +129,18 @@ std::vector<prometheus::MetricFamily> ClusterMetrics(const v1::ClusterStatus& st
        "Memory a worker's compiles held at its last heartbeat, as its cap measures it",
        [](const v1::WorkerStatus& w) -> double { return w.memory_used_bytes(); }},
   };
-  for (const PerWorker& metric : per_worker) {
-    prometheus::MetricFamily& out = family(metric.name, metric.help);
-    for (const v1::WorkerStatus& worker : status.workers()) {
-      AddSample(out, metric.value(worker), {{"worker", worker.name()}});
-    }
+  // One series per worker name: a worker registered again under its name
+  // (restarted before its old registration timed out) is summed with it
+  // for those seconds, rather than given twice, which fails the scrape.
+  std::map<std::string, std::vector<double>> by_name;
+  for (const v1::WorkerStatus& worker : status.workers()) {
+    std::vector<double>& values = by_name[worker.name()];
+    values.resize(std::size(per_worker));
+    for (size_t i = 0; i < std::size(per_worker); ++i) values[i] += per_worker[i].value(worker);
+  }
+  for (size_t i = 0; i < std::size(per_worker); ++i) {
+    prometheus::MetricFamily& out = family(per_worker[i].name, per_worker[i].help);
+    for (const auto& [name, values] : by_name) AddSample(out, values[i], {{"worker", name}});
   }
   return families;
 }
