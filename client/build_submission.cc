@@ -185,13 +185,16 @@ void BuildSubmission::ScanLoop() {
       if (stop_ || next_job_ >= jobs) return;
       job = next_job_++;
     }
+    const absl::Time began = absl::Now();
     absl::Status status = Scan(job);
     if (!status.ok()) {
       Fail(status);
       return;
     }
+    const int64_t took = absl::ToInt64Microseconds(absl::Now() - began);
     absl::MutexLock lock(&mu_);
     ready_.push_back(job);
+    scan_micros_.push_back(took);
     if (++scanned_ == jobs) {
       figures_.scan_ended = absl::Now();
       if (settings_.scan_cache != nullptr) figures_.scans_cached = settings_.scan_cache->hits();
@@ -256,18 +259,20 @@ void BuildSubmission::MakeLoop() {
   };
   for (;;) {
     std::vector<size_t> part;
+    std::vector<int64_t> scan_micros;
     bool last;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&has_work));
       if (stop_ || last_made_) return;
       part.swap(ready_);
+      scan_micros.swap(scan_micros_);
       last = scanned_ == jobs;
       // In the plan's order, whichever scan ended first: units predicted
       // alike are queued in that order.
       std::sort(part.begin(), part.end());
     }
-    absl::Status status = MakePart(part, last);
+    absl::Status status = MakePart(part, last, scan_micros);
     if (status.ok()) continue;
     if (!settings_.wait_for_reopen || !CoordinatorLost(status)) {
       Fail(status);
@@ -279,6 +284,7 @@ void BuildSubmission::MakeLoop() {
     {
       absl::MutexLock lock(&mu_);
       ready_.insert(ready_.begin(), part.begin(), part.end());
+      scan_micros_.insert(scan_micros_.begin(), scan_micros.begin(), scan_micros.end());
       lost_ = true;
     }
     if (settings_.on_lost) settings_.on_lost();
@@ -288,7 +294,8 @@ void BuildSubmission::MakeLoop() {
   }
 }
 
-absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool last) {
+absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool last,
+                                       const std::vector<int64_t>& scan_micros) {
   Figures::Part span;
   span.began = absl::Now();
   span.units = jobs.size();
@@ -329,6 +336,7 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
     v1::AddUnitsRequest& part = parts[order[i]];
     RootFiles& files = roots_[order[i]];
     part.set_last(last && i + 1 == order.size());
+    if (i == 0) part.mutable_scan_micros()->Add(scan_micros.begin(), scan_micros.end());
     auto sent = std::make_shared<MadePart>();
     if (PackLargeBuild(part, files.files)) {
       sent->plan_blob = std::move(files.files.plan.back());

@@ -106,7 +106,9 @@ class BuildSubmission {
   void MakeLoop();
   // Makes the part(s) of `jobs` (one per workspace root), uploads what the
   // coordinator lacks and queues them for AddLoop; `last` marks the last.
-  absl::Status MakePart(const std::vector<size_t>& jobs, bool last);
+  // The first part carries `scan_micros`, the scans' times, for metrics.
+  absl::Status MakePart(const std::vector<size_t>& jobs, bool last,
+                        const std::vector<int64_t>& scan_micros);
   // Adds the parts made, in order, to the build; after a Reopen, all again.
   void AddLoop();
   // Uploads every input made so far (a reopened build's coordinator may
@@ -145,6 +147,8 @@ class BuildSubmission {
 
   mutable absl::Mutex mu_;
   std::vector<size_t> ready_ ABSL_GUARDED_BY(mu_);  // scanned, not in a part yet
+  // How long the scans of ready_ took (µs), for the coordinator's metrics.
+  std::vector<int64_t> scan_micros_ ABSL_GUARDED_BY(mu_);
   size_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
   size_t scanned_ ABSL_GUARDED_BY(mu_) = 0;
   std::string build_id_ ABSL_GUARDED_BY(mu_);

@@ -67,6 +67,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
         +[](int* free) { return *free > 0; }, &scans_free_));
     --scans_free_;
   }
+  const absl::Time scan_began = absl::Now();
   absl::Status scanned = [&]() -> absl::Status {
     if (!plan.dependency_file.empty()) {
       // The dependency file the caller asked for, written as nvcc writes it.
@@ -100,6 +101,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   const std::string root = CommonAncestor(anchors);
 
   v1::SubmitBuildRequest request;
+  request.add_scan_micros(absl::ToInt64Microseconds(compiled.scanned - scan_began));
   request.set_build_name(absl::StrCat("launcher: ", plan.source));
   request.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
   request.set_workspace_root(root);

@@ -336,6 +336,7 @@ grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
   if (!principal.ok()) {
     return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(principal.status()));
   }
+  scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
   auto* stream = new BuildEventStream(scheduler_, open_builds_);
   bool queued = planner_->Submit([this, stream, request, owner = principal->name] {
     stream->Start(*request, Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_},
@@ -372,6 +373,7 @@ grpc::ServerUnaryReactor* BuildService::AddUnits(grpc::CallbackServerContext* co
                      " was submitted by another client; only that client may add units to it"))));
     return reactor;
   }
+  scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
   bool queued = planner_->Submit([this, build, request, response, reactor] {
     absl::StatusOr<int> added =
         AddPart(request->build_id(), *build, *request,

@@ -167,6 +167,8 @@ class BuildScheduler {
   void Tick(absl::Time now);
 
   v1::ClusterStatus Status(absl::Time now) const;
+  // What it counts for /metrics (thread-safe).
+  SchedulerMetrics& metrics() const { return *metrics_; }
   // A running or recently ended build's record with its units' spans;
   // nullopt for a build it does not know (any more).
   std::optional<v1::BuildRecord> BuildRecordOf(const std::string& build_id) const;

@@ -3,6 +3,7 @@
 
 #include <prometheus/gauge.h>
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 #include <string>
@@ -64,6 +65,21 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> registr
            .Register(r)
            .Add({}, prometheus::Histogram::BucketBoundaries{0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25,
                                                             1.5, 2, 4});
+  scan_seconds_ = &prometheus::BuildHistogram()
+                       .Name("distcc_cuda_scan_duration_seconds")
+                       .Help(
+                           "Each dependency scan (nvcc -M, or the scan cache's answer) as the "
+                           "clients that ran it report it")
+                       .Register(r)
+                       .Add({}, DurationBuckets());
+}
+
+void SchedulerMetrics::ScansReported(const google::protobuf::RepeatedField<int64_t>& scan_micros,
+                                     int64_t most) {
+  if (scan_micros.size() > most) return;
+  for (int64_t micros : scan_micros) {
+    scan_seconds_->Observe(std::clamp<int64_t>(micros, 0, int64_t{3600} * 1000000) / 1e6);
+  }
 }
 
 void SchedulerMetrics::UnitFinished(const v1::TaskResult& result, bool cached,

@@ -33,6 +33,9 @@ class SchedulerMetrics {
   void UnitRequeued();
   void UnitKilledForMemory();
   void BuildFinished(bool success);
+  // A client's dependency scans, in microseconds, as it reports them: each
+  // clamped to [0, 1 h]; none counted if there are more than `most`.
+  void ScansReported(const google::protobuf::RepeatedField<int64_t>& scan_micros, int64_t most);
 
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
@@ -48,6 +51,7 @@ class SchedulerMetrics {
   prometheus::Histogram* compile_seconds_;
   prometheus::Histogram* queue_seconds_;
   prometheus::Histogram* peak_prediction_ratio_;
+  prometheus::Histogram* scan_seconds_;
 };
 
 // The cluster at one moment, as gauges: distcc_cuda_workers_connected,

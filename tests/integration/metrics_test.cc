@@ -145,6 +145,9 @@ TEST_F(MetricsTest, CountersMoveByExactlyWhatEachBuildDid) {
   EXPECT_GE(first.Value("distcc_cuda_compile_duration_seconds_sum"), n * 0.1);
   EXPECT_EQ(first.Value("distcc_cuda_queue_duration_seconds_count"), n);
   EXPECT_EQ(first.Value("distcc_cuda_peak_prediction_ratio_count"), n);
+  // Two scans: api.cu's and the instantiation set's header.
+  EXPECT_EQ(first.Value("distcc_cuda_scan_duration_seconds_count"), 2);
+  EXPECT_GT(first.Value("distcc_cuda_scan_duration_seconds_sum"), 0);
   EXPECT_GT(first.Value("distcc_cuda_store_blobs"), 0);
   EXPECT_GT(first.Value("distcc_cuda_store_bytes"), 0);
   EXPECT_GT(first.Value("distcc_cuda_store_lookups_total{result=\"miss\"}"), 0);
@@ -176,6 +179,7 @@ TEST_F(MetricsTest, CountersMoveByExactlyWhatEachBuildDid) {
   EXPECT_EQ(second.Value("distcc_cuda_builds_total{result=\"failure\"}"), 1);
   EXPECT_EQ(second.Value("distcc_cuda_compile_duration_seconds_count"), n);
   EXPECT_EQ(second.Value("distcc_cuda_queue_duration_seconds_count"), n + 2);
+  EXPECT_EQ(second.Value("distcc_cuda_scan_duration_seconds_count"), 2 + 3);
   testing::ScrapedMetrics workers_second = ScrapeWorkers();
   EXPECT_EQ(workers_second.Value("distcc_cuda_tasks_total{outcome=\"completed\"}"), n);
   EXPECT_EQ(workers_second.Value("distcc_cuda_tasks_total{outcome=\"killed_for_memory\"}"), 2);
