@@ -187,9 +187,10 @@ int main(int argc, char** argv) {
   }
   std::string command = positional[1];
   spdlog::set_level(absl::GetFlag(FLAGS_verbose) ? spdlog::level::info : spdlog::level::warn);
-  auto log_format = distcc_cuda::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
-  if (!log_format.ok()) return Fail(log_format.status());
-  distcc_cuda::UseLogFormat(*log_format, "distcc-cuda");
+  if (absl::Status logs = distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda");
+      !logs.ok()) {
+    return Fail(logs);
+  }
   // Priority: the command line, then $DISTCC_CUDA_COORDINATOR, then the
   // config file (which ParseFlags merged into the flag's value).
   bool on_command_line = std::any_of(argv + 1, argv + argc, [](const char* arg) {

@@ -182,7 +182,6 @@ CasStore::Stats CasStore::stats() const {
     stats.blobs = index_.size();
     stats.evicted_blobs = evicted_;
     stats.evicted_bytes = evicted_bytes_;
-    stats.counted = indexed_;
   }
   stats.max_bytes = max_bytes_;
   stats.lookup_hits = lookup_hits_.load(std::memory_order_relaxed);

@@ -165,7 +165,6 @@ class CasStore {
     int64_t evicted_bytes = 0;
     int64_t lookup_hits = 0;    // blobs asked for that it had
     int64_t lookup_misses = 0;  // and that it lacked (to be uploaded or fetched)
-    bool counted = false;       // false while it still counts what it held at opening
   };
   Stats stats() const;
   // Counts a caller's lookup of a blob a peer wants to send or a task needs:

@@ -62,19 +62,17 @@ void GrpcToSpdlog(gpr_log_func_args* args) {
 
 }  // namespace
 
-absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
-  if (name == "text") return LogFormat::kText;
-  if (name == "json") return LogFormat::kJson;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--log-format is 'text' or 'json' (one JSON object per line), not '", name, "'"));
-}
-
-void UseLogFormat(LogFormat format, const std::string& program) {
-  if (format == LogFormat::kText) return;
+absl::Status UseLogFormat(absl::string_view format, const std::string& program) {
+  if (format == "text") return absl::OkStatus();
+  if (format != "json") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log-format is 'text' or 'json' (one JSON object per line), not '", format, "'"));
+  }
   json_logs = true;
   spdlog::set_formatter(std::make_unique<JsonLineFormatter>(program));
   // gRPC writes to stderr itself otherwise: lines no JSON reader takes.
   gpr_set_log_function(GrpcToSpdlog);
+  return absl::OkStatus();
 }
 
 void LogNotice(const std::string& line) {

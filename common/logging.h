@@ -10,20 +10,17 @@
 #include <string>
 #include <utility>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace distcc_cuda {
 
-enum class LogFormat { kText, kJson };
-
-// "text" or "json"; INVALID_ARGUMENT naming both otherwise.
-absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name);
-
-// Sets the format of the default logger's lines. kJson: {"time": RFC 3339
-// UTC with microseconds, "level", "program", "message", then every field of
-// the LogFields in scope on the logging thread}. Call once, early in main.
-void UseLogFormat(LogFormat format, const std::string& program);
+// Sets the format of the default logger's lines (--log-format): "text", or
+// "json": {"time": RFC 3339 UTC with microseconds, "level", "program",
+// "message", then every field of the LogFields in scope on the logging
+// thread}. INVALID_ARGUMENT naming both for another name. Call once, early
+// in main.
+absl::Status UseLogFormat(absl::string_view format, const std::string& program);
 
 // A line for whoever reads the program's output: on stdout as it is with
 // text logs, a log line (info) with JSON logs.

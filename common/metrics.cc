@@ -32,6 +32,17 @@ HttpHandler MetricsPage(std::shared_ptr<prometheus::Registry> registry,
   };
 }
 
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeMetrics(
+    const std::string& listen_address, bool reachable,
+    std::shared_ptr<prometheus::Registry> registry, std::vector<MetricsSnapshot> snapshots) {
+  HttpServerOptions http;
+  http.listen_address = listen_address;
+  http.reachable = reachable;
+  http.purpose = "metrics";
+  http.routes["/metrics"] = MetricsPage(std::move(registry), std::move(snapshots));
+  return HttpServer::Start(std::move(http));
+}
+
 prometheus::MetricFamily MetricFamilyOf(std::string name, std::string help,
                                         prometheus::MetricType type) {
   prometheus::MetricFamily family;

@@ -33,6 +33,12 @@ using MetricsSnapshot = std::function<std::vector<prometheus::MetricFamily>()>;
 HttpHandler MetricsPage(std::shared_ptr<prometheus::Registry> registry,
                         std::vector<MetricsSnapshot> snapshots);
 
+// Starts serving MetricsPage(registry, snapshots) at /metrics on
+// `listen_address` (loopback unless `reachable`); HttpServer::Start's errors.
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeMetrics(
+    const std::string& listen_address, bool reachable,
+    std::shared_ptr<prometheus::Registry> registry, std::vector<MetricsSnapshot> snapshots);
+
 // A family of one type, for a snapshot.
 prometheus::MetricFamily MetricFamilyOf(std::string name, std::string help,
                                         prometheus::MetricType type);

@@ -116,14 +116,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   Coordinator* self = coordinator.get();
   if (!options.metrics_listen.empty()) {
-    HttpServerOptions http;
-    http.listen_address = options.metrics_listen;
-    http.reachable = options.http_reachable;
-    http.purpose = "metrics";
-    http.routes["/metrics"] = MetricsPage(
-        registry, {[self] { return ClusterMetrics(self->scheduler_->Status(absl::Now())); },
-                   [self] { return StoreMetrics(*self->cas_); }});
-    ASSIGN_OR_RETURN(coordinator->metrics_server_, HttpServer::Start(std::move(http)));
+    ASSIGN_OR_RETURN(
+        coordinator->metrics_server_,
+        ServeMetrics(options.metrics_listen, options.http_reachable, registry,
+                     {[self] { return ClusterMetrics(self->scheduler_->Status(absl::Now())); },
+                      [self] { return StoreMetrics(*self->cas_); }}));
     spdlog::info("coordinator metrics at {}/metrics", coordinator->metrics_server_->url());
   }
   if (!options.http_listen.empty()) {

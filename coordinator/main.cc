@@ -94,12 +94,12 @@ int main(int argc, char** argv) {
       "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
       "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)");
   distcc_cuda::ParseFlags(argc, argv, "coordinator");
-  auto log_format = distcc_cuda::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
-  if (!log_format.ok()) {
-    std::cerr << "distcc-cuda-coordinator: " << log_format.status().message() << "\n";
+  if (absl::Status logs =
+          distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-coordinator");
+      !logs.ok()) {
+    std::cerr << "distcc-cuda-coordinator: " << logs.message() << "\n";
     return 2;
   }
-  distcc_cuda::UseLogFormat(*log_format, "distcc-cuda-coordinator");
   distcc_cuda::BlockTerminationSignals();
   distcc_cuda::coordinator::CoordinatorOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);

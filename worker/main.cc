@@ -81,12 +81,12 @@ int main(int argc, char** argv) {
       "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
       "[--memory-cap SIZE] [--nvcc PATH]");
   distcc_cuda::ParseFlags(argc, argv, "worker");
-  auto log_format = distcc_cuda::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
-  if (!log_format.ok()) {
-    std::cerr << "distcc-cuda-worker: " << log_format.status().message() << "\n";
+  if (absl::Status logs =
+          distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-worker");
+      !logs.ok()) {
+    std::cerr << "distcc-cuda-worker: " << logs.message() << "\n";
     return 2;
   }
-  distcc_cuda::UseLogFormat(*log_format, "distcc-cuda-worker");
   distcc_cuda::BlockTerminationSignals();
   const char* cuda_home = std::getenv("CUDA_HOME");
   auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");

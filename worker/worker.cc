@@ -140,14 +140,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->metrics_ = std::make_unique<WorkerMetrics>(registry);
   if (!options.metrics_listen.empty()) {
     const Worker* reader = worker.get();
-    HttpServerOptions http;
-    http.listen_address = options.metrics_listen;
-    http.reachable = options.http_reachable;
-    http.purpose = "metrics";
-    http.routes["/metrics"] =
-        MetricsPage(registry, {[reader] { return WorkerGaugeMetrics(reader->Gauges()); },
-                               [reader] { return StoreMetrics(*reader->cache_); }});
-    ASSIGN_OR_RETURN(worker->metrics_server_, HttpServer::Start(std::move(http)));
+    ASSIGN_OR_RETURN(worker->metrics_server_,
+                     ServeMetrics(options.metrics_listen, options.http_reachable, registry,
+                                  {[reader] { return WorkerGaugeMetrics(reader->Gauges()); },
+                                   [reader] { return StoreMetrics(*reader->cache_); }}));
     spdlog::info("worker {} metrics at {}/metrics", options.name, worker->metrics_server_->url());
   }
   // The heartbeat thread registers (and registers again whenever the
