@@ -38,5 +38,27 @@ TEST(ClusterMetricsTest, OneSeriesPerWorkerNameEvenWhenAWorkerRegisteredTwice) {
   EXPECT_EQ(scraped->Sum("distcc_cuda_worker_memory_cap_bytes"), 3000);
 }
 
+// What a client reports of its scans is hostile input: each value is
+// clamped, and a report of more values than a build may have units is
+// dropped whole.
+TEST(SchedulerMetricsTest, ScanTimesAClientReportsAreClampedOrDropped) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  SchedulerMetrics metrics(registry);
+  google::protobuf::RepeatedField<int64_t> reported;
+  for (int64_t micros : {int64_t{-5}, int64_t{2'000'000}, int64_t{1} << 62}) reported.Add(micros);
+  metrics.ScansReported(reported, /*most=*/3);
+  google::protobuf::RepeatedField<int64_t> too_many;
+  for (int i = 0; i < 4; ++i) too_many.Add(1'000'000);
+  metrics.ScansReported(too_many, /*most=*/3);
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, registry->Collect());
+  auto scraped = testing::ParsePrometheusText(text.str());
+  ASSERT_TRUE(scraped.ok()) << scraped.status();
+  EXPECT_EQ(scraped->Value("distcc_cuda_scan_duration_seconds_count"), 3);
+  // 0 + 2 s + one hour.
+  EXPECT_EQ(scraped->Value("distcc_cuda_scan_duration_seconds_sum"), 3602);
+  EXPECT_EQ(scraped->Value("distcc_cuda_scan_duration_seconds_bucket{le=\"0.01\"}"), 1);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator

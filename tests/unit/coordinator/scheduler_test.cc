@@ -235,6 +235,20 @@ TEST_F(SchedulerTest, StatusShowsBuildsRunningAndEndedAndKeepsTheirUnitsSpans) {
   EXPECT_FALSE(scheduler_.BuildRecordOf("b-unknown"));
 }
 
+TEST_F(SchedulerTest, TheMemoryAWorkerSaysItUsesIsKeptWithinItsCap) {
+  std::string worker = AddWorker("a", "13.0", 1, 8 * kGiB);
+  for (const auto& [said, kept] : std::vector<std::pair<int64_t, int64_t>>{
+           {3 * kGiB, 3 * kGiB}, {-5, 0}, {int64_t{1} << 62, 8 * kGiB}}) {
+    v1::HeartbeatRequest beat;
+    beat.set_worker_id(worker);
+    beat.set_memory_used_bytes(said);
+    ASSERT_TRUE(scheduler_.Heartbeat(beat, kStart).ok());
+    v1::ClusterStatus status = scheduler_.Status(kStart);
+    ASSERT_EQ(status.workers_size(), 1);
+    EXPECT_EQ(status.workers(0).memory_used_bytes(), kept) << said;
+  }
+}
+
 TEST_F(SchedulerTest, CompileErrorFailsTheUnitWithoutRetryAndIsNotCached) {
   std::string worker = AddWorker("a");
   ASSERT_TRUE(Submit(1).ok());
