@@ -25,6 +25,9 @@
 //   FAKE_SCAN_WAIT_FOR(path)  a scan (-M) waits until `path` exists (60 s
 //                        at most, then fails): a test's proof of what ran
 //                        while this unit was being scanned
+//   FAKE_COMPILE_WAIT_FOR(path)  a compile (-c), once its memory is touched,
+//                        waits the same way: a unit that runs until the test
+//                        has seen it running, however loaded the machine
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,6 +112,19 @@ std::string Directive(const std::string& text, const std::string& name, size_t* 
   if (where) *where = at;
   size_t begin = at + name.size() + 1;
   return text.substr(begin, text.find(')', begin) - begin);
+}
+
+// Waits until `path` exists, if one is named: true once it does, false
+// (with a message) after 60 s.
+bool AwaitFile(const std::string& path) {
+  for (int waited = 0; !path.empty() && access(path.c_str(), F_OK) != 0; ++waited) {
+    if (waited == 6000) {
+      std::cerr << "fake nvcc: " << path << " did not appear within 60 s\n";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 long NumberAfter(const std::string& text, const std::string& name) {
@@ -298,14 +314,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (depend) {
-    const std::string awaited = Directive(text, "FAKE_SCAN_WAIT_FOR", nullptr);
-    for (int waited = 0; !awaited.empty() && access(awaited.c_str(), F_OK) != 0; ++waited) {
-      if (waited == 6000) {
-        std::cerr << "fake nvcc: " << awaited << " did not appear within 60 s\n";
-        return 1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    if (!AwaitFile(Directive(text, "FAKE_SCAN_WAIT_FOR", nullptr))) return 1;
     std::cout << source << ".o :";
     for (const std::string& file : files) std::cout << " \\\n    " << file;
     std::cout << "\n";
@@ -320,6 +329,7 @@ int main(int argc, char** argv) {
     volatile char* memory = static_cast<volatile char*>(std::malloc(bytes));
     for (size_t i = 0; memory != nullptr && i < bytes; i += 4096) memory[i] = 1;
   }
+  if (!AwaitFile(Directive(text, "FAKE_COMPILE_WAIT_FOR", nullptr))) return 1;
   std::vector<std::string> gencodes;
   long threads = 1;
   for (const std::string& flag : flags) {

@@ -91,8 +91,13 @@ std::optional<absl::Duration> TimeUntil(const std::function<bool()>& done, absl:
   return std::nullopt;
 }
 
+// What the sleeping units' names start with: "zzcancelme" and this test
+// process's pid, so that their processes can be found and told from those
+// of another test that ctest runs beside this one.
+std::string SleepingMarker() { return absl::StrCat("zzcancelme", getpid(), "_"); }
+
 // A manifest of `count` units that each sleep a minute in the fake nvcc,
-// named zzcancelme_N so that their processes can be found.
+// named SleepingMarker() + N.
 std::string SleepingManifest(int count) {
   std::vector<std::string> values;
   for (int i = 0; i < count; ++i) values.push_back(std::to_string(i));
@@ -103,7 +108,8 @@ sources = []
 
 [[instantiations]]
 name = "slow"
-unit = "zzcancelme_{n}"
+unit = ")",
+                      SleepingMarker(), R"({n}"
 headers = ["kern.cuh"]
 text = "template void Kern<float, {n}>(); // FAKE_SLEEP_MS=60000"
 
@@ -1171,10 +1177,10 @@ TEST_F(ClusterTest, CancelStopsTheUnitsOnTheWorkersAndFreesTheirSlotsWithinTwoSe
   ASSERT_TRUE(TimeUntil(
       [&] {
         return StatusOf(address).running_units() == 2 &&
-               testing::ProcessesMentioning("zzcancelme_") >= 4;
+               testing::ProcessesMentioning(SleepingMarker()) >= 4;
       },
       absl::Seconds(30)))
-      << testing::ProcessesMentioning("zzcancelme_");
+      << testing::ProcessesMentioning(SleepingMarker());
   absl::Time cancelled_at = absl::Now();
   cancel.Cancel("test");
   ASSERT_EQ(build.wait_for(std::chrono::seconds(10)), std::future_status::ready);
@@ -1184,9 +1190,10 @@ TEST_F(ClusterTest, CancelStopsTheUnitsOnTheWorkersAndFreesTheirSlotsWithinTwoSe
   EXPECT_THAT(out, HasSubstr("0 of 2 units had finished"));
   EXPECT_THAT(out, HasSubstr("2 units were compiling; the coordinator stops them on its workers"));
   std::optional<absl::Duration> freed = TimeUntil(
-      [&] { return testing::ProcessesMentioning("zzcancelme_") == 0 && ClusterIsIdle(address); },
+      [&] { return testing::ProcessesMentioning(SleepingMarker()) == 0 && ClusterIsIdle(address); },
       absl::Seconds(10));
-  ASSERT_TRUE(freed) << testing::ProcessesMentioning("zzcancelme_") << " processes left; "
+  ASSERT_TRUE(freed) << "processes left:\n"
+                     << testing::DescribeProcessesMentioning(SleepingMarker())
                      << StatusOf(address).DebugString();
   const absl::Duration all_free = absl::Now() - cancelled_at;
   EXPECT_LT(all_free, absl::Seconds(2));
@@ -1229,15 +1236,14 @@ TEST_F(ClusterTest, AWorkerKilledWithSigkillLeavesNoCompilerRunning) {
   for (auto& worker : killed) {
     ASSERT_TRUE(worker->WaitForLog("runs unit", absl::Seconds(30)).ok()) << worker->Log();
   }
-  ASSERT_TRUE(
-      TimeUntil([] { return testing::ProcessesMentioning("zzcancelme_") >= 2; }, absl::Seconds(30)))
+  ASSERT_TRUE(TimeUntil([] { return testing::ProcessesMentioning(SleepingMarker()) >= 2; },
+                        absl::Seconds(30)))
       << killed[0]->Log() << killed[1]->Log();
   for (auto& worker : killed) ASSERT_TRUE(worker->Stop(SIGKILL, absl::Seconds(5)).ok());
-  std::optional<absl::Duration> gone =
-      TimeUntil([] { return testing::ProcessesMentioning("zzcancelme_") == 0; }, absl::Seconds(10));
-  ASSERT_TRUE(gone) << testing::ProcessesMentioning("zzcancelme_")
-                    << " compiler processes outlived "
-                    << "their worker";
+  std::optional<absl::Duration> gone = TimeUntil(
+      [] { return testing::ProcessesMentioning(SleepingMarker()) == 0; }, absl::Seconds(10));
+  ASSERT_TRUE(gone) << "compiler processes outlived their worker:\n"
+                    << testing::DescribeProcessesMentioning(SleepingMarker());
   EXPECT_LT(*gone, absl::Seconds(2));
   cancel.Cancel("test over");
   ASSERT_EQ(build.wait_for(std::chrono::seconds(10)), std::future_status::ready);

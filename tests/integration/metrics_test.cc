@@ -63,6 +63,13 @@ n = [1, 2, 3, 4, 5, 6, 7, 8]
 )"));
   }
 
+  // A unit that touches 200 MiB and holds it until Release().
+  std::string HoldingUnit() const {
+    return absl::StrCat("int hold(); // FAKE_TOUCH_MIB=200 FAKE_COMPILE_WAIT_FOR(", root_,
+                        "/release)\n");
+  }
+  void Release() { EXPECT_TRUE(WriteFileAtomically(root_ + "/release", "").ok()); }
+
   absl::Status Build(std::string* output) {
     client::BuildOptions options;
     options.plan_path = root_ + "/src/kernels.toml";
@@ -192,15 +199,17 @@ TEST_F(MetricsTest, CountersMoveByExactlyWhatEachBuildDid) {
 
 TEST_F(MetricsTest, WorkerMemoryInUseReachesTheCoordinatorWithTheHeartbeat) {
   Write("src/kernels.toml", "[build]\noutput = \"libh.so\"\nsources = [\"hold.cu\"]\n");
-  Write("src/hold.cu", "int hold(); // FAKE_TOUCH_MIB=200 FAKE_SLEEP_MS=4000\n");
+  // The unit holds its memory until the test has seen it.
+  Write("src/hold.cu", HoldingUnit());
   std::string out;
   std::thread build([&] { Build(&out).IgnoreError(); });
-  // Within a few heartbeats (1 s apart) of the touch, while it sleeps.
+  // Within a few heartbeats (1 s apart) of the touch, while it waits.
   double used = 0;
-  for (int i = 0; i < 60 && used < 150 * kMiB; ++i) {
+  for (int i = 0; i < 300 && used < 150 * kMiB; ++i) {
     absl::SleepFor(absl::Milliseconds(100));
     used = Scrape(coordinator_->metrics_url()).Sum("distcc_cuda_worker_memory_used_bytes");
   }
+  Release();
   build.join();
   EXPECT_GE(used, 150 * kMiB) << out;
   EXPECT_LE(used, 512 * kMiB);
@@ -208,20 +217,33 @@ TEST_F(MetricsTest, WorkerMemoryInUseReachesTheCoordinatorWithTheHeartbeat) {
 
 TEST_F(MetricsTest, StatusWatchShowsTheRunningUnitThenTheEndedBuild) {
   Write("src/kernels.toml", "[build]\noutput = \"libh.so\"\nsources = [\"hold.cu\"]\n");
-  Write("src/hold.cu", "int hold(); // FAKE_TOUCH_MIB=200 FAKE_SLEEP_MS=3000\n");
+  Write("src/hold.cu", HoldingUnit());
   std::string out;
   std::thread build([&] { Build(&out).IgnoreError(); });
+  // The unit is let go 2 s (10 views) after its memory in use reached the
+  // coordinator, however long that took on a loaded machine.
+  std::thread releaser([&] {
+    for (int i = 0; i < 300; ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+      if (Scrape(coordinator_->metrics_url()).Sum("distcc_cuda_worker_memory_used_bytes") > 0) {
+        break;
+      }
+    }
+    absl::SleepFor(absl::Seconds(2));
+    Release();
+  });
   client::StatusWatchOptions watch;
   watch.interval = absl::Milliseconds(200);
-  watch.frames = 30;  // 6 s: the build's 3 s and then some
+  watch.frames = 75;  // 15 s: the unit's start, 2 s held, its end and then some
   std::ostringstream views;
   absl::Status watched =
       client::RunStatusWatch(coordinator_->address(), absl::Seconds(5), watch, views);
+  releaser.join();
   build.join();
   ASSERT_TRUE(watched.ok()) << watched;
   const std::string text = views.str();
   std::vector<std::string> frames = absl::StrSplit(text, "coordinator 127.0.0.1:");
-  EXPECT_EQ(frames.size(), 31u);  // 30 views, each starting with its heading
+  EXPECT_EQ(frames.size(), 76u);  // 75 views, each starting with its heading
   bool saw_running = false, saw_memory = false, saw_ended = false;
   for (const std::string& frame : frames) {
     saw_running |= absl::StrContains(frame, "1 units running") && absl::StrContains(frame, "hold");

@@ -23,7 +23,10 @@ class OperatedClusterTest : public ::testing::Test {
   // Starts the coordinator with `options` (its state under a new root) and
   // workers worker-a and worker-b of one slot, each capped at `cap` by the
   // watchdog (the same memory kills on every machine, root or not), with
-  // /metrics on loopback.
+  // /metrics on loopback. The compiles run unsandboxed (--insecure-no-sandbox),
+  // so that a unit can wait for a file the test writes when it has seen
+  // what it looks for (FAKE_COMPILE_WAIT_FOR): the sandbox is not what these
+  // tests are about, and the cluster tests cover it.
   void StartCluster(const std::string& prefix, coordinator::CoordinatorOptions options,
                     int64_t cap) {
     root_ = NewTempDir(prefix);
@@ -38,6 +41,7 @@ class OperatedClusterTest : public ::testing::Test {
       worker.slots = 1;
       worker.memory_cap_bytes = cap;
       worker.force_watchdog = true;
+      worker.sandbox = false;
       worker.nvcc_path = FakeNvccPath();
       worker.work_dir = root_ + "/" + name;
       worker.metrics_listen = "127.0.0.1:0";

@@ -56,6 +56,22 @@ std::vector<Stat> AllProcesses() {
   return all;
 }
 
+// The command lines (NUL-separated arguments) of the processes other than
+// this one that hold `text`, by pid.
+std::map<pid_t, std::string> CommandLinesMentioning(const std::string& text) {
+  std::map<pid_t, std::string> found;
+  const pid_t self = getpid();
+  std::error_code error;
+  for (std::filesystem::directory_iterator it("/proc", error), end; !error && it != end;
+       it.increment(error)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(it->path().filename().string(), &pid) || pid == self) continue;
+    absl::StatusOr<std::string> cmdline = ReadFile(it->path().string() + "/cmdline");
+    if (cmdline.ok() && absl::StrContains(*cmdline, text)) found[pid] = *cmdline;
+  }
+  return found;
+}
+
 }  // namespace
 
 std::vector<ProcessId> DescendantsOf(pid_t ancestor) {
@@ -98,16 +114,18 @@ std::vector<ProcessId> StillRunning(const std::vector<ProcessId>& processes) {
 }
 
 int ProcessesMentioning(const std::string& text) {
-  int count = 0;
-  const std::string self = std::to_string(getpid());
-  std::error_code error;
-  for (std::filesystem::directory_iterator it("/proc", error), end; !error && it != end;
-       it.increment(error)) {
-    if (it->path().filename() == self) continue;
-    absl::StatusOr<std::string> cmdline = ReadFile(it->path().string() + "/cmdline");
-    if (cmdline.ok() && absl::StrContains(*cmdline, text)) ++count;
+  return static_cast<int>(CommandLinesMentioning(text).size());
+}
+
+std::string DescribeProcessesMentioning(const std::string& text) {
+  std::string described;
+  for (const auto& [pid, argv] : CommandLinesMentioning(text)) {
+    std::optional<Stat> stat = ReadStat(pid);
+    absl::StrAppend(&described, "pid ", pid, ", parent ", stat ? stat->parent : -1, ", state ",
+                    std::string(1, stat ? stat->state : '?'), ": ",
+                    absl::StrJoin(absl::StrSplit(argv, '\0', absl::SkipEmpty()), " "), "\n");
   }
-  return count;
+  return described;
 }
 
 std::string Describe(const std::vector<ProcessId>& processes) {

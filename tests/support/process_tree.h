@@ -31,6 +31,10 @@ std::vector<ProcessId> StillRunning(const std::vector<ProcessId>& processes);
 // `text` anywhere.
 int ProcessesMentioning(const std::string& text);
 
+// Those processes, one a line: "pid PID, parent PPID, state S: ARGV", for
+// the message of a test that found one too many.
+std::string DescribeProcessesMentioning(const std::string& text);
+
 // "cicc (1234), ptxas (1240)", for failure messages.
 std::string Describe(const std::vector<ProcessId>& processes);
 
