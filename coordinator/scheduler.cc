@@ -213,12 +213,16 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
 }
 
 absl::Status BuildScheduler::DeregisterWorker(const std::string& worker_id, absl::Time now,
-                                              const WorkerPeer& peer) {
+                                              const WorkerPeer& peer, Departure departure) {
   Deferred deferred;
   {
     LockedSection lock(&mu_, deferred);
     RETURN_IF_ERROR(WorkerOf(worker_id, peer).status());
-    DropWorker(worker_id, "stopped", now, deferred, /*count_as_loss=*/false);
+    DropWorker(worker_id,
+               departure == Departure::kToolchainChanged
+                   ? "left to register again with its changed toolchain"
+                   : "stopped",
+               now, deferred, /*count_as_loss=*/false);
     Dispatch(now, deferred);
   }
   deferred.Run();
@@ -1116,7 +1120,7 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
   if (count_as_loss) {
     spdlog::warn("worker {} dropped: {}", worker_id, reason);
   } else {
-    spdlog::info("worker {} left: {}", worker_id, reason);
+    spdlog::info("worker {} {}", worker_id, reason);
   }
   std::set<std::string> tasks = it->second.tasks;
   for (const std::string& task_id : tasks) {

@@ -115,10 +115,14 @@ class BuildScheduler {
   // `response`, when given.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request, absl::Time now,
                          const WorkerPeer& peer = {}, v1::HeartbeatResponse* response = nullptr);
-  // A worker that is stopping: dropped at once, its units re-queued without
-  // counting against them. Same errors as Heartbeat.
+  // Why a worker leaves: it stops, or its toolchain changed under it and it
+  // registers again with the new one.
+  enum class Departure { kStopping, kToolchainChanged };
+  // A worker that leaves: dropped at once, its units re-queued without
+  // counting against them, saying why. Same errors as Heartbeat.
   absl::Status DeregisterWorker(const std::string& worker_id, absl::Time now,
-                                const WorkerPeer& peer = {});
+                                const WorkerPeer& peer = {},
+                                Departure departure = Departure::kStopping);
   // Hands the worker a task now, or parks the request until a unit is ready
   // or `deadline` passes. NOT_FOUND for an unknown worker, PERMISSION_DENIED
   // for another peer's.

@@ -112,8 +112,10 @@ grpc::ServerUnaryReactor* WorkerService::DeregisterWorker(
     reactor->Finish(ToGrpcStatus(principal.status()));
     return reactor;
   }
-  reactor->Finish(ToGrpcStatus(
-      scheduler_->DeregisterWorker(request->worker_id(), absl::Now(), PeerOf(*principal))));
+  reactor->Finish(ToGrpcStatus(scheduler_->DeregisterWorker(
+      request->worker_id(), absl::Now(), PeerOf(*principal),
+      request->toolchain_changed() ? BuildScheduler::Departure::kToolchainChanged
+                                   : BuildScheduler::Departure::kStopping)));
   return reactor;
 }
 

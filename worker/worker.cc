@@ -365,6 +365,7 @@ void Worker::HeartbeatLoop() {
                    DescribeToolchain(toolchain()));
       v1::DeregisterWorkerRequest gone;
       gone.set_worker_id(stale_id);
+      gone.set_toolchain_changed(true);
       v1::DeregisterWorkerResponse answer;
       grpc::ClientContext context;
       context.set_deadline(DeadlineIn(absl::Seconds(2)));
@@ -718,6 +719,11 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
 }
 
 absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) {
+  // A toolkit replaced while the unit compiled (an upgrade that landed
+  // between heartbeats) is the one the result now names: the coordinator
+  // then compiles the unit again elsewhere instead of taking an object that
+  // the old toolkit may have begun and the new one finished.
+  RefreshToolchainIfChanged();
   // A finished result is worth retrying for: it may have cost minutes.
   for (int attempt = 0; attempt < 5; ++attempt) {
     v1::ReportResultRequest request;

@@ -1385,5 +1385,20 @@ TEST_F(SchedulerTest, ADeregisteredWorkersUnitsRunElsewhereWithoutCountingAsLoss
   EXPECT_EQ(scheduler_.DeregisterWorker(stopping, kStart).code(), absl::StatusCode::kNotFound);
 }
 
+// A worker whose toolkit changed under it leaves to register again: its unit
+// runs elsewhere, and the re-queue line says why rather than "stopped".
+TEST_F(SchedulerTest, AWorkerLeavingForAChangedToolchainSaysSo) {
+  std::string upgraded = AddWorker("upgraded");
+  ASSERT_TRUE(Submit(1).ok());
+  ASSERT_TRUE(LeaseNow(upgraded));
+  ASSERT_TRUE(
+      scheduler_
+          .DeregisterWorker(upgraded, kStart, {}, BuildScheduler::Departure::kToolchainChanged)
+          .ok());
+  EXPECT_EQ(LastRequeueReason(),
+            "worker upgraded left to register again with its changed toolchain");
+  EXPECT_EQ(scheduler_.Status(kStart).queued_units(), 1);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator
