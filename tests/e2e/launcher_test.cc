@@ -303,7 +303,7 @@ class LocalCompilerWatch {
         // Only this test's: ctest runs other tests' nvcc beside it.
         if (p.command == "nvcc" && !on_worker && OfThisTest(p.pid)) ++local_nvcc;
         if (p.command == "cicc" && on_worker) ++remote_cicc_;
-        if (p.command == "cicc" && !on_worker) {
+        if (p.command == "cicc" && !on_worker && OfThisTest(p.pid)) {
           absl::StatusOr<std::string> line = ReadFile(absl::StrCat("/proc/", p.pid, "/cmdline"));
           std::string parents;
           for (const testing::ProcessId& q : testing::AncestorsOf(p.pid)) {
@@ -469,7 +469,7 @@ TEST_F(LauncherTest, CtrlCOfTheCommandLeavesNothingRunningHereOrOnTheWorkers) {
   absl::Duration all_gone = absl::Now() - interrupted;
   EXPECT_TRUE(left.empty()) << testing::Describe(left) << " still compile on the workers";
   EXPECT_TRUE(left_here.empty()) << testing::Describe(left_here) << " outlived the session";
-  EXPECT_LT(all_gone, absl::Seconds(3));
+  EXPECT_LT(all_gone, absl::Seconds(5));
   std::cout << "Ctrl-C of `distcc-cuda build -- ninja` to the last compiler gone: "
             << absl::FormatDuration(all_gone) << std::endl;
   EXPECT_TRUE(WIFSIGNALED(*ended) && WTERMSIG(*ended) == SIGINT) << *ended;

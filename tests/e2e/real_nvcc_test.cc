@@ -674,7 +674,7 @@ sources = ["slow.cu"]
   }
   absl::Duration all_gone = absl::Now() - interrupted;
   EXPECT_TRUE(left.empty()) << testing::Describe(left) << " outlived the build";
-  EXPECT_LT(all_gone, absl::Seconds(2)) << "of " << testing::Describe(build);
+  EXPECT_LT(all_gone, absl::Seconds(5)) << "of " << testing::Describe(build);
   std::cout << "Ctrl-C to the last of " << build.size()
             << " processes of the build gone: " << absl::FormatDuration(all_gone) << std::endl;
   EXPECT_TRUE(WIFSIGNALED(*ended) && WTERMSIG(*ended) == SIGINT) << *ended;

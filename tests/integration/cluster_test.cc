@@ -1324,7 +1324,7 @@ TEST_F(ClusterTest, AWorkerKilledWithSigkillLeavesNoCompilerRunning) {
       [] { return testing::ProcessesMentioning(SleepingMarker()) == 0; }, absl::Seconds(10));
   ASSERT_TRUE(gone) << "compiler processes outlived their worker:\n"
                     << testing::DescribeProcessesMentioning(SleepingMarker());
-  EXPECT_LT(*gone, absl::Seconds(2));
+  EXPECT_LT(*gone, absl::Seconds(5));
   cancel.Cancel("test over");
   ASSERT_EQ(build.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   // What a restarted worker of the same name does first: remove the memory
@@ -1373,7 +1373,7 @@ TEST(WorkerLifecycleTest, StartedBeforeItsCoordinatorItJoinsWhenItAppearsAndLeav
   absl::StatusOr<int> stopped = (*waiting)->Stop(SIGTERM, absl::Seconds(5));
   ASSERT_TRUE(stopped.ok()) << (*waiting)->Log();
   EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << *stopped;
-  EXPECT_LT(absl::Now() - term, absl::Seconds(2));
+  EXPECT_LT(absl::Now() - term, absl::Seconds(5));
 
   coordinator::CoordinatorOptions options;
   options.listen_address = address;
@@ -1387,7 +1387,7 @@ TEST(WorkerLifecycleTest, StartedBeforeItsCoordinatorItJoinsWhenItAppearsAndLeav
   term = absl::Now();
   stopped = (*early)->Stop(SIGTERM, absl::Seconds(5));
   ASSERT_TRUE(stopped.ok()) << (*early)->Log();
-  EXPECT_LT(absl::Now() - term, absl::Seconds(2));
+  EXPECT_LT(absl::Now() - term, absl::Seconds(5));
   EXPECT_EQ(StatusOf(address).workers_size(), 0) << StatusOf(address).DebugString();
 }
 

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -55,14 +57,19 @@ TEST(CancelWatchTest, AWatchThatEndedNeverRuns) {
 // they once did) makes 50 of these take seconds.
 TEST(CancelWatchTest, EndingTheWatchDoesNotWaitForAPoll) {
   CancelToken token;
-  const absl::Time began = absl::Now();
+  std::vector<absl::Duration> ends;
   for (int i = 0; i < 50; ++i) {
     std::optional<CancelWatch> watch;
     watch.emplace(&token, [] {});
     absl::SleepFor(absl::Microseconds(200));  // the watch is in its poll
+    const absl::Time ending = absl::Now();
     watch.reset();
+    ends.push_back(absl::Now() - ending);
   }
-  EXPECT_LT(absl::Now() - began, absl::Seconds(1));
+  // The median: a poll of 50 ms would make it about 25 ms; a loaded machine
+  // delays some ends, not most.
+  std::sort(ends.begin(), ends.end());
+  EXPECT_LT(ends[ends.size() / 2], absl::Milliseconds(10));
 }
 
 }  // namespace
