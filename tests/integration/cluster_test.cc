@@ -349,7 +349,7 @@ TEST_F(ClusterTest, CoordinatorStopsPromptlyWithABuildInFlight) {
   // Wait until units run, then stop the coordinator as SIGTERM would.
   std::string address = coordinator_->address();
   bool running = false;
-  for (int i = 0; i < 400 && !running; ++i) {
+  for (int i = 0; i < 1200 && !running; ++i) {
     std::ostringstream status;
     client::RunStatus(address, absl::Seconds(5), status).IgnoreError();
     running = absl::StrContains(status.str(), "  running ");
@@ -531,7 +531,7 @@ TEST_F(ScanOverlapTest, AClosureRefusedAfterUnitsWentStopsTheBuildNamingIt) {
   EXPECT_THAT(build.out, HasSubstr("distcc-cuda: the build stopped: unit z.cu reads "));
   EXPECT_FALSE(IsRegularFile(root_ + "/proj/build/libproj.so"));
   // The coordinator dropped the build when its client went.
-  for (int i = 0; i < 200 && StatusOf(coordinator_->address()).active_builds() > 0; ++i) {
+  for (int i = 0; i < 1200 && StatusOf(coordinator_->address()).active_builds() > 0; ++i) {
     absl::SleepFor(absl::Milliseconds(25));
   }
   EXPECT_EQ(StatusOf(coordinator_->address()).active_builds(), 0);
@@ -959,7 +959,7 @@ TEST_F(ClusterTest, UnitsGoOnlyToWorkersWithTheClientsToolchain) {
   // build fails at once naming both sides.
   workers_.pop_back();
   bool dropped = false;
-  for (int i = 0; i < 100 && !dropped; ++i) {
+  for (int i = 0; i < 300 && !dropped; ++i) {
     std::ostringstream status;
     ASSERT_TRUE(client::RunStatus(coordinator_->address(), absl::Seconds(5), status).ok());
     dropped = !absl::StrContains(status.str(), "worker-128");
@@ -1017,7 +1017,7 @@ TEST_F(ClusterTest, WorkerWhoseNvccIsReplacedRegistersAgainAndItsUnitsRunElsewhe
       << out;
   // It registered again, with the toolkit it has now.
   bool again = false;
-  for (int i = 0; i < 100 && !again; ++i) {
+  for (int i = 0; i < 600 && !again; ++i) {
     std::string text = status_text();
     again = absl::StrContains(text, "upgraded") && absl::StrContains(text, "nvcc 13.1");
     if (!again) absl::SleepFor(absl::Milliseconds(50));
@@ -1090,7 +1090,7 @@ TEST_F(ClusterTest, AnIdleWorkerRegistersAgainWhenItsToolkitBreaksAndIsMended) {
   const std::string nvcc = testing::FakeNvccWithRelease(root_ + "/upgraded", "13.0");
   AddWorker("upgraded", nvcc);
   auto status_shows = [&](const std::string& text) {
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < 300; ++i) {
       std::ostringstream status;
       client::RunStatus(coordinator_->address(), absl::Seconds(5), status).IgnoreError();
       if (absl::StrContains(status.str(), text)) return true;
@@ -1143,7 +1143,7 @@ TEST_F(ClusterTest, UnitsOfAWorkerThatStopsHeartbeatingRunElsewhere) {
   std::string marker = root_ + "/doomed";
   doomed->reset();
   bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {
+  for (int i = 0; i < 600 && !gone; ++i) {
     gone = ProcessesWithArgument(marker) == 0;
     if (!gone) absl::SleepFor(absl::Milliseconds(50));
   }

@@ -66,8 +66,10 @@ TEST(JsonLogsTest, EveryLineIsAnObjectAndLinesAboutABuildUnitOrWorkerNameThem) {
                                   "\"big.cu\"]\n")
                   .ok());
   ASSERT_TRUE(WriteFileAtomically(root + "/src/ok.cu", "int ok(); // FAKE_SLEEP_MS=50\n").ok());
+  // big is killed wherever it runs (no cap holds it): its long sleep costs
+  // nothing, and a watchdog starved by a loaded machine still sees its peak.
   ASSERT_TRUE(WriteFileAtomically(root + "/src/big.cu",
-                                  "int big(); // FAKE_TOUCH_MIB=768 FAKE_SLEEP_MS=2000\n")
+                                  "int big(); // FAKE_TOUCH_MIB=768 FAKE_SLEEP_MS=10000\n")
                   .ok());
   const std::vector<std::string> json = {"--log-format=json"};
   std::vector<std::string> worker_args = {"--log-format=json", "--memory-mechanism=watchdog"};
