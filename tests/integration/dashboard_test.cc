@@ -127,12 +127,10 @@ TEST_F(DashboardTest, ChromiumShowsBothWorkersARunningUnitAndThenTheTimeline) {
                   .ok());
   // The two long units run until the pages are rendered, however long
   // Chromium takes to start on a loaded machine.
-  const std::string release = root_ + "/release";
   for (const char* unit : {"attn_fwd", "attn_bwd"}) {
-    ASSERT_TRUE(WriteFileAtomically(
-                    root_ + "/src/" + unit + ".cu",
-                    absl::StrCat("int ", unit, "(); // FAKE_TOUCH_MIB=300 FAKE_COMPILE_WAIT_FOR(",
-                                 release, ")\n"))
+    ASSERT_TRUE(WriteFileAtomically(root_ + "/src/" + unit + ".cu",
+                                    absl::StrCat("int ", unit, "(); // FAKE_TOUCH_MIB=300 ",
+                                                 HeldUntilRelease(), "\n"))
                     .ok());
   }
   ASSERT_TRUE(WriteFileAtomically(root_ + "/src/api.cu", "int api(); // FAKE_SLEEP_MS=200\n").ok());
@@ -170,7 +168,7 @@ TEST_F(DashboardTest, ChromiumShowsBothWorkersARunningUnitAndThenTheTimeline) {
   Render(url, (screenshots_ / "dashboard.png").string());
   EXPECT_TRUE(std::filesystem::file_size(screenshots_ / "dashboard.png") > 10000);
 
-  EXPECT_TRUE(WriteFileAtomically(release, "").ok());
+  Release();
   build.join();
   ASSERT_TRUE(built.ok()) << built << "\n" << out;
   std::smatch id;

@@ -67,10 +67,8 @@ n = [1, 2, 3, 4, 5, 6, 7, 8]
 
   // A unit that touches 200 MiB and holds it until Release().
   std::string HoldingUnit() const {
-    return absl::StrCat("int hold(); // FAKE_TOUCH_MIB=200 FAKE_COMPILE_WAIT_FOR(", root_,
-                        "/release)\n");
+    return absl::StrCat("int hold(); // FAKE_TOUCH_MIB=200 ", HeldUntilRelease(), "\n");
   }
-  void Release() { EXPECT_TRUE(WriteFileAtomically(root_ + "/release", "").ok()); }
 
   absl::Status Build(std::string* output) {
     client::BuildOptions options;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/files.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"
@@ -50,6 +51,11 @@ class OperatedClusterTest : public ::testing::Test {
       workers_.push_back(std::move(*running));
     }
   }
+
+  // The directive that holds a compile (touched memory and all) until
+  // Release(): put it in a unit's source.
+  std::string HeldUntilRelease() const { return "FAKE_COMPILE_WAIT_FOR(" + root_ + "/release)"; }
+  void Release() { EXPECT_TRUE(WriteFileAtomically(root_ + "/release", "").ok()); }
 
   std::string root_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
