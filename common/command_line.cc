@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/config_file.h"
+#include "common/version.h"
 
 // Every program has it, so it lives here rather than in each main.cc.
 // ParseFlags reads its value from the arguments before abseil parses them (the
@@ -135,6 +136,10 @@ absl::Status CheckFlagsBeforeParsing(const std::vector<std::string>& args,
       }
       return absl::CancelledError("help printed");
     }
+    if (name == "version") {
+      std::cout << VersionLine(program) << "\n";
+      return absl::CancelledError("version printed");
+    }
     absl::string_view bare = name;
     const bool negated = absl::ConsumePrefix(&bare, "no");
     auto found = flags.find(name);
@@ -191,7 +196,7 @@ std::vector<std::string> ParseFlags(int argc, char** argv, const std::string& ta
     std::exit(2);
   }
   absl::Status usable = CheckFlagsBeforeParsing(*args, program);
-  if (absl::IsCancelled(usable)) std::exit(0);  // --help was printed
+  if (absl::IsCancelled(usable)) std::exit(0);  // --help or --version was printed
   if (!usable.ok()) {
     std::cerr << program << ": " << usable.message() << "\n";
     std::exit(2);

@@ -38,6 +38,7 @@ absl::StatusOr<std::vector<std::string>> WithConfigFileArguments(
 // INVALID_ARGUMENT for an unknown flag (naming the closest real one) or a
 // flag other than a boolean without its value. For --help (or -h,
 // --helpfull) prints the usage and every flag of the program and returns
+// CANCELLED; for --version prints VersionLine(program) and returns
 // CANCELLED.
 absl::Status CheckFlagsBeforeParsing(const std::vector<std::string>& args,
                                      const std::string& program);

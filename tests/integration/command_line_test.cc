@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The three programs' command lines as a user meets them: exit status 2
 // and a hint for a mistyped flag, a flag without its value or a wrong PLAN;
-// --help prints every flag and exits 0.
+// --help prints every flag and exits 0; --version prints the project's one
+// version.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "common/version.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_paths.h"
 
@@ -50,6 +52,17 @@ TEST(CommandLineTest, HelpListsTheFlagsAndExitsZero) {
   run = RunProgram("distcc-cuda-worker", {"--help"});
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_THAT(run.stdout_text, HasSubstr("  --memory-cap  "));
+}
+
+TEST(CommandLineTest, VersionPrintsTheProjectVersionAndExitsZero) {
+  for (const std::string program :
+       {"distcc-cuda", "distcc-cuda-coordinator", "distcc-cuda-worker"}) {
+    ProcessResult run = RunProgram(program, {"--version"});
+    EXPECT_EQ(run.exit_code, 0) << program << ": " << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, program + " " + Version() + "\n");
+  }
+  // Set by CMakeLists.txt's project(VERSION), nothing else.
+  EXPECT_THAT(std::string(Version()), ::testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+"));
 }
 
 TEST(CommandLineTest, PlanThatIsNeitherAManifestNorACompileCommandsFileExitsTwo) {
