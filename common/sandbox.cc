@@ -28,6 +28,7 @@ namespace {
 struct MountTrie {
   std::map<std::string, MountTrie> children;
   bool system = false;  // a system path ends here
+  std::string source;   // system: where bwrap finds it (itself, or where it is staged)
   bool input = false;   // the workspace root is here
 };
 
@@ -53,10 +54,12 @@ std::set<std::string> Entries(const std::string& folder) {
 }
 
 // Emits the mounts for `dest` inside the sandbox, where the system offers
-// `sys` (a path on this machine, or "") and the input tree `in` ("" if none),
-// with `node` the planned paths at or below `dest`.
-absl::Status Plan(const std::string& dest, const std::string& sys, const std::string& in,
-                  const MountTrie* node, const std::string& tree, std::vector<std::string>& out) {
+// `sys` (a path on this machine, or "") that bwrap finds at `source` (`sys`
+// itself unless staged) and the input tree `in` ("" if none), with `node`
+// the planned paths at or below `dest`.
+absl::Status Plan(const std::string& dest, const std::string& sys, const std::string& source,
+                  const std::string& in, const MountTrie* node, const std::string& tree,
+                  std::vector<std::string>& out) {
   struct stat sys_info, in_info;
   bool has_sys = !sys.empty() && lstat(sys.c_str(), &sys_info) == 0;
   bool has_in = !in.empty() && lstat(in.c_str(), &in_info) == 0;
@@ -77,7 +80,7 @@ absl::Status Plan(const std::string& dest, const std::string& sys, const std::st
       if (!error) out.insert(out.end(), {"--symlink", target.string(), dest});
       return absl::OkStatus();
     }
-    out.insert(out.end(), {"--ro-bind", sys, dest});
+    out.insert(out.end(), {"--ro-bind", source, dest});
     return absl::OkStatus();
   }
   if (!root && !deeper && !has_sys) {
@@ -107,14 +110,15 @@ absl::Status Plan(const std::string& dest, const std::string& sys, const std::st
       if (it != node->children.end()) child = &it->second;
     }
     std::string child_dest = Join(dest, name);
-    std::string child_sys =
-        sys_dir ? Join(sys, name) : (child != nullptr && child->system ? child_dest : "");
+    bool child_system = child != nullptr && child->system;
+    std::string child_sys = sys_dir ? Join(sys, name) : (child_system ? child_dest : "");
+    std::string child_source = sys_dir ? Join(source, name) : (child_system ? child->source : "");
     std::string child_in = in_dir ? Join(in, name) : "";
     if (child != nullptr && child->input) child_in = tree;
     // Only what was planned: a system folder's other entries come along
     // only inside a system path, an input folder's inside the input tree.
     if (child_sys.empty() && child_in.empty() && child == nullptr) continue;
-    RETURN_IF_ERROR(Plan(child_dest, child_sys, child_in, child, tree, out));
+    RETURN_IF_ERROR(Plan(child_dest, child_sys, child_source, child_in, child, tree, out));
   }
   return absl::OkStatus();
 }
@@ -146,11 +150,20 @@ std::vector<std::string> DefaultSystemPaths(const std::string& toolkit_root) {
 }
 
 absl::StatusOr<std::vector<std::string>> SandboxMountArguments(
-    const std::vector<std::string>& system_paths, const SandboxTask& task) {
+    const std::vector<std::string>& system_paths, const SandboxTask& task,
+    const std::map<std::string, std::string>& staged) {
   for (const std::string& path : system_paths) {
     if (!Normalised(path) || path == "/") {
       return absl::InvalidArgumentError(
           absl::StrCat("sandbox system path '", path, "' is not an absolute, normalised path"));
+    }
+  }
+  for (const auto& [path, source] : staged) {
+    if (std::find(system_paths.begin(), system_paths.end(), path) == system_paths.end() ||
+        !Normalised(source)) {
+      return absl::InvalidArgumentError(absl::StrCat("sandbox system path '", path, "' staged at '",
+                                                     source,
+                                                     "': not a system path, or not absolute"));
     }
   }
   for (const std::string& path :
@@ -161,11 +174,16 @@ absl::StatusOr<std::vector<std::string>> SandboxMountArguments(
     }
   }
   MountTrie trie;
-  for (const std::string& path : system_paths) Insert(trie, path)->system = true;
+  for (const std::string& path : system_paths) {
+    MountTrie* node = Insert(trie, path);
+    node->system = true;
+    auto staged_at = staged.find(path);
+    node->source = staged_at == staged.end() ? path : staged_at->second;
+  }
   Insert(trie, task.workspace_root)->input = true;
   std::vector<std::string> out = {"--proc", "/proc", "--dev", "/dev"};
   RETURN_IF_ERROR(
-      Plan("/", "", task.workspace_root == "/" ? task.tree : "", &trie, task.tree, out));
+      Plan("/", "", "", task.workspace_root == "/" ? task.tree : "", &trie, task.tree, out));
   out.insert(out.end(), {"--bind", task.temp, kSandboxTemp, "--remount-ro", "/", "--chdir",
                          task.working_directory});
   return out;
@@ -260,13 +278,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
     }
   }
   RETURN_IF_ERROR(reachable);
-  if (!options.toolkit_root.empty()) {
-    absl::Status toolkit = sandbox->CheckReachable(options.toolkit_root + "/bin");
-    if (!toolkit.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the toolkit is out of the sandbox's reach: ", toolkit.message()));
-    }
-  }
+  RETURN_IF_ERROR(sandbox->StageUnreachableSystemPaths());
+  RETURN_IF_ERROR(sandbox->CheckToolkitReachable());
 
   // The proof: nvcc --version inside a sandbox like a task's.
   ASSIGN_OR_RETURN(std::string probe, MakeTempDirectory(sandbox->task_root_, "sandbox-probe-"));
@@ -283,6 +296,14 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   absl::StatusOr<ProcessResult> ran =
       wrapped.ok() ? RunProcess(*wrapped) : absl::StatusOr<ProcessResult>(wrapped.status());
   RemoveAll(probe).IgnoreError();
+  if (!ran.ok() && !sandbox->staged_.empty()) {
+    // Most likely the bind before bwrap (ProcessSpec::binds) was refused.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot run a sandbox (", ran.status().message(), "): ", sandbox->staged_.begin()->first,
+        " lies under a folder the sandbox user ", sandbox->user_name_,
+        " cannot search, and binding it elsewhere needs a mount namespace (CAP_SYS_ADMIN); "
+        "make its folders searchable (chmod o+x) or move it under one that is"));
+  }
   if (!ran.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot run a sandbox (", ran.status().message(), "); ", install));
@@ -299,9 +320,59 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   return sandbox;
 }
 
+absl::Status Sandbox::StageUnreachableSystemPaths() {
+  if (!drop_to_user_) return absl::OkStatus();
+  const std::string staging = Join(task_root_, "sandbox-system");
+  // What an earlier run staged, perhaps for other paths. Only ever mounted
+  // on in a compile's own mount namespace, never here.
+  RETURN_IF_ERROR(RemoveAll(staging));
+  for (size_t i = 0; i < system_paths_.size(); ++i) {
+    const std::string& path = system_paths_[i];
+    struct stat info;
+    // A link is recreated as a link inside: bwrap never reads it.
+    if (lstat(path.c_str(), &info) != 0 || S_ISLNK(info.st_mode)) continue;
+    ASSIGN_OR_RETURN(std::string blocker,
+                     FirstUnsearchable(fs::path(path).parent_path().string(), ""));
+    if (blocker.empty()) continue;
+    std::string at = absl::StrCat(staging, "/", i);
+    absl::Status made = MakeDirectories(S_ISDIR(info.st_mode) ? at : staging);
+    if (made.ok() && !S_ISDIR(info.st_mode)) made = WriteFileAtomically(at, "");
+    RETURN_IF_ERROR(made);
+    staged_[path] = at;
+  }
+  // Searchable, not listable, by the sandbox user; writable by root alone.
+  if (!staged_.empty() && chmod(staging.c_str(), 0711) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot restrict ", staging));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::CheckToolkitReachable() const {
+  if (options_.toolkit_root.empty()) return absl::OkStatus();
+  std::string bin = options_.toolkit_root + "/bin";
+  std::error_code error;
+  std::string real = fs::canonical(bin, error).string();
+  if (error) real = AbsolutePath(bin);
+  // Inside, the folders above a staged system path are the sandbox's own:
+  // only those from the staged path down are the machine's.
+  std::string top;
+  for (const auto& [path, at] : staged_) {
+    if ((real == path || absl::StartsWith(real, path + "/")) && path.size() > top.size()) {
+      top = path;
+    }
+  }
+  ASSIGN_OR_RETURN(std::string blocker, FirstUnsearchable(real, top));
+  if (blocker.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the toolkit is out of the sandbox's reach: the sandbox user ", user_name_, " cannot reach ",
+      real, ": ", blocker, " is not searchable by it; make it so (chmod o+rx ", blocker,
+      ") or install the toolkit where it can read it"));
+}
+
 absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile,
                                           const SandboxTask& task) const {
-  ASSIGN_OR_RETURN(std::vector<std::string> mounts, SandboxMountArguments(system_paths_, task));
+  ASSIGN_OR_RETURN(std::vector<std::string> mounts,
+                   SandboxMountArguments(system_paths_, task, staged_));
   ProcessSpec wrapped = compile;
   wrapped.argv = {bwrap_path_, "--unshare-all",
                   // The compile is the namespace's first process: bwrap then
@@ -314,6 +385,9 @@ absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile,
   if (drop_to_user_) {
     // Unprivileged bwrap maps its own user only; inside it keeps the same id.
     wrapped.run_as = ProcessSpec::Identity{uid_, gid_};
+    // Bound by the child while it is still root, where bwrap run as the
+    // sandbox user finds them (StageUnreachableSystemPaths).
+    for (const auto& [path, at] : staged_) wrapped.binds.push_back({path, at, true});
   }
   wrapped.argv.insert(wrapped.argv.end(), mounts.begin(), mounts.end());
   wrapped.argv.push_back("--");
@@ -351,8 +425,9 @@ absl::Status Sandbox::GrantReach(const std::string& folder) const {
   return absl::OkStatus();
 }
 
-absl::Status Sandbox::CheckReachable(const std::string& folder) const {
-  if (!drop_to_user_) return absl::OkStatus();
+absl::StatusOr<std::string> Sandbox::FirstUnsearchable(const std::string& folder,
+                                                       const std::string& top) const {
+  if (!drop_to_user_) return std::string();
   fs::path path = fs::path(AbsolutePath(folder)).lexically_normal();
   for (fs::path at = path; !at.empty(); at = at.parent_path()) {
     struct stat info;
@@ -361,14 +436,19 @@ absl::Status Sandbox::CheckReachable(const std::string& folder) const {
     }
     bool reach = (info.st_mode & S_IXOTH) || (info.st_uid == uid_ && (info.st_mode & S_IXUSR)) ||
                  (info.st_gid == gid_ && (info.st_mode & S_IXGRP));
-    if (!reach) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the sandbox user ", user_name_, " cannot reach ", path.string(), ": ", at.string(),
-          " is not searchable by it; choose a --work-dir whose folders are (e.g. under /var/tmp)"));
-    }
-    if (at == at.parent_path()) break;
+    if (!reach) return at.string();
+    if (at.string() == top || at == at.parent_path()) break;
   }
-  return absl::OkStatus();
+  return std::string();
+}
+
+absl::Status Sandbox::CheckReachable(const std::string& folder) const {
+  ASSIGN_OR_RETURN(std::string blocker, FirstUnsearchable(folder, ""));
+  if (blocker.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the sandbox user ", user_name_, " cannot reach ",
+      fs::path(AbsolutePath(folder)).lexically_normal().string(), ": ", blocker,
+      " is not searchable by it; choose a --work-dir whose folders are (e.g. under /var/tmp)"));
 }
 
 std::string Sandbox::Describe() const {

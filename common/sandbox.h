@@ -8,11 +8,14 @@
 //     root, so nvcc sees the paths a local build would;
 //   - a temporary folder of the task's own, /dev and a /proc of its own.
 // No network, no store, no other task, no /etc/shadow. A worker running as
-// root runs the sandbox as an unprivileged user.
+// root runs the sandbox as an unprivileged user; a system path whose parents
+// that user may not search (a toolkit in a private home folder) is bound,
+// before bwrap runs, where it can, and appears inside at its own path.
 #pragma once
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,19 +57,27 @@ std::vector<std::string> DefaultSystemPaths(const std::string& toolkit_root);
 // `system_paths` read-only at its own path (symlinks recreated as symlinks),
 // the task's tree at its workspace root, inputs winning where both hold a
 // path (folders of both are merged entry by entry), the temp folder, /dev,
-// /proc, and the root remounted read-only. INVALID_ARGUMENT for a workspace
-// root or path that is not absolute and normalised.
+// /proc, and the root remounted read-only. A system path in `staged` is bound
+// from where it maps to (bwrap finds it there; what lies on this machine is
+// still read at its own path). INVALID_ARGUMENT for a workspace root or path
+// that is not absolute and normalised, or a staged path not among
+// `system_paths`.
 absl::StatusOr<std::vector<std::string>> SandboxMountArguments(
-    const std::vector<std::string>& system_paths, const SandboxTask& task);
+    const std::vector<std::string>& system_paths, const SandboxTask& task,
+    const std::map<std::string, std::string>& staged = {});
 
 class Sandbox {
  public:
   // Finds bwrap, picks the user, chooses the first of `task_roots` that the
   // sandbox user can reach (made if missing) as the folder for task folders,
-  // and proves that the toolchain runs inside by running `nvcc --version` in
-  // a sandbox built there. FAILED_PRECONDITION saying why and what to do
-  // when it cannot be built (no bwrap, no user namespaces, a seccomp profile
-  // that refuses them, no reachable folder).
+  // stages each system path whose parents that user may not search (an empty
+  // folder for it under task_root()/sandbox-system, where each compile's
+  // process binds it before it becomes the sandbox user and runs bwrap), and
+  // proves that the toolchain runs inside by running `nvcc --version` in a
+  // sandbox built there. FAILED_PRECONDITION saying why and what to do when
+  // it cannot be built (no bwrap, no user namespaces, a seccomp profile that
+  // refuses them, no reachable folder, a toolkit folder the user may not
+  // search, no mount namespace for a staged path).
   static absl::StatusOr<std::unique_ptr<Sandbox>> Create(
       const SandboxOptions& options, const std::string& nvcc,
       const std::vector<std::string>& task_roots);
@@ -76,8 +87,9 @@ class Sandbox {
 
   // `compile` (argv[0] the program, run in task.working_directory) as it
   // runs inside the sandbox of `task`: through bwrap, with a minimal
-  // environment (PATH, TMPDIR, HOME, LANG), as the sandbox user. Keeps the
-  // timeout, output limit, child_writes and on_started of `compile`.
+  // environment (PATH, TMPDIR, HOME, LANG), as the sandbox user, with the
+  // staged system paths as binds (ProcessSpec::binds). Keeps the timeout,
+  // output limit, child_writes and on_started of `compile`.
   absl::StatusOr<ProcessSpec> Wrap(const ProcessSpec& compile, const SandboxTask& task) const;
 
   // Makes `folder` (in a task's tree or its temp folder) writable by the
@@ -95,10 +107,23 @@ class Sandbox {
  private:
   Sandbox() = default;
 
+  // The first folder from `folder` up to `top` (up to "/" when empty) that
+  // the sandbox user may not search; "" if none, or when the worker is not
+  // root. An error if one cannot be looked at.
+  absl::StatusOr<std::string> FirstUnsearchable(const std::string& folder,
+                                                const std::string& top) const;
+  // Fills staged_ (see Create).
+  absl::Status StageUnreachableSystemPaths();
+  // OK if the sandbox user reaches the toolkit's bin/ inside the sandbox.
+  absl::Status CheckToolkitReachable() const;
+
   SandboxOptions options_;
   std::string bwrap_path_;
   std::string version_;
   std::vector<std::string> system_paths_;
+  // System path -> the empty folder under task_root_ it is bound at before
+  // bwrap runs: those whose parents the sandbox user may not search.
+  std::map<std::string, std::string> staged_;
   bool drop_to_user_ = false;  // the worker is root: bwrap runs as uid_/gid_
   uid_t uid_ = 0;
   gid_t gid_ = 0;

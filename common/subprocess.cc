@@ -185,7 +185,7 @@ enum class ChildStage : int {
 struct ChildFailure {
   ChildStage stage = ChildStage::kNone;
   int error = 0;
-  size_t index = 0;  // kWrite: which of the plan's writes failed
+  size_t index = 0;  // kWrite, kMount: which of the plan's writes or binds failed
 };
 
 // One of ProcessSpec::child_writes, as plain pointers.
@@ -196,6 +196,13 @@ struct PlannedWrite {
   bool required;
 };
 
+// One of ProcessSpec::binds, as plain pointers.
+struct PlannedBind {
+  const char* source;
+  const char* target;
+  bool read_only;
+};
+
 // What the child does between clone and exec; prepared before, because the
 // child shares the caller's memory and may not allocate.
 struct ChildPlan {
@@ -203,8 +210,8 @@ struct ChildPlan {
   char* const* argv;
   char* const* envp;
   const char* working_directory;  // nullptr: keep the parent's
-  const char* bind_source;        // nullptr: no mount namespace
-  const char* bind_target;
+  const PlannedBind* binds;
+  size_t bind_count;  // 0: no mount namespace
   const PlannedWrite* writes;
   size_t write_count;
   bool drop_identity;  // become run_as_uid/gid before exec
@@ -318,12 +325,21 @@ pid_t ParentFromProc() {
     int error = WriteWholeFile(file.path, file.text, file.size);
     if (error != 0 && file.required) ReportAndExit(plan, ChildStage::kWrite, error, i);
   }
-  if (plan.bind_source != nullptr) {
+  if (plan.bind_count > 0) {
     // A mount namespace of its own, where nothing it mounts propagates back.
     if (unshare(CLONE_NEWNS) != 0 ||
-        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount(plan.bind_source, plan.bind_target, nullptr, MS_BIND, nullptr) != 0) {
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
       ReportAndExit(plan, ChildStage::kMount, errno);
+    }
+    for (size_t i = 0; i < plan.bind_count; ++i) {
+      const PlannedBind& bind = plan.binds[i];
+      // A read-only bind is read-only at its top only; what is mounted below
+      // keeps its own flags.
+      if (mount(bind.source, bind.target, nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+          (bind.read_only &&
+           mount(nullptr, bind.target, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0)) {
+        ReportAndExit(plan, ChildStage::kMount, errno, i);
+      }
     }
   }
   if (plan.working_directory != nullptr && chdir(plan.working_directory) != 0) {
@@ -530,6 +546,11 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   for (const ProcessSpec::ChildWrite& file : spec.child_writes) {
     writes.push_back({file.path.c_str(), file.text.data(), file.text.size(), file.required});
   }
+  std::vector<PlannedBind> binds;
+  binds.reserve(spec.binds.size());
+  for (const ProcessSpec::Bind& bind : spec.binds) {
+    binds.push_back({bind.source.c_str(), bind.target.c_str(), bind.read_only});
+  }
 
   ChildFailure child_failure;
   ChildPlan plan;
@@ -538,8 +559,8 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   plan.envp = envp.data();
   plan.working_directory =
       spec.working_directory.empty() ? nullptr : spec.working_directory.c_str();
-  plan.bind_source = spec.bind_source.empty() ? nullptr : spec.bind_source.c_str();
-  plan.bind_target = spec.bind_target.c_str();
+  plan.binds = binds.data();
+  plan.bind_count = binds.size();
   plan.writes = writes.data();
   plan.write_count = writes.size();
   plan.drop_identity = spec.run_as.has_value();
@@ -597,8 +618,9 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
                                        "' to run '", program, "'"));
       case ChildStage::kMount:
         return StartError(child_failure.error,
-                          absl::StrCat("cannot mount '", spec.bind_source, "' at '",
-                                       spec.bind_target, "' in a mount namespace of its own"));
+                          absl::StrCat("cannot mount '", spec.binds[child_failure.index].source,
+                                       "' at '", spec.binds[child_failure.index].target,
+                                       "' in a mount namespace of its own"));
       case ChildStage::kRedirect:
         return StartError(child_failure.error,
                           absl::StrCat("cannot set up stdin/stdout/stderr of '", program, "'"));
@@ -760,8 +782,7 @@ absl::Status MountNamespacesWork(const std::string& target) {
   ASSIGN_OR_RETURN(std::string probe, MakeTempDirectory("/tmp", "distcc-cuda-mount-probe-"));
   ProcessSpec spec;
   spec.argv = {"true"};
-  spec.bind_source = probe;
-  spec.bind_target = target;
+  spec.binds = {{probe, target}};
   spec.new_pid_namespace = true;
   spec.working_directory = target;
   spec.timeout = absl::Seconds(10);

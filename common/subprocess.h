@@ -42,18 +42,25 @@ struct ProcessSpec {
   // read and dropped (the child never blocks on a full pipe) and the result
   // says `output_truncated`.
   size_t output_limit_bytes = 16 << 20;
-  // Optional: the child gets a mount namespace of its own in which the folder
-  // `bind_source` is mounted at `bind_target` (an existing folder), before it
-  // enters `working_directory` (which may lie under `bind_target`). Nothing
-  // outside the child sees it. Needs CAP_SYS_ADMIN; without it the run fails
-  // with PERMISSION_DENIED (see MountNamespacesWork).
-  std::string bind_source;
-  std::string bind_target;
+  // Optional: the child gets a mount namespace of its own in which each
+  // `source` is bound (with what is mounted below it) at `target`, an
+  // existing folder (or file, for a file), in this order, after
+  // `child_writes` and before it enters `working_directory` (which may lie
+  // under a target) and gives up its user: so a program run as `run_as` can
+  // reach, at a target, a folder whose parents it may not search. Nothing
+  // outside the child sees them; they end with it. Needs CAP_SYS_ADMIN;
+  // without it the run fails with PERMISSION_DENIED (see
+  // MountNamespacesWork).
+  struct Bind {
+    std::string source;
+    std::string target;
+    bool read_only = false;
+  };
+  std::vector<Bind> binds;
   // Optional: the child is process 1 of a PID namespace of its own, so the
   // program and its children get the same process ids on every run (nvcc
   // names internal device entities and temporary files after them). Needs
-  // CAP_SYS_ADMIN, like `bind_source`. The whole namespace ends with the
-  // child.
+  // CAP_SYS_ADMIN, like `binds`. The whole namespace ends with the child.
   bool new_pid_namespace = false;
   // Optional: the child gives up its user for this one (no supplementary
   // groups) right before it executes the program, after `child_writes` and after

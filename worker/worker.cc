@@ -613,8 +613,7 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
     if (!unit_root.empty()) {
       run_spec->working_directory =
           unit.working_directory().empty() ? unit_root : unit_root + "/" + unit.working_directory();
-      run_spec->bind_source = tree;
-      run_spec->bind_target = unit_root;
+      run_spec->binds = {{tree, unit_root}};
       // The same process ids on every worker and in every part of a split
       // unit: nvcc names internal device entities after them.
       run_spec->new_pid_namespace = true;

@@ -976,6 +976,24 @@ TEST_F(ClusterTest, UnitsGoOnlyToWorkersWithTheClientsToolchain) {
   EXPECT_THAT(status.message(), HasSubstr("worker-a: nvcc 13.0"));
 }
 
+// A worker whose toolkit lies in a folder only its owner can enter (pip's in
+// a 0700 home, a clone in `mktemp -d`) compiles sandboxed all the same: the
+// sandbox user cannot search the way there, so each compile's process binds
+// the toolkit where it can before becoming that user.
+TEST_F(ClusterTest, WorkerWithItsToolkitInAPrivateFolderCompilesSandboxed) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (the worker's sandbox user is nobody)";
+  workers_.clear();
+  const std::string home = root_ + "/home";
+  const std::string nvcc = testing::FakeNvccWithRelease(home + "/venv", "13.0");
+  ASSERT_EQ(chmod(home.c_str(), 0700), 0);
+  AddWorker("private", nvcc);
+  std::string out;
+  absl::Status status = Build(&out, "", nvcc);
+  ASSERT_TRUE(status.ok()) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("units     9 (9 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(out, HasSubstr("workers   1 (private: 9)"));
+}
+
 TEST_F(ClusterTest, WorkerWhoseNvccIsReplacedRegistersAgainAndItsUnitsRunElsewhere) {
   workers_.clear();
   // Copies of one toolkit have one fingerprint: the client's matches both.

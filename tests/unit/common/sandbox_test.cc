@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -143,6 +144,77 @@ TEST(SandboxMountArgumentsTest, RelativeOrUnnormalisedPathsAreRefused) {
   EXPECT_FALSE(SandboxMountArguments({"/"}, SandboxTask{"/t", "/w", "/x", "/w"}).ok());
 }
 
+// A system path the sandbox user cannot reach at its own path (a toolkit in
+// a 0700 home folder) is bound from the folder it is staged at, and still
+// appears inside at its own path; what the plan reads of it (entries, links)
+// it reads on this machine, at the path itself.
+TEST(SandboxMountArgumentsTest, StagedSystemPathsBindFromWhereTheyAreStaged) {
+  std::string dir = testing::NewTempDir("mounts-");
+  std::string home = dir + "/home/u";
+  Touch(home + "/cuda/bin/nvcc");
+  Touch(home + "/cuda/lib64/libcudart.so");
+  Touch(home + "/cuda/nvvm/bin/cicc");
+  fs::create_symlink("cuda", home + "/cuda-link");
+  const std::string stage = dir + "/tasks/sandbox-system";
+  struct Case {
+    std::string name;
+    std::vector<std::string> system_paths;
+    std::map<std::string, std::string> staged;
+    std::vector<std::string> expected;    // lines of the plan
+    std::vector<std::string> unexpected;  // no line holds one of these
+  };
+  const std::vector<Case> cases = {
+      {"the staged path binds from its staging folder, at its own path",
+       {"/usr", home + "/cuda"},
+       {{home + "/cuda", stage + "/1"}},
+       {"--ro-bind /usr /usr", "--dir " + dir + "/home/u",
+        "--ro-bind " + stage + "/1 " + home + "/cuda"},
+       {"--ro-bind " + home + "/cuda "}},
+      {"not staged: from its own path, as before",
+       {"/usr", home + "/cuda"},
+       {},
+       {"--ro-bind " + home + "/cuda " + home + "/cuda"},
+       {stage}},
+      {"a system path inside a staged one: the staged one's entries, from its staging folder",
+       {home + "/cuda", home + "/cuda/nvvm"},
+       {{home + "/cuda", stage + "/0"}},
+       {"--dir " + home + "/cuda", "--ro-bind " + stage + "/0/bin " + home + "/cuda/bin",
+        "--ro-bind " + stage + "/0/lib64 " + home + "/cuda/lib64",
+        "--ro-bind " + stage + "/0/nvvm " + home + "/cuda/nvvm"},
+       {"--ro-bind " + home + "/cuda/"}},
+      {"a link stays a link, its target read here",
+       {home + "/cuda-link", home + "/cuda"},
+       {{home + "/cuda", stage + "/1"}},
+       {"--symlink cuda " + home + "/cuda-link", "--ro-bind " + stage + "/1 " + home + "/cuda"},
+       {}},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::vector<std::string>> args = SandboxMountArguments(
+        c.system_paths, SandboxTask{dir + "/tree", "/w", dir + "/tmp", "/w"}, c.staged);
+    ASSERT_TRUE(args.ok()) << c.name << ": " << args.status();
+    std::string lines = Lines(*args);
+    for (const std::string& line : c.expected) {
+      EXPECT_THAT(lines, HasSubstr(line + "\n")) << c.name;
+    }
+    for (const std::string& part : c.unexpected) {
+      EXPECT_THAT(lines, Not(HasSubstr(part))) << c.name;
+    }
+  }
+}
+
+TEST(SandboxMountArgumentsTest, AStagedPathMustBeASystemPathStagedAtAnAbsolutePath) {
+  SandboxTask task{"/t", "/w", "/x", "/w"};
+  for (const std::map<std::string, std::string>& staged :
+       std::vector<std::map<std::string, std::string>>{
+           {{"/opt/other", "/var/tmp/stage/0"}},  // not a system path
+           {{"/opt/cuda", "stage/0"}},            // relative
+           {{"/opt/cuda", "/var/tmp/../stage"}}}) {
+    EXPECT_EQ(SandboxMountArguments({"/usr", "/opt/cuda"}, task, staged).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << staged.begin()->first << " at " << staged.begin()->second;
+  }
+}
+
 // The real thing: bubblewrap, an unprivileged user, the real nvcc's toolkit.
 class RealSandboxTest : public ::testing::Test {
  protected:
@@ -265,6 +337,104 @@ TEST(SandboxCreateTest, AnUnreachableTaskFolderIsRefusedNamingIt) {
       Sandbox::Create(SandboxOptions{}, "/bin/true", {dir + "/private/tasks"});
   ASSERT_FALSE(sandbox.ok());
   EXPECT_THAT(sandbox.status().message(), HasSubstr(dir + "/private is not searchable"));
+}
+
+// A toolkit in a folder only its owner can enter: pip's in a 0700 home, a
+// clone's build folder (the fake's toolkit) in `mktemp -d`. The sandbox user
+// cannot search the way there; each compile's process binds it where that
+// user can before becoming it, and nvcc still runs at its own path inside.
+class PrivateToolkitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (the worker's sandbox user is nobody)";
+    if (access("/usr/bin/bwrap", X_OK) != 0) GTEST_SKIP() << "needs bubblewrap";
+    dir_ = testing::NewTempDir("private-toolkit-");
+    home_ = dir_ + "/home";
+    ASSERT_TRUE(MakeDirectories(home_).ok());
+    ASSERT_EQ(chmod(home_.c_str(), 0700), 0);
+  }
+
+  absl::StatusOr<std::unique_ptr<Sandbox>> Create(const std::string& nvcc) {
+    SandboxOptions options;
+    options.toolkit_root = fs::path(nvcc).parent_path().parent_path().string();
+    return Sandbox::Create(options, nvcc, {dir_ + "/tasks"});
+  }
+
+  // Runs `argv` in a task whose tree holds k.cu, at workspace root /work/p.
+  ProcessResult Compile(const Sandbox& sandbox, const std::vector<std::string>& argv) {
+    std::string task = dir_ + "/task";
+    RemoveAll(task).IgnoreError();
+    EXPECT_TRUE(WriteFileAtomically(task + "/tree/k.cu", "__global__ void k() {}\n").ok());
+    EXPECT_TRUE(MakeDirectories(task + "/tmp").ok());
+    EXPECT_TRUE(sandbox.GrantReach(task).ok());
+    EXPECT_TRUE(sandbox.GrantWrite(task + "/tree").ok());
+    EXPECT_TRUE(sandbox.GrantWrite(task + "/tmp").ok());
+    ProcessSpec spec;
+    spec.argv = argv;
+    spec.timeout = absl::Minutes(2);
+    absl::StatusOr<ProcessSpec> wrapped =
+        sandbox.Wrap(spec, SandboxTask{task + "/tree", "/work/p", task + "/tmp", "/work/p"});
+    EXPECT_TRUE(wrapped.ok()) << wrapped.status();
+    if (!wrapped.ok()) return ProcessResult{};
+    absl::StatusOr<ProcessResult> ran = RunProcess(*wrapped);
+    EXPECT_TRUE(ran.ok()) << ran.status();
+    return ran.ok() ? *ran : ProcessResult{};
+  }
+
+  std::string dir_;
+  std::string home_;  // 0700
+};
+
+TEST_F(PrivateToolkitTest, TheFakeNvccCompilesAsNobodyAtItsOwnPath) {
+  const std::string nvcc = testing::FakeNvccWithRelease(home_, "13.0");
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Create(nvcc);
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  ProcessResult run = Compile(**sandbox, {"/bin/sh", "-c",
+                                          "id -u; ls " + home_ + "/cuda-13.0/bin; " + nvcc +
+                                              " -c k.cu -o k.o && echo compiled"});
+  ASSERT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "65534\nfake_nvcc\nnvcc\ncompiled\n");
+  EXPECT_TRUE(IsRegularFile(dir_ + "/task/tree/k.o"));
+  // Bound in the compile's own mount namespace only: nothing is left here.
+  EXPECT_THAT(*ReadFile("/proc/self/mountinfo"), Not(HasSubstr("sandbox-system")));
+  for (const auto& entry : fs::directory_iterator(dir_ + "/tasks/sandbox-system")) {
+    EXPECT_TRUE(fs::is_empty(entry.path())) << entry.path();
+  }
+}
+
+// The real toolkit, hard-linked into the private folder (pip's layout is
+// the same: bin/nvcc, nvvm/bin/cicc, bin/ptxas beside each other).
+TEST_F(PrivateToolkitTest, TheRealNvccCompilesAsNobodyAtItsOwnPath) {
+  if (testing::RealNvccPath().empty()) GTEST_SKIP() << "needs the real nvcc";
+  const std::string toolkit = fs::canonical(testing::RealNvccPath()).parent_path().parent_path();
+  ProcessSpec copy;
+  copy.argv = {"cp", "-al", toolkit, home_ + "/cuda"};
+  copy.timeout = absl::Minutes(2);
+  absl::StatusOr<ProcessResult> copied = RunProcess(copy);
+  if (!copied.ok() || copied->exit_code != 0) {
+    GTEST_SKIP() << "cannot hard-link " << toolkit
+                 << " here: " << (copied.ok() ? copied->stderr_text : copied.status().ToString());
+  }
+  const std::string nvcc = home_ + "/cuda/bin/nvcc";
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Create(nvcc);
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  ProcessResult run = Compile(
+      **sandbox, {nvcc, "-gencode", "arch=compute_100,code=sm_100", "-c", "k.cu", "-o", "k.o"});
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_TRUE(IsRegularFile(dir_ + "/task/tree/k.o"));
+}
+
+// Where binding cannot help: the toolkit's own folder is closed to the
+// sandbox user. The worker says so in one line, and what to change.
+TEST_F(PrivateToolkitTest, AToolkitFolderClosedToTheSandboxUserIsRefusedSayingWhatToDo) {
+  const std::string nvcc = testing::FakeNvccWithRelease(dir_, "13.0");
+  ASSERT_EQ(chmod((dir_ + "/cuda-13.0").c_str(), 0700), 0);
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Create(nvcc);
+  ASSERT_FALSE(sandbox.ok());
+  EXPECT_EQ(sandbox.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(sandbox.status().message(), HasSubstr("the toolkit is out of the sandbox's reach"));
+  EXPECT_THAT(sandbox.status().message(), HasSubstr("chmod o+rx " + dir_ + "/cuda-13.0)"));
+  EXPECT_THAT(sandbox.status().message(), Not(HasSubstr("\n")));
 }
 
 }  // namespace

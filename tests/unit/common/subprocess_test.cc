@@ -31,6 +31,7 @@ namespace distcc_cuda {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 ProcessSpec Shell(const std::string& script) {
@@ -368,8 +369,7 @@ TEST_P(ChildDeathTest, ChildDiesWithTheThreadThatStartedIt) {
     spec.argv = {"/bin/sh", "-c", "exec sleep 30"};
     if (own_namespaces) {
       spec.new_pid_namespace = true;
-      spec.bind_source = root + "/source";
-      spec.bind_target = root + "/target";
+      spec.binds = {{root + "/source", root + "/target"}};
       spec.working_directory = root + "/target";
     }
     spec.on_started = [&](pid_t pid) {
@@ -413,8 +413,7 @@ TEST_P(ChildDeathTest, AChildWhoseCallerDiedBeforeItExecutedNeverRunsTheProgram)
     spec.child_writes = {{fifo, "x"}};
     if (own_namespaces) {
       spec.new_pid_namespace = true;
-      spec.bind_source = root + "/source";
-      spec.bind_target = root + "/target";
+      spec.binds = {{root + "/source", root + "/target"}};
     }
     RunProcess(spec).IgnoreError();
     _exit(0);
@@ -653,8 +652,7 @@ TEST(RunProcessTest, BindMountIsSeenByTheChildAlone) {
   ASSERT_TRUE(WriteFileAtomically(root + "/sandbox/sub/marker", "from the sandbox").ok());
   ProcessSpec spec;
   spec.argv = {"sh", "-c", "pwd; cat marker; echo written > out"};
-  spec.bind_source = root + "/sandbox";
-  spec.bind_target = target;
+  spec.binds = {{root + "/sandbox", target}};
   spec.working_directory = target + "/sub";
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -690,12 +688,59 @@ TEST(RunProcessTest, BindMountOntoAMissingFolderSaysWhat) {
   if (!MountNamespacesWork(root + "/probe").ok()) GTEST_SKIP() << "no mount namespaces here";
   ProcessSpec spec;
   spec.argv = {"true"};
-  spec.bind_source = root;
-  spec.bind_target = root + "/missing";
+  spec.binds = {{root, root + "/missing"}};
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
   ASSERT_FALSE(result.ok());
   EXPECT_THAT(std::string(result.status().message()),
               ::testing::HasSubstr("cannot mount '" + root + "' at '" + root + "/missing'"));
+}
+
+// How a worker running as root lets bwrap, run as the sandbox user, reach a
+// toolkit in a folder only its owner can enter: the child binds it at a
+// folder that user can reach, then gives up its user.
+TEST(RunProcessTest, BindsAreMadeBeforeTheUserIsGivenUpAndReadOnlyWhereAsked) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (runs the program as nobody)";
+  std::string root = testing::NewTempDir("binds-");
+  absl::Status works = MountNamespacesWork(root + "/probe");
+  if (!works.ok()) GTEST_SKIP() << "no mount namespaces here: " << works;
+  ASSERT_TRUE(WriteFileAtomically(root + "/private/toolkit/bin/tool", "the tool\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/private/out/keep", "").ok());
+  ASSERT_EQ(chmod((root + "/private").c_str(), 0700), 0);
+  // Writable by anyone: only the read-only bind keeps the program out.
+  ASSERT_EQ(chmod((root + "/private/toolkit/bin").c_str(), 0777), 0);
+  ASSERT_EQ(chmod((root + "/private/out").c_str(), 0777), 0);
+  ASSERT_TRUE(MakeDirectories(root + "/open/toolkit").ok());
+  ASSERT_TRUE(MakeDirectories(root + "/open/out").ok());
+  ProcessSpec spec =
+      Shell("id -u; cat bin/tool; cat " + root +
+            "/private/toolkit/bin/tool 2>/dev/null || echo private;"
+            "echo x > bin/new 2>/dev/null || echo read-only; echo x > ../out/new && echo writable");
+  spec.binds = {{root + "/private/toolkit", root + "/open/toolkit", true},
+                {root + "/private/out", root + "/open/out", false}};
+  spec.working_directory = root + "/open/toolkit";
+  spec.run_as = ProcessSpec::Identity{65534, 65534};
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0) << result->stderr_text;
+  EXPECT_EQ(result->stdout_text, "65534\nthe tool\nprivate\nread-only\nwritable\n");
+  EXPECT_TRUE(IsRegularFile(root + "/private/out/new"));
+  // Nothing is left mounted here.
+  EXPECT_TRUE(std::filesystem::is_empty(root + "/open/toolkit"));
+  EXPECT_THAT(*ReadFile("/proc/self/mountinfo"), Not(HasSubstr(root + "/open")));
+}
+
+TEST(RunProcessTest, AFailedBindNamesItsSourceAndTarget) {
+  std::string root = testing::NewTempDir("binds-");
+  if (!MountNamespacesWork(root + "/probe").ok()) GTEST_SKIP() << "no mount namespaces here";
+  ASSERT_TRUE(MakeDirectories(root + "/a").ok());
+  ProcessSpec spec;
+  spec.argv = {"true"};
+  spec.binds = {{root, root + "/a"}, {root, root + "/missing"}};
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("cannot mount '" + root + "' at '" + root + "/missing'"));
 }
 
 TEST(DescribeTerminationTest, Cases) {
