@@ -157,6 +157,14 @@ else
   grep -qE '^    mem_limit:' <<<"$worker_block" || fail "compose: worker has no mem_limit"
   grep -qE "DISTCC_CUDA_REQUIRE_NVCC: ['\"]?12\.8['\"]?$" <<<"$worker_block" ||
     fail "compose: worker does not require nvcc 12.8"
+  grep -q 'systempaths=unconfined' <<<"$worker_block" ||
+    fail "compose: the worker's masked /proc refuses the sandbox its own /proc"
+  grep -q 'DISTCC_CUDA_BASE_IMAGE' <<<"$worker_block" ||
+    fail "compose: the worker's base image cannot be chosen (build arg DISTCC_CUDA_BASE_IMAGE)"
+  # One version: the images' default tag is the project's (CMakeLists.txt).
+  version=$(sed -n 's/^project(distcc_cuda VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")
+  grep -qE "image: distcc-cuda-worker:$version\$" <<<"$worker_block" ||
+    fail "compose: the worker image's default tag is not the project's version $version"
   grep -q 'DISTCC_CUDA_COORDINATOR: coordinator:3633' <<<"$worker_block" ||
     fail "compose: worker is not pointed at coordinator:3633"
   grep -q 'condition: service_healthy' <<<"$worker_block" ||
@@ -222,6 +230,12 @@ awk '
   }' "$dockerfile" >"$instructions"
 problems=$(awk -v repo="$repo" '
   function problem(message) { print message; bad = 1 }
+  # An ARG before the first FROM may name the base image: its default is
+  # the pin, and must be one.
+  toupper($1) == "ARG" && count == 0 {
+    split($2, kv, "="); base_args[kv[1]] = kv[2]
+    next
+  }
   toupper($1) == "FROM" {
     image = ""; name = ""
     for (i = 2; i <= NF; i++) {
@@ -230,7 +244,11 @@ problems=$(awk -v repo="$repo" '
       else if (toupper($i) == "AS") name = $(i + 1)
     }
     parent = image
+    variable = image; gsub(/[${}]/, "", variable)
+    if (image ~ /^\$/ && (variable in base_args) && base_args[variable] != "")
+      image = base_args[variable]
     if (image in stages) { user[name] = user[image]; health[name] = health[image] }
+    else if (image == "scratch") { user[name] = "root"; health[name] = "" }
     else {
       user[name] = "root"; health[name] = ""
       ref = image; sub(/@sha256:.*/, "", ref)
@@ -243,7 +261,7 @@ problems=$(awk -v repo="$repo" '
       }
       if (image ~ /^nvidia\/cuda:/ && image !~ /^nvidia\/cuda:12\.8\.[0-9]+-devel-/)
         problem("FROM " image ": not a CUDA 12.8 devel image")
-      if (image ~ /\$/) problem("FROM " image ": a variable; write the pinned tag out")
+      if (image ~ /\$/) problem("FROM " image ": a variable without a pinned default (ARG NAME=IMAGE:TAG)")
     }
     stage = name; stages[name] = 1; order[++count] = name
     next
@@ -286,7 +304,8 @@ problems=$(awk -v repo="$repo" '
 while read -r pattern; do
   [[ -z $pattern || $pattern == \#* ]] && continue
   for needed in deploy/entrypoint-coordinator.sh deploy/entrypoint-worker.sh \
-    deploy/healthcheck.sh CMakeLists.txt proto common coordinator worker client tests; do
+    deploy/healthcheck.sh CMakeLists.txt pyproject.toml cmake proto common coordinator worker \
+    client docs/pypi.md scripts/wheel; do
     [[ $needed == "$pattern" || $needed == "$pattern"/* ]] &&
       fail ".dockerignore leaves out $needed, which the image build needs"
   done
