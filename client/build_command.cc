@@ -25,6 +25,7 @@
 #include "client/embedded_cluster.h"
 #include "client/link_step.h"
 #include "client/prediction_report.h"
+#include "client/progress.h"
 #include "client/scan_cache.h"
 #include "client/trace.h"
 #include "client/unit_request.h"
@@ -60,10 +61,6 @@ struct UnitReport {
   int64_t predicted_bytes = 0;
   std::string prediction_source;
 };
-
-std::string Seconds(absl::Duration d) {
-  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
-}
 
 // The downloaded objects of a unit compiled one target per unit.
 struct PartObjects {

@@ -41,10 +41,6 @@ namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 namespace {
 
-std::string Seconds(absl::Duration d) {
-  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
-}
-
 // What the session saw, for its progress lines and its summary.
 struct SessionTally {
   int remote = 0;                   // compiled on a worker

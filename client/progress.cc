@@ -86,4 +86,8 @@ bool IsLiveTerminal(int fd) {
   return isatty(fd) && term != nullptr && std::strcmp(term, "dumb") != 0;
 }
 
+std::string Seconds(absl::Duration duration) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(duration));
+}
+
 }  // namespace distcc_cuda::client

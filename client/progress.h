@@ -50,6 +50,9 @@ class ProgressDisplay {
 // the running units' remaining predicted time, spread over its slots).
 std::string StatusLine(int done, absl::Duration elapsed, const v1::ClusterStatus& status);
 
+// "12.3 s": a duration as the progress lines and the summaries print it.
+std::string Seconds(absl::Duration duration);
+
 // True when `fd` is a terminal that understands "\r\033[K" (not TERM=dumb).
 bool IsLiveTerminal(int fd);
 
