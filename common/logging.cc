@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/terminal_text.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
@@ -51,6 +52,35 @@ class JsonLineFormatter final : public spdlog::formatter {
   const std::string program_;
 };
 
+// Text lines as spdlog's default pattern writes them, with what the message
+// holds that a terminal or a log reader would act on written out (\xNN):
+// messages carry names, paths and texts from other machines, and a line
+// break or an escape sequence in one must not forge a line or clear a screen.
+class TerminalSafeFormatter final : public spdlog::formatter {
+ public:
+  TerminalSafeFormatter() : pattern_(std::make_unique<spdlog::pattern_formatter>()) {}
+
+  void format(const spdlog::details::log_msg& message, spdlog::memory_buf_t& out) override {
+    const absl::string_view payload(message.payload.data(), message.payload.size());
+    if (IsTerminalSafe(payload)) {
+      pattern_->format(message, out);
+      return;
+    }
+    const std::string safe = TerminalSafe(payload, /*keep_newlines=*/false, kMaxLineBytes);
+    spdlog::details::log_msg cleaned = message;
+    cleaned.payload = spdlog::string_view_t(safe.data(), safe.size());
+    pattern_->format(cleaned, out);
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<TerminalSafeFormatter>();
+  }
+
+ private:
+  static constexpr size_t kMaxLineBytes = 64 << 10;
+  std::unique_ptr<spdlog::formatter> pattern_;
+};
+
 void GrpcToSpdlog(gpr_log_func_args* args) {
   LogFields fields{{"component", "grpc"}};
   spdlog::level::level_enum level = args->severity == GPR_LOG_SEVERITY_ERROR ? spdlog::level::err
@@ -63,7 +93,10 @@ void GrpcToSpdlog(gpr_log_func_args* args) {
 }  // namespace
 
 absl::Status UseLogFormat(absl::string_view format, const std::string& program) {
-  if (format == "text") return absl::OkStatus();
+  if (format == "text") {
+    spdlog::set_formatter(std::make_unique<TerminalSafeFormatter>());
+    return absl::OkStatus();
+  }
   if (format != "json") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--log-format is 'text' or 'json' (one JSON object per line), not '", format, "'"));

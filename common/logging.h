@@ -15,7 +15,9 @@
 
 namespace distcc_cuda {
 
-// Sets the format of the default logger's lines (--log-format): "text", or
+// Sets the format of the default logger's lines (--log-format): "text"
+// (spdlog's default pattern; control characters, escape sequences and line
+// breaks in a message written out as \xNN, see TerminalSafe), or
 // "json": {"time": RFC 3339 UTC with microseconds, "level", "program",
 // "message", then every field of the LogFields in scope on the logging
 // thread}. INVALID_ARGUMENT naming both for another name. Call once, early

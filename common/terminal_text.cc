@@ -75,4 +75,8 @@ std::string TerminalSafe(absl::string_view text, bool keep_newlines, size_t max_
   return safe;
 }
 
+bool IsTerminalSafe(absl::string_view text) {
+  return TerminalSafe(text, /*keep_newlines=*/false, text.size()) == text;
+}
+
 }  // namespace distcc_cuda

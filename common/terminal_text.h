@@ -21,4 +21,8 @@ namespace distcc_cuda {
 std::string TerminalSafe(absl::string_view text, bool keep_newlines = false,
                          size_t max_bytes = 4096);
 
+// Whether TerminalSafe would leave `text` as it is (no line breaks kept):
+// text a peer sent that may be shown or logged without cleaning.
+bool IsTerminalSafe(absl::string_view text);
+
 }  // namespace distcc_cuda

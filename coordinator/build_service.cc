@@ -12,6 +12,7 @@
 #include "common/terminal_text.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
+#include "coordinator/client_text.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -33,6 +34,7 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
                                      const Planning& planning, CasPin& pin) {
   ASSIGN_OR_RETURN(v1::SubmitBuildRequest request,
                    ReadBuildPlan(submitted, *planning.cas, planning.limits));
+  RETURN_IF_ERROR(CheckClientText(request));
   std::map<std::string, v1::TaskResult> hits;
   auto hit = [&](const std::string& action_digest) {
     std::optional<v1::TaskResult> result = planning.results->Lookup(action_digest);

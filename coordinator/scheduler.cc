@@ -11,6 +11,7 @@
 #include "common/digest.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/terminal_text.h"
 #include "common/toolchain.h"
 #include "coordinator/ids.h"
 #include "spdlog/spdlog.h"
@@ -47,10 +48,10 @@ constexpr size_t kMaxDescription = 512;
 // shares one worker certificate among its scaled workers).
 constexpr int kMaxWorkersPerPeer = 1024;
 
+// Text a terminal shows as it is (no controls, escapes or bidirectional
+// overrides), within `limit` bytes.
 bool Printable(const std::string& text, size_t limit) {
-  return text.size() <= limit && std::all_of(text.begin(), text.end(), [](char c) {
-           return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
-         });
+  return text.size() <= limit && IsTerminalSafe(text);
 }
 
 }  // namespace

@@ -55,5 +55,18 @@ TEST(TerminalSafeTest, LineBreaksMayStayAndLongTextIsCut) {
   EXPECT_EQ(TerminalSafe("\x1b\x1b", false, 1), "\\x1b...");
 }
 
+TEST(TerminalSafeTest, IsTerminalSafeIsWhetherNothingWouldBeWrittenOut) {
+  EXPECT_TRUE(IsTerminalSafe(""));
+  EXPECT_TRUE(IsTerminalSafe("attention fwd → sm_100 (πυρήνες)"));
+  EXPECT_FALSE(IsTerminalSafe("line\nbreak"));
+  EXPECT_FALSE(IsTerminalSafe("tab\there"));
+  EXPECT_FALSE(IsTerminalSafe("\x1b[2J"));
+  EXPECT_FALSE(IsTerminalSafe("abc\xe2\x80\xae" "fdp"));  // right-to-left override
+  EXPECT_FALSE(IsTerminalSafe("\xc2\x9b" "2J"));           // C1 CSI
+  EXPECT_FALSE(IsTerminalSafe("caf\xe9"));                 // not UTF-8
+  // Long text is judged whole, not cut.
+  EXPECT_TRUE(IsTerminalSafe(std::string(10000, 'a')));
+}
+
 }  // namespace
 }  // namespace distcc_cuda

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a client with a valid certificate can still try on a coordinator
+// (issue 30's findings), over raw gRPC against the real binary: texts that
+// would act on a terminal or forge a log line.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/toolchain.h"
+#include "distcc_cuda/v1/build.grpc.pb.h"
+#include "tests/support/background_process.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// What a hostile client puts in a name: clear the screen, retitle the
+// window, and start a line of its own in the log.
+constexpr char kHostile[] = "x\x1b[2J\x1b]0;PWNED\x07\nFORGED LOG LINE";
+
+class HostileClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewTempDir("hostile-client-");
+    auto coordinator = testing::BackgroundProcess::Start(
+        {testing::BinaryPath("distcc-cuda-coordinator"), "--listen", "127.0.0.1:0", "--state-dir",
+         root_ + "/coordinator"},
+        root_ + "/coordinator.log");
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    absl::StatusOr<std::string> line = coordinator_->WaitForLog("listening on ", absl::Seconds(20));
+    ASSERT_TRUE(line.ok()) << line.status();
+    const std::string address = line->substr(line->find("listening on ") + 13);
+    stub_ = v1::BuildService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    absl::StatusOr<v1::ToolchainFingerprint> toolchain =
+        ComputeToolchainFingerprint(testing::FakeNvccPath());
+    ASSERT_TRUE(toolchain.ok()) << toolchain.status();
+    toolchain_ = *toolchain;
+  }
+
+  // A build of one instantiation set of one point, named `build_name`.
+  v1::SubmitBuildRequest Request(const std::string& build_name) const {
+    v1::SubmitBuildRequest request;
+    request.set_build_name(build_name);
+    *request.mutable_toolchain() = toolchain_;
+    request.set_workspace_root(root_);
+    v1::InstantiationSet* set = request.add_instantiation_sets();
+    set->set_name("kernels");
+    set->set_unit_name_template("k_{n}");
+    set->set_text_template("template void k<{n}>();\n");
+    v1::InstantiationAxis* axis = set->add_axes();
+    axis->set_name("n");
+    axis->add_values("1");
+    set->set_manifest_location("kernels.toml:1");
+    return request;
+  }
+
+  // The status SubmitBuild ends with (the build is accepted, or refused).
+  grpc::Status Submit(const v1::SubmitBuildRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub_->SubmitBuild(&context, request);
+    v1::BuildEvent event;
+    // Accepted builds wait for a worker that never comes: the first event
+    // is enough.
+    if (reader->Read(&event)) context.TryCancel();
+    return reader->Finish();
+  }
+
+  std::string root_;
+  std::unique_ptr<testing::BackgroundProcess> coordinator_;
+  std::unique_ptr<v1::BuildService::Stub> stub_;
+  v1::ToolchainFingerprint toolchain_;
+};
+
+TEST_F(HostileClientTest, TextsThatWouldActOnATerminalAreRefusedAndNeverLogged) {
+  struct Case {
+    std::string name;
+    v1::SubmitBuildRequest request;
+    std::string message_has;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"build name", Request(kHostile), "the build name"});
+  cases.push_back({"long build name", Request(std::string(300, 'b')), "300 bytes"});
+  cases.push_back({"bidi build name", Request("abc\xe2\x80\xae" "fdp.exe"), "the build name"});
+  // (Bytes that are not UTF-8 never arrive: proto3 refuses them in a
+  // string field when it parses the request.)
+  Case toolchain{"toolchain", Request("fine"), "host_compiler"};
+  toolchain.request.mutable_toolchain()->set_host_compiler(kHostile);
+  cases.push_back(toolchain);
+  Case set{"set name", Request("fine"), "instantiation set's name"};
+  set.request.mutable_instantiation_sets(0)->set_name(kHostile);
+  cases.push_back(set);
+  Case location{"manifest location", Request("fine"), "manifest_location"};
+  location.request.mutable_instantiation_sets(0)->set_manifest_location(kHostile);
+  cases.push_back(location);
+  Case value{"axis value", Request("fine"), "a value of axis n"};
+  value.request.mutable_instantiation_sets(0)->mutable_axes(0)->set_values(0, kHostile);
+  cases.push_back(value);
+
+  for (const Case& c : cases) {
+    grpc::Status status = Submit(c.request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.name << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message_has)) << c.name;
+    EXPECT_THAT(status.error_message(), Not(HasSubstr("\x1b"))) << c.name;
+  }
+  // Printable text in any script is a name like any other.
+  grpc::Status greek = Submit(Request("πυρήνες → sm_100"));
+  EXPECT_TRUE(greek.ok() || greek.error_code() == grpc::StatusCode::CANCELLED)
+      << greek.error_message();
+
+  const std::string log = coordinator_->Log();
+  for (const char* acting : {"\x1b", "\x07", "\xe2\x80\xae", "\nFORGED"}) {
+    EXPECT_THAT(log, Not(HasSubstr(acting))) << "the coordinator's log:\n" << log;
+  }
+}
+
+}  // namespace
+}  // namespace distcc_cuda

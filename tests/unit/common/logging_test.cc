@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/logging.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The default logger's text lines, written into a string for one test.
+class TextLogsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    previous_ = spdlog::default_logger();
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+    ASSERT_TRUE(UseLogFormat("text", "test").ok());
+  }
+  void TearDown() override { spdlog::set_default_logger(previous_); }
+
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+TEST_F(TextLogsTest, WhatAPeerSentCannotClearTheScreenOrForgeALine) {
+  spdlog::info("build {} accepted", "x\x1b[2J\x1b]0;PWNED\x07\nFORGED LOG LINE");
+  spdlog::info("worker {} joined", "gpu-node-7 (πυρήνες)");
+  const std::string text = out_.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_THAT(text, Not(HasSubstr("\x1b")));
+  EXPECT_THAT(text, Not(HasSubstr("\x07")));
+  EXPECT_THAT(text, HasSubstr("build x\\x1b[2J\\x1b]0;PWNED\\x07\\x0aFORGED LOG LINE accepted"));
+  // Printable text in any script is left as it is.
+  EXPECT_THAT(text, HasSubstr("worker gpu-node-7 (πυρήνες) joined"));
+  EXPECT_THAT(text, HasSubstr("[info]"));
+}
+
+}  // namespace
+}  // namespace distcc_cuda
