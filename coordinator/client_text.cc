@@ -14,8 +14,8 @@ namespace {
 absl::Status CheckText(const std::string& what, const std::string& text, size_t limit) {
   if (text.size() > limit) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is ", text.size(),
-                                                   " bytes; this coordinator takes at most ",
-                                                   limit, "; shorten it"));
+                                                   " bytes; this coordinator takes at most ", limit,
+                                                   "; shorten it"));
   }
   if (!IsTerminalSafe(text)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -52,8 +52,8 @@ absl::Status CheckSet(const v1::InstantiationSet& set) {
   const std::string where = absl::StrCat("instantiation set ", set.name());
   RETURN_IF_ERROR(CheckText(absl::StrCat(where, ": its unit_name_template"),
                             set.unit_name_template(), kMaxDescriptionBytes));
-  RETURN_IF_ERROR(CheckText(absl::StrCat(where, ": its manifest_location"),
-                            set.manifest_location(), kMaxDescriptionBytes));
+  RETURN_IF_ERROR(CheckText(absl::StrCat(where, ": its manifest_location"), set.manifest_location(),
+                            kMaxDescriptionBytes));
   for (const v1::InstantiationAxis& axis : set.axes()) {
     RETURN_IF_ERROR(
         CheckText(absl::StrCat(where, ": an axis name"), axis.name(), kMaxSetNameBytes));

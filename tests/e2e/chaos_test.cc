@@ -209,7 +209,9 @@ TEST(ChaosTest, BuildsFinishThroughKilledWorkersAndCoordinatorRestarts) {
 
   // Stopped in order, nothing of either build runs any more.
   for (auto& worker : cluster.workers_) {
-    if (worker != nullptr) EXPECT_TRUE(worker->Stop(SIGTERM, absl::Seconds(10)).ok());
+    if (worker != nullptr) {
+      EXPECT_TRUE(worker->Stop(SIGTERM, absl::Seconds(10)).ok());
+    }
   }
   EXPECT_TRUE(cluster.coordinator_->Stop(SIGTERM, absl::Seconds(10)).ok());
   int left = 0;

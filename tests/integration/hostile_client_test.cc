@@ -38,8 +38,8 @@ class HostileClientTest : public ::testing::Test {
     absl::StatusOr<std::string> line = coordinator_->WaitForLog("listening on ", absl::Seconds(20));
     ASSERT_TRUE(line.ok()) << line.status();
     const std::string address = line->substr(line->find("listening on ") + 13);
-    stub_ = v1::BuildService::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub_ =
+        v1::BuildService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     absl::StatusOr<v1::ToolchainFingerprint> toolchain =
         ComputeToolchainFingerprint(testing::FakeNvccPath());
     ASSERT_TRUE(toolchain.ok()) << toolchain.status();
@@ -90,7 +90,10 @@ TEST_F(HostileClientTest, TextsThatWouldActOnATerminalAreRefusedAndNeverLogged) 
   std::vector<Case> cases;
   cases.push_back({"build name", Request(kHostile), "the build name"});
   cases.push_back({"long build name", Request(std::string(300, 'b')), "300 bytes"});
-  cases.push_back({"bidi build name", Request("abc\xe2\x80\xae" "fdp.exe"), "the build name"});
+  cases.push_back({"bidi build name",
+                   Request("abc\xe2\x80\xae"
+                           "fdp.exe"),
+                   "the build name"});
   // (Bytes that are not UTF-8 never arrive: proto3 refuses them in a
   // string field when it parses the request.)
   Case toolchain{"toolchain", Request("fine"), "host_compiler"};

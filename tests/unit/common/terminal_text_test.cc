@@ -61,9 +61,14 @@ TEST(TerminalSafeTest, IsTerminalSafeIsWhetherNothingWouldBeWrittenOut) {
   EXPECT_FALSE(IsTerminalSafe("line\nbreak"));
   EXPECT_FALSE(IsTerminalSafe("tab\there"));
   EXPECT_FALSE(IsTerminalSafe("\x1b[2J"));
-  EXPECT_FALSE(IsTerminalSafe("abc\xe2\x80\xae" "fdp"));  // right-to-left override
-  EXPECT_FALSE(IsTerminalSafe("\xc2\x9b" "2J"));           // C1 CSI
-  EXPECT_FALSE(IsTerminalSafe("caf\xe9"));                 // not UTF-8
+  // A right-to-left override, a C1 CSI, and text that is not UTF-8.
+  EXPECT_FALSE(
+      IsTerminalSafe("abc\xe2\x80\xae"
+                     "fdp"));
+  EXPECT_FALSE(
+      IsTerminalSafe("\xc2\x9b"
+                     "2J"));
+  EXPECT_FALSE(IsTerminalSafe("caf\xe9"));
   // Long text is judged whole, not cut.
   EXPECT_TRUE(IsTerminalSafe(std::string(10000, 'a')));
 }
