@@ -51,7 +51,8 @@ class BlobWriter {
   // Commit's steps, which CasStore::PutMany runs for many blobs at once:
   // the content checked and on disk (read-only, flushed, closed), then
   // named (renamed into its folder, which is returned; not yet synced).
-  absl::Status Seal();
+  // `flush` false leaves the flush to the caller (one syncfs for a batch).
+  absl::Status Seal(bool flush = true);
   absl::StatusOr<std::string> Publish();
 
   const CasStore* store_;
@@ -129,7 +130,9 @@ class CasStore {
   // upload sends: the blobs are written, then flushed, then named, then
   // their folders synced, each step for all of them, so a file system that
   // commits its journal once for many files (ext4) does so a few times per
-  // batch, not twice per blob. Durable when it returns, as Put is.
+  // batch, not twice per blob. A batch of more than 1,024 blobs (a large
+  // grid's generated sources) is flushed by syncfs twice (contents before
+  // names, then names), not per blob. Durable when it returns, as Put is.
   std::vector<absl::Status> PutMany(const std::vector<std::pair<Digest, absl::string_view>>& blobs);
   // Stores `data` under its own digest and returns that digest.
   absl::StatusOr<Digest> PutBytes(absl::string_view data);

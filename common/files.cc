@@ -89,14 +89,25 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   return SyncFolder(target.has_parent_path() ? target.parent_path().string() : ".");
 }
 
-absl::Status SyncFolder(const std::string& path) {
+namespace {
+
+// Opens the folder `path` and runs `sync` (fsync or syncfs) on it.
+absl::Status SyncThrough(const std::string& path, int (*sync)(int), const char* what) {
   int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open folder ", path));
-  int synced = fsync(fd);
+  int synced = sync(fd);
   int error = errno;
   close(fd);
-  if (synced != 0) return absl::ErrnoToStatus(error, absl::StrCat("cannot sync folder ", path));
+  if (synced != 0) return absl::ErrnoToStatus(error, absl::StrCat("cannot sync ", what, path));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SyncFolder(const std::string& path) { return SyncThrough(path, fsync, "folder "); }
+
+absl::Status SyncFileSystem(const std::string& path) {
+  return SyncThrough(path, syncfs, "the file system of ");
 }
 
 absl::StatusOr<FolderLock> FolderLock::Acquire(const std::string& folder, const std::string& who) {

@@ -21,6 +21,9 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 // fsync(2) of the folder at `path`, so that a rename into it survives a
 // crash of the machine. INTERNAL naming the folder otherwise.
 absl::Status SyncFolder(const std::string& path);
+// Flushes the whole file system that holds the folder `path` (syncfs):
+// every file written to it before, however many, is on disk, with its name.
+absl::Status SyncFileSystem(const std::string& path);
 
 // An exclusive lock on a state folder (flock(2) on `folder`/lock), held
 // while this object lives, with the holder's pid written in the file. The

@@ -71,6 +71,37 @@ TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
   EXPECT_NE((*units)[0].action_digest, (*units)[1].action_digest);
 }
 
+// A grid larger than one flush per source can afford (CasStore::PutMany
+// flushes a batch of more than 1,024 by syncing the file system): every
+// point's source is in the store, whole, and no temporary file is left.
+TEST_F(BuildPlannerTest, EverySourceOfALargeGridIsInTheStore) {
+  v1::InstantiationSet* set = request_.mutable_instantiation_sets(0);
+  set->set_unit_name_template("k_{n}_{m}");
+  set->set_text_template("template void K<{n} * 100 + {m}>();");
+  set->clear_axes();
+  for (const char* name : {"n", "m"}) {
+    v1::InstantiationAxis* axis = set->add_axes();
+    axis->set_name(name);
+    for (int i = 0; i < 40; ++i) axis->add_values(absl::StrCat(i));
+  }
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(units.ok()) << units.status();
+  ASSERT_EQ(units->size(), 1600u);
+  for (const PlannedUnit& planned : *units) {
+    const v1::CompileUnit& unit = planned.unit;
+    ASSERT_EQ(unit.inputs_size(), 2) << unit.name();
+    absl::StatusOr<std::string> source = cas_->Get(FromProto(unit.inputs(1).digest()));
+    ASSERT_TRUE(source.ok()) << unit.name() << ": " << source.status();
+    const std::string point = unit.name().substr(2);  // "n_m"
+    const std::string n = point.substr(0, point.find('_'));
+    const std::string m = point.substr(point.find('_') + 1);
+    EXPECT_THAT(*source, HasSubstr(absl::StrCat("template void K<", n, " * 100 + ", m, ">();")))
+        << unit.name();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(cas_->root() + "/tmp"));
+}
+
 TEST_F(BuildPlannerTest, ActionDigestDependsOnToolchainAndInputs) {
   auto first = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   request_.mutable_toolchain()->set_digest("toolchain-b");
