@@ -134,16 +134,31 @@ absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet&
   return unit;
 }
 
-// Puts the sources of `generated` into the CAS in one batch (CasStore::
-// PutMany: written together, each folder synced once), so that a grid of
-// many points costs one pass over the disk, not two syncs per point.
-absl::Status StoreSources(const std::vector<GeneratedUnit>& generated, CasStore& cas) {
-  std::vector<std::pair<Digest, absl::string_view>> blobs;
-  blobs.reserve(generated.size());
-  for (const GeneratedUnit& unit : generated) {
-    blobs.emplace_back(DigestOf(unit.source_text), unit.source_text);
+// CANCELLED once `client_left` says the build's client has gone.
+absl::Status StillWanted(const ClientLeft& client_left) {
+  if (client_left != nullptr && client_left()) {
+    return absl::CancelledError("the build's client left while it was planned; planning stopped");
   }
-  for (const absl::Status& stored : cas.PutMany(blobs)) RETURN_IF_ERROR(stored);
+  return absl::OkStatus();
+}
+
+// Puts the sources of `generated` into the CAS in batches (CasStore::
+// PutMany: written together, flushed together), so that a grid of many
+// points costs a pass over the disk, not two syncs per point. Between
+// batches it stops if the build's client has left.
+absl::Status StoreSources(const std::vector<GeneratedUnit>& generated, CasStore& cas,
+                          const ClientLeft& client_left = nullptr) {
+  constexpr size_t kBatch = 8192;
+  for (size_t begin = 0; begin < generated.size(); begin += kBatch) {
+    RETURN_IF_ERROR(StillWanted(client_left));
+    const size_t end = std::min(generated.size(), begin + kBatch);
+    std::vector<std::pair<Digest, absl::string_view>> blobs;
+    blobs.reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      blobs.emplace_back(DigestOf(generated[i].source_text), generated[i].source_text);
+    }
+    for (const absl::Status& stored : cas.PutMany(blobs)) RETURN_IF_ERROR(stored);
+  }
   return absl::OkStatus();
 }
 
@@ -565,7 +580,8 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
     const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits,
-    const IsCached& is_cached, std::vector<std::string>* notes, BuildInputs* inputs) {
+    const IsCached& is_cached, std::vector<std::string>* notes, BuildInputs* inputs,
+    const ClientLeft& client_left) {
   std::unique_ptr<BuildInputs> read;
   if (inputs == nullptr) {
     ASSIGN_OR_RETURN(read, BuildInputs::Read(request, cas, limits));
@@ -631,7 +647,7 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     auto context = std::make_shared<const SplitContext>(
         SplitContext{set, request.workspace_root(), toolchain, &cas, history, choices,
                      request.architecture_split() != v1::ARCHITECTURE_SPLIT_NEVER});
-    RETURN_IF_ERROR(StoreSources(generated, cas));
+    RETURN_IF_ERROR(StoreSources(generated, cas, client_left));
     for (GeneratedUnit& point : generated) {
       ASSIGN_OR_RETURN(v1::CompileUnit unit,
                        GeneratedCompileUnit(set, request.workspace_root(), point));
@@ -648,6 +664,7 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   CheckedUnitParts checked;
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   for (size_t i = 0; i < units.size(); ++i) {
+    if (i % 1024 == 0) RETURN_IF_ERROR(StillWanted(client_left));
     NvccCommand command;
     int64_t closure_bytes = 0;
     ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked, present,

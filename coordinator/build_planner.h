@@ -72,6 +72,10 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
 // ARCHITECTURE_SPLIT_ALWAYS.
 // Whether the result cache holds a unit's result, by its action digest.
 using IsCached = std::function<bool(const std::string& action_digest)>;
+// Asked now and then while a build is planned (every 1,024 units and every
+// batch of sources stored): true once the client that sent it has left, and
+// planning stops with CANCELLED instead of going on for nobody.
+using ClientLeft = std::function<bool()>;
 
 // The plan of a build all of whose units are in the result cache, made
 // without reading their input trees: what a launcher's rebuild sends, unit
@@ -132,10 +136,11 @@ ArchitectureSplitCosts WeighArchitectureSplit(const PlannedUnit& whole,
 // is the build's trees as BuildInputs::Read read them (null: read here);
 // each unit's action digest names all its inputs by one root
 // (InputTreeExpander::RootWith), whether it sent them as a tree or a list.
+// Stops (CANCELLED) soon after `client_left` (may be null) says so.
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
     const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits = {},
     const IsCached& is_cached = nullptr, std::vector<std::string>* notes = nullptr,
-    BuildInputs* inputs = nullptr);
+    BuildInputs* inputs = nullptr, const ClientLeft& client_left = nullptr);
 
 }  // namespace distcc_cuda::coordinator

@@ -1,18 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coordinator/build_service.h"
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/digest.h"
 #include "common/status.h"
 #include "common/terminal_text.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
 #include "coordinator/client_text.h"
+#include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -63,10 +67,17 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
   auto is_cached = [&planning](const std::string& action_digest) {
     return planning.results->Lookup(action_digest).has_value();
   };
-  ASSIGN_OR_RETURN(part.units, PlanBuild(request, *planning.cas, planning.history,
-                                         planning.scheduler->Capacity(request.toolchain().digest()),
-                                         planning.unit_sizes, planning.limits, is_cached,
-                                         &part.notes, trees.get()));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<PlannedUnit>> units =
+      PlanBuild(request, *planning.cas, planning.history,
+                planning.scheduler->Capacity(request.toolchain().digest()), planning.unit_sizes,
+                planning.limits, is_cached, &part.notes, trees.get(), planning.client_left);
+  if (absl::IsCancelled(units.status())) {
+    spdlog::info("stopped planning build '{}' after {}: its client left", request.build_name(),
+                 absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))));
+  }
+  if (!units.ok()) return units.status();
+  part.units = *std::move(units);
   trees.reset();
   for (size_t i = 0; i < part.units.size(); ++i) {
     if (auto found = planning.results->Lookup(part.units[i].action_digest)) part.cached[i] = *found;
@@ -178,6 +189,9 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     StartDone(id.ok() ? *id : "", id.status());
   }
 
+  // Whether the client has gone (OnCancel): asked while the build is planned.
+  bool ClientLeft() const { return client_left_; }
+
   // Ends the call at once, e.g. when the planning executor is full.
   void Reject(const absl::Status& status) { StartDone("", status); }
 
@@ -200,6 +214,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   // with OnWriteDone(false), which finishes the call; an idle stream has to
   // be finished here, or the server would wait for it forever.
   void OnCancel() override {
+    client_left_ = true;  // planning, if it still runs, stops
     absl::MutexLock lock(&mu_);
     if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "build cancelled"));
   }
@@ -269,6 +284,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   BuildScheduler* scheduler_;
   std::shared_ptr<BuildService::OpenBuilds> open_builds_;
   std::shared_ptr<BuildEventHandle> handle_;
+  std::atomic<bool> client_left_{false};
   absl::Mutex mu_;
   std::deque<v1::BuildEvent> pending_ ABSL_GUARDED_BY(mu_);
   v1::BuildEvent current_ ABSL_GUARDED_BY(mu_);
@@ -341,7 +357,9 @@ grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
   scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
   auto* stream = new BuildEventStream(scheduler_, open_builds_);
   bool queued = planner_->Submit([this, stream, request, owner = principal->name] {
-    stream->Start(*request, Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_},
+    stream->Start(*request,
+                  Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
+                           [stream] { return stream->ClientLeft(); }},
                   owner);
   });
   if (!queued) {
@@ -376,10 +394,11 @@ grpc::ServerUnaryReactor* BuildService::AddUnits(grpc::CallbackServerContext* co
     return reactor;
   }
   scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
-  bool queued = planner_->Submit([this, build, request, response, reactor] {
+  bool queued = planner_->Submit([this, build, context, request, response, reactor] {
     absl::StatusOr<int> added =
         AddPart(request->build_id(), *build, *request,
-                Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_});
+                Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
+                         [context] { return context->IsCancelled(); }});
     if (added.ok()) response->set_units(*added);
     reactor->Finish(ToGrpcStatus(added.status()));
   });

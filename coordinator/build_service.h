@@ -32,6 +32,7 @@ struct Planning {
   UnitSizeChoices* unit_sizes;
   BuildScheduler* scheduler;  // the workers' capacity
   BuildLimits limits;
+  ClientLeft client_left;  // whether the part's client has gone (may be null)
 };
 
 // What the BuildService does with a submitted build, or a part of one,
@@ -42,7 +43,8 @@ struct Planning {
 // results found are the ones answered, so none can go between. Otherwise
 // its trees are read and checked once and stay trees, expanded by the
 // workers that compile them. The errors of ReadBuildPlan, BuildInputs::Read
-// and PlanBuild.
+// and PlanBuild; CANCELLED (and a line in the log) when its client left
+// while it was planned.
 absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
                                      const Planning& planning, CasPin& pin);
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a client with a valid certificate can still try on a coordinator
 // (issue 30's findings), over raw gRPC against the real binary: texts that
-// would act on a terminal or forge a log line.
+// would act on a terminal or forge a log line, and a plan of minutes left
+// running for a client that has gone.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "tests/support/background_process.h"
@@ -64,9 +66,10 @@ class HostileClientTest : public ::testing::Test {
   }
 
   // The status SubmitBuild ends with (the build is accepted, or refused).
-  grpc::Status Submit(const v1::SubmitBuildRequest& request) {
+  grpc::Status Submit(const v1::SubmitBuildRequest& request,
+                      absl::Duration deadline = absl::Seconds(30)) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     auto reader = stub_->SubmitBuild(&context, request);
     v1::BuildEvent event;
     // Accepted builds wait for a worker that never comes: the first event
@@ -125,6 +128,34 @@ TEST_F(HostileClientTest, TextsThatWouldActOnATerminalAreRefusedAndNeverLogged) 
   for (const char* acting : {"\x1b", "\x07", "\xe2\x80\xae", "\nFORGED"}) {
     EXPECT_THAT(log, Not(HasSubstr(acting))) << "the coordinator's log:\n" << log;
   }
+}
+
+// `request` with its one set made a grid of `side` x `side` points, one
+// instantiation per unit.
+v1::SubmitBuildRequest GridRequest(v1::SubmitBuildRequest request, int side) {
+  v1::InstantiationSet* set = request.mutable_instantiation_sets(0);
+  set->set_unit_name_template("k_{a}_{b}");
+  set->set_text_template("template void k<{a}, {b}>();\n");
+  set->set_instantiations_per_unit(1);
+  set->clear_axes();
+  for (const char* name : {"a", "b"}) {
+    v1::InstantiationAxis* axis = set->add_axes();
+    axis->set_name(name);
+    for (int i = 0; i < side; ++i) axis->add_values(absl::StrCat(i));
+  }
+  return request;
+}
+
+// A grid of 99,856 points (under the 100,000 a set may have) takes many
+// seconds to plan; its client gives up after one. The coordinator stops
+// planning instead of going on for nobody (it went on to the end before).
+TEST_F(HostileClientTest, PlanningStopsWhenItsClientLeaves) {
+  grpc::Status status = Submit(GridRequest(Request("left behind"), 316), absl::Seconds(1));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  absl::StatusOr<std::string> stopped =
+      coordinator_->WaitForLog("stopped planning build 'left behind'", absl::Seconds(30));
+  ASSERT_TRUE(stopped.ok()) << stopped.status() << "\n" << coordinator_->Log();
+  EXPECT_THAT(*stopped, HasSubstr("its client left"));
 }
 
 }  // namespace
