@@ -16,6 +16,7 @@
 #include "common/nvcc_args.h"
 #include "common/status.h"
 #include "coordinator/build_inputs.h"
+#include "coordinator/request_cost.h"
 #include "coordinator/result_cache.h"
 #include "spdlog/spdlog.h"
 
@@ -517,6 +518,8 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
                                  absl::StrCat("the build's plan ", digest.ToString(),
                                               " is not in the content store; upload it before "
                                               "submitting")));
+  RETURN_IF_ERROR(CheckParseCost(bytes, *v1::BuildPlan::descriptor(), &limits,
+                                 absl::StrCat("the build's plan ", digest.ToString())));
   v1::BuildPlan plan;
   if (!plan.ParseFromString(bytes)) {
     return absl::InvalidArgumentError(

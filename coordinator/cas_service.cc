@@ -7,6 +7,7 @@
 #include "common/byte_size.h"
 #include "common/cas_client.h"
 #include "common/status.h"
+#include "coordinator/request_cost.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -169,44 +170,27 @@ absl::Status CasService::Authorize(const grpc::CallbackServerContext& context) c
       .status();
 }
 
-grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerContext* context,
-                                                       const v1::FindMissingBlobsRequest* request,
-                                                       v1::FindMissingBlobsResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
-    reactor->Finish(ToGrpcStatus(allowed));
-    return reactor;
-  }
-  for (const auto& proto : request->digests()) {
+absl::Status CasService::FindMissing(const v1::FindMissingBlobsRequest& request,
+                                     v1::FindMissingBlobsResponse& response) {
+  for (const auto& proto : request.digests()) {
     Digest digest = FromProto(proto);
-    absl::Status valid = ValidateDigest(digest);
-    if (!valid.ok()) {
-      reactor->Finish(ToGrpcStatus(valid));
-      return reactor;
-    }
+    RETURN_IF_ERROR(ValidateDigest(digest));
     // Hashed once per coordinator run: a blob damaged on disk is missing.
     bool found = store_->Verify(digest).ok();
     store_->CountLookup(found);
-    if (!found) *response->add_missing() = proto;
+    if (!found) *response.add_missing() = proto;
   }
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerContext* context,
-                                                       const v1::BatchUpdateBlobsRequest* request,
-                                                       v1::BatchUpdateBlobsResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
-    reactor->Finish(ToGrpcStatus(allowed));
-    return reactor;
-  }
+void CasService::BatchUpdate(const v1::BatchUpdateBlobsRequest& request,
+                             v1::BatchUpdateBlobsResponse& response) {
   // Blobs of a size this store takes are stored together (PutMany).
-  std::vector<absl::Status> results(request->blobs_size());
+  std::vector<absl::Status> results(request.blobs_size());
   std::vector<std::pair<Digest, absl::string_view>> storing;
   std::vector<int> stored_at;
-  for (int i = 0; i < request->blobs_size(); ++i) {
-    const auto& blob = request->blobs(i);
+  for (int i = 0; i < request.blobs_size(); ++i) {
+    const auto& blob = request.blobs(i);
     results[i] = CheckBlobSize(FromProto(blob.digest()), max_blob_bytes_);
     if (!results[i].ok()) continue;
     storing.emplace_back(FromProto(blob.digest()), blob.data());
@@ -214,13 +198,41 @@ grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerConte
   }
   std::vector<absl::Status> stored = store_->PutMany(storing);
   for (size_t k = 0; k < stored.size(); ++k) results[stored_at[k]] = std::move(stored[k]);
-  for (int i = 0; i < request->blobs_size(); ++i) {
-    auto* result = response->add_results();
-    *result->mutable_digest() = request->blobs(i).digest();
+  for (int i = 0; i < request.blobs_size(); ++i) {
+    auto* result = response.add_results();
+    *result->mutable_digest() = request.blobs(i).digest();
     result->set_code(static_cast<int>(results[i].code()));
     result->set_message(std::string(results[i].message()));
   }
-  reactor->Finish(grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* raw_response) {
+  auto* reactor = context->DefaultReactor();
+  v1::FindMissingBlobsRequest request;
+  v1::FindMissingBlobsResponse response;
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = ParseRequest(*raw, nullptr, "the FindMissingBlobs request", request);
+  if (status.ok()) status = FindMissing(request, response);
+  if (status.ok()) *raw_response = SerializedBytes(response);
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* raw,
+                                                       grpc::ByteBuffer* raw_response) {
+  auto* reactor = context->DefaultReactor();
+  v1::BatchUpdateBlobsRequest request;
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = ParseRequest(*raw, nullptr, "the BatchUpdateBlobs request", request);
+  if (status.ok()) {
+    v1::BatchUpdateBlobsResponse response;
+    BatchUpdate(request, response);
+    *raw_response = SerializedBytes(response);
+  }
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

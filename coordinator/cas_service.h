@@ -8,7 +8,14 @@
 
 namespace distcc_cuda::coordinator {
 
-class CasService final : public v1::ContentStore::CallbackService {
+// FindMissingBlobs and BatchUpdateBlobs take their requests as bytes (the
+// raw callback methods), judged by what they would cost parsed before they
+// are parsed (coordinator/request_cost): a few megabytes of empty digests
+// would otherwise be hundreds of megabytes of objects.
+using CasServiceBase = v1::ContentStore::WithRawCallbackMethod_FindMissingBlobs<
+    v1::ContentStore::WithRawCallbackMethod_BatchUpdateBlobs<v1::ContentStore::CallbackService>>;
+
+class CasService final : public CasServiceBase {
  public:
   // Every call needs the client or the worker role in `access`; no blob
   // above `max_blob_bytes` is stored (RESOURCE_EXHAUSTED naming the limit).
@@ -16,12 +23,14 @@ class CasService final : public v1::ContentStore::CallbackService {
              int64_t max_blob_bytes = int64_t{4} << 30)
       : access_(access), store_(store), max_blob_bytes_(max_blob_bytes) {}
 
+  // A v1::FindMissingBlobsRequest in, a v1::FindMissingBlobsResponse out.
   grpc::ServerUnaryReactor* FindMissingBlobs(grpc::CallbackServerContext* context,
-                                             const v1::FindMissingBlobsRequest* request,
-                                             v1::FindMissingBlobsResponse* response) override;
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) override;
+  // A v1::BatchUpdateBlobsRequest in, a v1::BatchUpdateBlobsResponse out.
   grpc::ServerUnaryReactor* BatchUpdateBlobs(grpc::CallbackServerContext* context,
-                                             const v1::BatchUpdateBlobsRequest* request,
-                                             v1::BatchUpdateBlobsResponse* response) override;
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) override;
   grpc::ServerReadReactor<v1::WriteBlobRequest>* WriteBlob(
       grpc::CallbackServerContext* context, v1::WriteBlobResponse* response) override;
   grpc::ServerWriteReactor<v1::ReadBlobResponse>* ReadBlob(
@@ -30,6 +39,11 @@ class CasService final : public v1::ContentStore::CallbackService {
  private:
   // OK if the caller may use the content store.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // The calls' work, on parsed messages.
+  absl::Status FindMissing(const v1::FindMissingBlobsRequest& request,
+                           v1::FindMissingBlobsResponse& response);
+  void BatchUpdate(const v1::BatchUpdateBlobsRequest& request,
+                   v1::BatchUpdateBlobsResponse& response);
 
   const AccessControl* access_;
   CasStore* store_;

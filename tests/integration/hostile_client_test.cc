@@ -1,19 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a client with a valid certificate can still try on a coordinator
 // (issue 30's findings), over raw gRPC against the real binary: texts that
-// would act on a terminal or forge a log line, and a plan of minutes left
-// running for a client that has gone.
+// would act on a terminal or forge a log line, a plan of minutes left
+// running for a client that has gone, and a small request that costs
+// hundreds of megabytes once parsed.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/digest.h"
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
+#include "distcc_cuda/v1/cas.grpc.pb.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_paths.h"
 
@@ -40,8 +47,8 @@ class HostileClientTest : public ::testing::Test {
     absl::StatusOr<std::string> line = coordinator_->WaitForLog("listening on ", absl::Seconds(20));
     ASSERT_TRUE(line.ok()) << line.status();
     const std::string address = line->substr(line->find("listening on ") + 13);
-    stub_ =
-        v1::BuildService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    stub_ = v1::BuildService::NewStub(channel_);
     absl::StatusOr<v1::ToolchainFingerprint> toolchain =
         ComputeToolchainFingerprint(testing::FakeNvccPath());
     ASSERT_TRUE(toolchain.ok()) << toolchain.status();
@@ -80,6 +87,7 @@ class HostileClientTest : public ::testing::Test {
 
   std::string root_;
   std::unique_ptr<testing::BackgroundProcess> coordinator_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::BuildService::Stub> stub_;
   v1::ToolchainFingerprint toolchain_;
 };
@@ -156,6 +164,66 @@ TEST_F(HostileClientTest, PlanningStopsWhenItsClientLeaves) {
       coordinator_->WaitForLog("stopped planning build 'left behind'", absl::Seconds(30));
   ASSERT_TRUE(stopped.ok()) << stopped.status() << "\n" << coordinator_->Log();
   EXPECT_THAT(*stopped, HasSubstr("its client left"));
+}
+
+// A process's peak resident memory (VmHWM), in bytes.
+int64_t PeakMemory(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kib = 0;
+    if (absl::StartsWith(line, "VmHWM:") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 8)), &kib)) {
+      return kib << 10;
+    }
+  }
+  return -1;
+}
+
+// 700,000 empty units: 1.4 MB sent, about 200 MB parsed; four of them took
+// the coordinator to 619 MB, and it kept it. As a build's plan blob (the
+// way a client sends a large part) they are refused from their bytes, and
+// so are 3,000,000 empty digests asked for at once: the coordinator's peak
+// stays near where it was.
+TEST_F(HostileClientTest, RequestsOfManyEmptyElementsAreRefusedBeforeTheyAreParsed) {
+  const int64_t before = PeakMemory(coordinator_->pid());
+  ASSERT_GT(before, 0);
+  auto cas = v1::ContentStore::NewStub(channel_);
+
+  v1::BuildPlan plan;
+  for (int i = 0; i < 700000; ++i) plan.add_units();
+  const std::string plan_bytes = plan.SerializeAsString();
+  ASSERT_LT(plan_bytes.size(), 2u << 20);
+  v1::BatchUpdateBlobsRequest upload;
+  v1::BatchUpdateBlobsRequest::Blob* blob = upload.add_blobs();
+  *blob->mutable_digest() = ToProto(DigestOf(plan_bytes));
+  blob->set_data(plan_bytes);
+  {
+    grpc::ClientContext context;
+    v1::BatchUpdateBlobsResponse uploaded;
+    grpc::Status status = cas->BatchUpdateBlobs(&context, upload, &uploaded);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(uploaded.results(0).code(), 0) << uploaded.results(0).message();
+  }
+  v1::SubmitBuildRequest request = Request("empty units");
+  request.clear_instantiation_sets();
+  *request.mutable_plan() = ToProto(DigestOf(plan_bytes));
+  for (int i = 0; i < 4; ++i) {
+    grpc::Status status = Submit(request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("holds 700000 units"));
+  }
+
+  v1::FindMissingBlobsRequest find;
+  for (int i = 0; i < 3000000; ++i) find.add_digests();
+  grpc::ClientContext context;
+  v1::FindMissingBlobsResponse missing;
+  grpc::Status status = cas->FindMissingBlobs(&context, find, &missing);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("of the coordinator's memory once read"));
+
+  const int64_t after = PeakMemory(coordinator_->pid());
+  EXPECT_LT(after - before, int64_t{48} << 20) << "peak " << before << " -> " << after;
 }
 
 }  // namespace
