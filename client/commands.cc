@@ -72,6 +72,13 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
                            FormatByteSize(unit.reserved_bytes()),
                            FormatByteSize(unit.predicted_peak_bytes()), unit.prediction_source());
   }
+  for (const auto& revoked : status.revoked_workers()) {
+    out << "  revoked " << revoked.name() << " since "
+        << absl::FormatTime("%Y-%m-%d %H:%M UTC",
+                            absl::FromUnixSeconds(revoked.since_unix_seconds()),
+                            absl::UTCTimeZone())
+        << ": " << revoked.reason() << "\n";
+  }
   return absl::OkStatus();
 }
 

@@ -50,6 +50,7 @@ void MakePrintable(v1::BuildEvent& event) {
       Clean(done->mutable_prediction_source());
       v1::TaskResult* result = done->mutable_result();
       Clean(result->mutable_worker_name());
+      Clean(result->mutable_producer());
       Clean(result->mutable_error_message(), /*keep_newlines=*/true);
       Clean(result->mutable_toolchain_digest());
       break;
@@ -89,6 +90,10 @@ void MakePrintable(v1::ClusterStatus& status) {
     Clean(build.mutable_name());
     Clean(build.mutable_outcome());
     for (std::string& worker : *build.mutable_workers_used()) Clean(&worker);
+  }
+  for (v1::RevokedWorker& revoked : *status.mutable_revoked_workers()) {
+    Clean(revoked.mutable_name());
+    Clean(revoked.mutable_reason());
   }
 }
 

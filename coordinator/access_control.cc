@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -50,7 +51,7 @@ absl::StatusOr<Principal> AccessControl::AuthorizeCertificate(
     for (PeerRole role : allowed) {
       if (role == PeerRole::kClient || role == PeerRole::kWorker) {
         bool local = mode_ == Mode::kLocalTrust;
-        return Principal{local, role, local ? "local" : "anonymous"};
+        return UnlessRevoked(Principal{local, role, local ? "local" : "anonymous"});
       }
     }
     return absl::PermissionDeniedError(absl::StrCat(
@@ -68,7 +69,21 @@ absl::StatusOr<Principal> AccessControl::AuthorizeCertificate(
         absl::StrCat("a ", RoleName(identity->role), " certificate (", identity->name, ") cannot ",
                      action, "; that needs a ", RoleList(allowed), " certificate"));
   }
-  return Principal{true, identity->role, identity->name};
+  return UnlessRevoked(Principal{true, identity->role, identity->name});
+}
+
+absl::StatusOr<Principal> AccessControl::UnlessRevoked(Principal principal) const {
+  if (principal.role != PeerRole::kWorker || revocations_ == nullptr) return principal;
+  std::optional<Revocation> revoked = revocations_->Find(principal.name);
+  if (!revoked) return principal;
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker '", principal.name, "' is revoked since ",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixSeconds(revoked->since_unix_seconds),
+                       absl::UTCTimeZone()),
+      " (", revoked->reason,
+      "); every result it produced was dropped. Once the machine is trusted again, lift it on "
+      "the coordinator (distcc-cuda-coordinator revoke --lift ",
+      principal.name, ") or issue it a certificate under a new name"));
 }
 
 absl::StatusOr<CertificateIdentity> AccessControl::IdentityOf(

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/certificates.h"
 #include "common/listen_address.h"
+#include "coordinator/revocations.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -50,14 +51,18 @@ class AccessControl {
     kInsecure,
   };
 
-  explicit AccessControl(Mode mode) : mode_(mode) {}
+  // Workers named in `revocations` (may be null) are refused whatever they
+  // call.
+  explicit AccessControl(Mode mode, const WorkerRevocations* revocations = nullptr)
+      : mode_(mode), revocations_(revocations) {}
 
   Mode mode() const { return mode_; }
 
   // The principal of the call in `context` if it may act in one of the
   // `allowed` roles to do `action` (for messages: "register a worker").
   // UNAUTHENTICATED when, under mutual TLS, the call carries no certificate;
-  // PERMISSION_DENIED naming the role it has and the one it needs.
+  // PERMISSION_DENIED naming the role it has and the one it needs, or, for
+  // a worker whose name was revoked, why and since when.
   absl::StatusOr<Principal> Authorize(const grpc::CallbackServerContext& context,
                                       std::initializer_list<PeerRole> allowed,
                                       absl::string_view action) const;
@@ -79,7 +84,11 @@ class AccessControl {
   // has a few dozen).
   static constexpr size_t kRememberedCertificates = 1024;
 
+  // PERMISSION_DENIED for a worker whose name is revoked.
+  absl::StatusOr<Principal> UnlessRevoked(Principal principal) const;
+
   const Mode mode_;
+  const WorkerRevocations* revocations_;
   mutable absl::Mutex identities_mu_;
   mutable absl::flat_hash_map<std::string, absl::StatusOr<CertificateIdentity>> identities_
       ABSL_GUARDED_BY(identities_mu_);

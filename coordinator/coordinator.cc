@@ -56,7 +56,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   ASSIGN_OR_RETURN(AccessControl::Mode mode, AccessMode(options));
   std::unique_ptr<Coordinator> coordinator(new Coordinator());
-  coordinator->access_ = std::make_unique<AccessControl>(mode);
   coordinator->options_ = options;
   std::string state = AbsolutePath(options.state_dir);
   // One coordinator per state dir: two would corrupt each other's store,
@@ -65,8 +64,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   coordinator->state_lock_ = std::make_unique<FolderLock>(std::move(lock));
   ASSIGN_OR_RETURN(coordinator->cas_, CasStore::Open(state + "/cas", options.cas_max_bytes));
   RETURN_IF_ERROR(MakeDirectories(state + "/results"));
-  coordinator->results_ =
-      std::make_unique<ResultCache>(state + "/results", coordinator->cas_.get());
+  ASSIGN_OR_RETURN(coordinator->revocations_, WorkerRevocations::Open(RevocationsPathIn(state)));
+  coordinator->access_ = std::make_unique<AccessControl>(mode, coordinator->revocations_.get());
+  coordinator->results_ = std::make_unique<ResultCache>(state + "/results", coordinator->cas_.get(),
+                                                        coordinator->revocations_.get());
   ResultCache* results = coordinator->results_.get();
   // Measured peaks and times, kept across restarts.
   ASSIGN_OR_RETURN(coordinator->history_,
@@ -81,6 +82,21 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       coordinator->history_.get(),
       [results](const std::string& action) { return results->Lookup(action); },
       std::make_shared<SchedulerMetrics>(registry));
+  coordinator->scheduler_->ShowRevocations(coordinator->revocations_.get());
+  coordinator->housekeeping_ = std::make_unique<BoundedExecutor>(1, 64);
+  Coordinator* self = coordinator.get();
+  if (options.scheduler.cross_check_rate > 0) {
+    coordinator->cross_checker_ = std::make_unique<CrossChecker>(
+        CrossChecker::Hooks{coordinator->scheduler_.get(), coordinator->cas_.get(),
+                            [self](const std::string& peer, const std::string& reason) {
+                              self->Revoke(peer, reason);
+                            },
+                            [results](const std::string& action) { results->Forget(action); }},
+        *registry);
+    CrossChecker* checker = coordinator->cross_checker_.get();
+    coordinator->scheduler_->SetCrossCheck(
+        [checker](CrossCheckCandidate candidate) { checker->Check(std::move(candidate)); });
+  }
   const AccessControl* access = coordinator->access_.get();
   coordinator->cas_service_ =
       std::make_unique<CasService>(access, coordinator->cas_.get(), options.max_blob_bytes);
@@ -114,7 +130,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use or not local?); choose another --listen address"));
   }
-  Coordinator* self = coordinator.get();
   if (!options.metrics_listen.empty()) {
     ASSIGN_OR_RETURN(
         coordinator->metrics_server_,
@@ -135,6 +150,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   coordinator->ticker_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
       self->scheduler_->Tick(absl::Now());
+      self->ReloadRevocations();
     }
   });
   spdlog::info("coordinator serves {} (state in {}; {})", coordinator->address(), state,
@@ -154,6 +170,48 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         bound, bound);
   }
   return coordinator;
+}
+
+void Coordinator::Revoke(const std::string& name, const std::string& reason) {
+  absl::StatusOr<bool> added = revocations_->Revoke(name, reason, absl::Now());
+  if (!added.ok()) {
+    spdlog::error("cannot revoke worker {}: {}", name, added.status().ToString());
+    return;
+  }
+  if (*added) ActOnRevocation(name);
+}
+
+void Coordinator::ActOnRevocation(const std::string& name) {
+  std::optional<Revocation> revoked = revocations_->Find(name);
+  std::string reason = revoked ? revoked->reason : "revoked";
+  int workers = scheduler_->DropWorkersOf(name, absl::StrCat("was revoked: ", reason), absl::Now());
+  ResultCache* results = results_.get();
+  bool queued = housekeeping_->Submit([results, name, workers] {
+    int dropped = results->ForgetProducedBy(name);
+    spdlog::warn(
+        "worker identity {} revoked: {} of its workers dropped, {} cached results it produced "
+        "dropped",
+        name, workers, dropped);
+  });
+  if (!queued) {
+    spdlog::warn("worker identity {} revoked; its cached results are refused as they are read",
+                 name);
+  }
+}
+
+void Coordinator::ReloadRevocations() {
+  absl::StatusOr<std::vector<std::string>> added = revocations_->Reload();
+  if (!added.ok()) {
+    // Keeps the revocations it had: a file being fixed by hand revokes
+    // nobody less.
+    if (std::string error = added.status().ToString(); error != last_revocation_error_) {
+      spdlog::error("cannot read the revoked workers: {}", error);
+      last_revocation_error_ = error;
+    }
+    return;
+  }
+  last_revocation_error_.clear();
+  for (const std::string& name : *added) ActOnRevocation(name);
 }
 
 std::string Coordinator::address() const {
@@ -185,6 +243,8 @@ Coordinator::~Coordinator() {
   if (planner_) planner_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  cross_checker_.reset();
+  if (housekeeping_) housekeeping_->Shutdown();
 }
 
 }  // namespace distcc_cuda::coordinator

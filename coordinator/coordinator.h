@@ -18,6 +18,8 @@
 #include "common/tls_credentials.h"
 #include "coordinator/access_control.h"
 #include "coordinator/build_planner.h"
+#include "coordinator/cross_check.h"
+#include "coordinator/revocations.h"
 #include "coordinator/scheduler.h"
 
 namespace grpc {
@@ -95,14 +97,30 @@ class Coordinator {
  private:
   Coordinator() = default;
 
+  // Revokes the worker identity `name` for `reason` and acts on it.
+  void Revoke(const std::string& name, const std::string& reason);
+  // Drops the workers of a newly revoked identity now and, on the
+  // housekeeping thread, every cached result it produced.
+  void ActOnRevocation(const std::string& name);
+  // Reads the revocation file again (distcc-cuda-coordinator revoke may have
+  // changed it) and acts on the names it newly revokes.
+  void ReloadRevocations();
+
   CoordinatorOptions options_;
   // Held for the coordinator's life; destroyed last.
   std::unique_ptr<FolderLock> state_lock_;
   std::unique_ptr<CasStore> cas_;
+  std::unique_ptr<WorkerRevocations> revocations_;
   std::unique_ptr<ResultCache> results_;
   std::unique_ptr<PeakHistory> history_;
   std::unique_ptr<UnitSizeChoices> unit_sizes_;
   std::unique_ptr<BuildScheduler> scheduler_;
+  // Drops revoked workers' results; stopped before the scheduler and cache.
+  std::unique_ptr<BoundedExecutor> housekeeping_;
+  // With --cross-check-rate: destroyed after the server stopped, before the
+  // scheduler it submits to.
+  std::unique_ptr<CrossChecker> cross_checker_;
+  std::string last_revocation_error_;  // the ticker's, logged once
   std::unique_ptr<BoundedExecutor> planner_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<CasService> cas_service_;

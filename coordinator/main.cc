@@ -14,6 +14,7 @@
 #include "common/tls_credentials.h"
 #include "coordinator/certs_command.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/revoke_command.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:3633",
@@ -72,16 +73,24 @@ ABSL_FLAG(bool, http_open, false,
 ABSL_FLAG(std::string, log_format, "text",
           "text, or json: one JSON object per log line (time, level, program, message, and "
           "the build, unit, task and worker it concerns), for a log pipeline");
+ABSL_FLAG(double, cross_check_rate, 0,
+          "compile this share of units (0 to 1, e.g. 0.01) a second time on a worker of another "
+          "identity and compare the objects; a worker a third one outvotes is quarantined "
+          "(revoked: its results leave the cache); see distcc-cuda-coordinator revoke");
 ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
 
 int main(int argc, char** argv) {
-  // `certs` is a command of its own, with its own arguments: it runs before
-  // the server's flags are parsed.
-  if (argc >= 2 && std::string(argv[1]) == "certs") {
-    absl::Status status = distcc_cuda::coordinator::RunCertsCommand(
-        std::vector<std::string>(argv + 2, argv + argc), std::cout);
+  // `certs` and `revoke` are commands of their own, with their own
+  // arguments: they run before the server's flags are parsed.
+  using distcc_cuda::coordinator::RunCertsCommand;
+  using distcc_cuda::coordinator::RunRevokeCommand;
+  using Subcommand = absl::Status (*)(const std::vector<std::string>&, std::ostream&);
+  for (auto [name, run] : {std::pair<const char*, Subcommand>{"certs", RunCertsCommand},
+                           std::pair<const char*, Subcommand>{"revoke", RunRevokeCommand}}) {
+    if (argc < 2 || std::string(argv[1]) != name) continue;
+    absl::Status status = run(std::vector<std::string>(argv + 2, argv + argc), std::cout);
     if (status.ok()) return 0;
     std::cerr << "distcc-cuda-coordinator: " << status.message() << "\n";
     return absl::IsInvalidArgument(status) ? 2 : 1;
@@ -92,7 +101,8 @@ int main(int argc, char** argv) {
       "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR \\\n"
       "           --tls-ca ca.crt --tls-cert NAME.crt --tls-key NAME.key\n"
       "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
-      "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)");
+      "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)\n"
+      "       distcc-cuda-coordinator revoke --state-dir DIR NAME  (see revoke --help)");
   distcc_cuda::ParseFlags(argc, argv, "coordinator");
   if (absl::Status logs =
           distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-coordinator");
@@ -127,6 +137,13 @@ int main(int argc, char** argv) {
   // Workers of a coordinator that restarted register again within a couple
   // of heartbeats; builds resubmitted meanwhile wait for them.
   options.scheduler.startup_grace = 2 * options.scheduler.heartbeat_timeout;
+  options.scheduler.cross_check_rate = absl::GetFlag(FLAGS_cross_check_rate);
+  if (!(options.scheduler.cross_check_rate >= 0 && options.scheduler.cross_check_rate <= 1)) {
+    std::cerr << "distcc-cuda-coordinator: --cross-check-rate must be between 0 and 1 (0.01: one "
+                 "unit in a hundred), not "
+              << options.scheduler.cross_check_rate << "\n";
+    return 2;
+  }
   auto default_memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_default_unit_memory));
   if (!default_memory.ok()) {
     distcc_cuda::LogFatal(

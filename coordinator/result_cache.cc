@@ -10,8 +10,9 @@
 
 namespace distcc_cuda::coordinator {
 
-ResultCache::ResultCache(std::string directory, const CasStore* cas)
-    : directory_(std::move(directory)), cas_(cas) {}
+ResultCache::ResultCache(std::string directory, const CasStore* cas,
+                         const WorkerRevocations* revocations)
+    : directory_(std::move(directory)), cas_(cas), revocations_(revocations) {}
 
 std::string ResultCache::PathOf(const std::string& action_digest) const {
   return absl::StrCat(directory_, "/", action_digest.substr(0, 2), "/", action_digest);
@@ -23,6 +24,14 @@ std::optional<v1::TaskResult> ResultCache::Lookup(const std::string& action_dige
   v1::TaskResult result;
   if (!result.ParseFromString(*bytes)) {
     spdlog::warn("ignoring unreadable cache entry {}", PathOf(action_digest));
+    return std::nullopt;
+  }
+  if (revocations_ != nullptr && !result.producer().empty() &&
+      revocations_->IsRevoked(result.producer())) {
+    spdlog::warn("dropping cached result {}: its producer {} is revoked", action_digest,
+                 result.producer());
+    std::error_code ignored;
+    std::filesystem::remove(PathOf(action_digest), ignored);
     return std::nullopt;
   }
   for (const auto& output : result.outputs()) {
@@ -45,6 +54,27 @@ void ResultCache::Record(const std::string& action_digest, const v1::TaskResult&
   if (!written.ok()) {
     spdlog::warn("cannot record result {}: {}", action_digest, written.ToString());
   }
+}
+
+void ResultCache::Forget(const std::string& action_digest) {
+  std::error_code ignored;
+  std::filesystem::remove(PathOf(action_digest), ignored);
+}
+
+int ResultCache::ForgetProducedBy(const std::string& producer) {
+  int dropped = 0;
+  std::error_code error;
+  for (auto it = std::filesystem::recursive_directory_iterator(directory_, error);
+       !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
+    if (!it->is_regular_file(error)) continue;
+    absl::StatusOr<std::string> bytes = ReadFile(it->path().string());
+    v1::TaskResult result;
+    if (!bytes.ok() || !result.ParseFromString(*bytes) || result.producer() != producer) continue;
+    std::error_code ignored;
+    dropped += std::filesystem::remove(it->path(), ignored);
+  }
+  if (error) spdlog::warn("reading the result cache {}: {}", directory_, error.message());
+  return dropped;
 }
 
 std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileUnit& unit,

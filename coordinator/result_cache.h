@@ -8,6 +8,7 @@
 
 #include "common/cas_store.h"
 #include "common/digest.h"
+#include "coordinator/revocations.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {
@@ -15,11 +16,19 @@ namespace distcc_cuda::coordinator {
 class ResultCache {
  public:
   // Results live in `directory`, one file per action; outputs are in `cas`.
-  ResultCache(std::string directory, const CasStore* cas);
+  // A result whose producer is in `revocations` (may be null) is never
+  // served.
+  ResultCache(std::string directory, const CasStore* cas,
+              const WorkerRevocations* revocations = nullptr);
 
-  // Returns the cached result if it exists and all its outputs are still in
-  // the CAS.
+  // Returns the cached result if it exists, all its outputs are still in
+  // the CAS and its producer is not revoked (such an entry is dropped).
   std::optional<v1::TaskResult> Lookup(const std::string& action_digest) const;
+  // Drops the result of one action (its second compile disagreed).
+  void Forget(const std::string& action_digest);
+  // Drops every result that `producer` made; returns how many. Reads every
+  // entry: for a revocation, never on a thread that RPCs wait on.
+  int ForgetProducedBy(const std::string& producer);
   // Stores a successful result. Logs and ignores write errors: a lost cache
   // entry only costs a recompile.
   void Record(const std::string& action_digest, const v1::TaskResult& result);
@@ -28,6 +37,7 @@ class ResultCache {
   std::string PathOf(const std::string& action_digest) const;
   std::string directory_;
   const CasStore* cas_;
+  const WorkerRevocations* revocations_;
 };
 
 // The action digest of a unit compiled with `toolchain_digest`: a SHA-256

@@ -23,9 +23,12 @@ void BuildScheduler::Deferred::DeliverEvents() {
   events.clear();
 }
 
-void BuildScheduler::Deferred::Run() {
+void BuildScheduler::Deferred::Run(const CrossCheckRequest& cross_check) {
   DeliverEvents();
   for (auto& [callback, task] : leases) callback(std::move(task));
+  if (cross_check) {
+    for (CrossCheckCandidate& candidate : cross_checks) cross_check(std::move(candidate));
+  }
 }
 
 BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
@@ -209,7 +212,7 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
     }
     Dispatch(now, deferred);
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return absl::OkStatus();
 }
 
@@ -226,7 +229,7 @@ absl::Status BuildScheduler::DeregisterWorker(const std::string& worker_id, absl
                now, deferred, /*count_as_loss=*/false);
     Dispatch(now, deferred);
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return absl::OkStatus();
 }
 
@@ -244,7 +247,7 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
       parked_.push_back(ParkedLease{worker_id, deadline, std::move(callback)});
     }
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return absl::OkStatus();
 }
 
@@ -261,7 +264,7 @@ void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
       }
     }
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
 }
 
 std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
@@ -331,7 +334,9 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
     int index = it->second;
     UnitState& unit = build.units[index];
-    if (unit.refused_by.count(worker_id)) continue;
+    if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
+      continue;
+    }
     std::optional<int64_t> reservation = Admission(unit, worker);
     if (first) {
       first = false;
@@ -575,7 +580,7 @@ absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const st
             deferred);
     Dispatch(now, deferred);
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return absl::OkStatus();
 }
 
@@ -602,6 +607,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
     result.set_cpu_time_ms(std::clamp<int64_t>(result.cpu_time_ms(), 0,
                                                leased_ms * std::max(1, worker->info.slots())));
     result.set_worker_name(worker->info.name());
+    result.set_producer(worker->peer.name);
     for (std::string* text : {result.mutable_stdout_text(), result.mutable_stderr_text(),
                               result.mutable_error_message()}) {
       if (static_cast<int64_t>(text->size()) > options_.max_output_bytes) {
@@ -663,7 +669,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
     }
     Dispatch(now, deferred);
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return absl::OkStatus();
 }
 
@@ -675,8 +681,18 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   unit.failed = !ok;
   if (!ok) ++build.failed;
   if (cached) ++build.cached;
+  cacheable = cacheable && unit.planned.cacheable;
   if (ok && !cached && cacheable && record_result_) {
     record_result_(unit.planned.action_digest, result);
+  }
+  if (ok && !cached && cacheable && cross_check_ && options_.cross_check_rate > 0 &&
+      absl::Bernoulli(random_, std::min(1.0, options_.cross_check_rate))) {
+    CrossCheckCandidate candidate{unit.planned, build.toolchain_digest, result};
+    candidate.unit.unit = WholeUnit(unit);
+    candidate.unit.split = nullptr;
+    candidate.unit.cacheable = false;
+    candidate.unit.avoid_peers.insert(result.producer());
+    deferred.cross_checks.push_back(std::move(candidate));
   }
   metrics_->UnitFinished(result, cached, unit.planned.demand.peak_bytes);
   if (build.log) {
@@ -817,7 +833,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       AdmitUnits(id, 0, std::move(cached), now, deferred);
     }
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return id;
 }
 
@@ -873,7 +889,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
       AdmitUnits(build_id, first, std::move(cached), now, deferred);
     }
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
   return absl::OkStatus();
 }
 
@@ -1205,7 +1221,7 @@ void BuildScheduler::Tick(absl::Time now) {
     }
     Dispatch(now, deferred);
   }
-  deferred.Run();
+  deferred.Run(cross_check_);
 }
 
 ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) const {
@@ -1224,6 +1240,37 @@ ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) co
     capacity.total_slots += worker.info.slots();
   }
   return capacity;
+}
+
+int BuildScheduler::PeersWith(const std::string& toolchain_digest,
+                              const std::set<std::string>& excluding) const {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> peers;
+  for (const auto& [id, worker] : workers_) {
+    if (worker.info.toolchain().digest() == toolchain_digest &&
+        !excluding.count(worker.peer.name)) {
+      peers.insert(worker.peer.name);
+    }
+  }
+  return peers.size();
+}
+
+int BuildScheduler::DropWorkersOf(const std::string& peer, const std::string& reason,
+                                  absl::Time now) {
+  Deferred deferred;
+  int dropped = 0;
+  {
+    LockedSection lock(&mu_, deferred);
+    std::vector<std::string> ids;
+    for (const auto& [id, worker] : workers_) {
+      if (worker.peer.name == peer) ids.push_back(id);
+    }
+    for (const std::string& id : ids) DropWorker(id, reason, now, deferred);
+    dropped = ids.size();
+    Dispatch(now, deferred);
+  }
+  deferred.Run(cross_check_);
+  return dropped;
 }
 
 v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
@@ -1277,6 +1324,14 @@ v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
     v1::BuildRecord* summary = status.add_builds();
     *summary = record;
     summary->clear_spans();
+  }
+  if (revocations_ != nullptr) {
+    for (const Revocation& revoked : revocations_->List()) {
+      v1::RevokedWorker* out = status.add_revoked_workers();
+      out->set_name(revoked.name);
+      out->set_reason(revoked.reason);
+      out->set_since_unix_seconds(revoked.since_unix_seconds);
+    }
   }
   return status;
 }

@@ -14,12 +14,14 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/digest.h"
 #include "coordinator/build_records.h"
 #include "coordinator/memory_model.h"
+#include "coordinator/revocations.h"
 #include "coordinator/scheduler_metrics.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
@@ -65,6 +67,9 @@ struct SchedulerOptions {
   // workers to register (again), as a stranded build does, instead of being
   // refused: clients resubmit as soon as a restarted coordinator answers.
   absl::Duration startup_grace = absl::ZeroDuration();
+  // The share of freshly compiled units (0 to 1) whose result is handed to
+  // the cross-check (SetCrossCheck) to be compiled again by another worker.
+  double cross_check_rate = 0;
 };
 
 // A unit ready to schedule: the key of its cached result, the keys of its
@@ -85,7 +90,22 @@ struct PlannedUnit {
   // unit per target. The last rung of the memory retry ladder.
   // Called under the scheduler's lock.
   std::function<absl::StatusOr<std::vector<PlannedUnit>>()> split;
+  // Workers (by the name in their certificate) that must not run it: a
+  // cross-check's second compile never runs where the first one did.
+  std::set<std::string> avoid_peers = {};
+  // False: its result is used by its build only, never cached nor
+  // cross-checked (a cross-check's own compile).
+  bool cacheable = true;
 };
+
+// A unit whose fresh result is to be compiled again by another worker and
+// compared with it (SchedulerOptions::cross_check_rate).
+struct CrossCheckCandidate {
+  PlannedUnit unit;  // whole, without `split`; not cacheable; avoids its producer
+  std::string toolchain_digest;
+  v1::TaskResult result;  // what its producer reported
+};
+using CrossCheckRequest = std::function<void(CrossCheckCandidate)>;
 
 // What the workers that can take a build offer, for choosing unit sizes.
 struct ClusterCapacity {
@@ -180,6 +200,20 @@ class BuildScheduler {
   // The workers with toolchain `toolchain_digest`: their smallest usable cap
   // and their slots. Zero slots when none is connected.
   ClusterCapacity Capacity(const std::string& toolchain_digest) const;
+  // How many certificate identities but those in `excluding` have a worker
+  // with toolchain `toolchain_digest` connected.
+  int PeersWith(const std::string& toolchain_digest, const std::set<std::string>& excluding) const;
+
+  // Drops every worker registered by `peer` (the name in its certificate),
+  // re-queueing its units elsewhere; returns how many. For a revocation.
+  int DropWorkersOf(const std::string& peer, const std::string& reason, absl::Time now);
+
+  // Hands sampled fresh results to `request`, outside the lock. Call before
+  // the first build.
+  void SetCrossCheck(CrossCheckRequest request) { cross_check_ = std::move(request); }
+  // Status lists the revocations in `revocations` (may be null). Call before
+  // the first build.
+  void ShowRevocations(const WorkerRevocations* revocations) { revocations_ = revocations; }
 
  private:
   enum class UnitPhase { kQueued, kRunning, kDone };
@@ -260,11 +294,13 @@ class BuildScheduler {
   struct Deferred {
     std::vector<std::pair<BuildEventSink, v1::BuildEvent>> events;
     std::vector<std::pair<LeaseCallback, std::optional<v1::Task>>> leases;
+    std::vector<CrossCheckCandidate> cross_checks;
     // Delivers the build events; called while mu_ is still held, so the
     // events of one build reach its client in the order they happened.
     void DeliverEvents();
-    // Answers the lease requests, after mu_ is released.
-    void Run();
+    // Answers the lease requests and hands over the cross-checks, after
+    // mu_ is released.
+    void Run(const CrossCheckRequest& cross_check = nullptr);
   };
   // Holds mu_ for one public call and delivers the call's events before
   // releasing it.
@@ -391,7 +427,10 @@ class BuildScheduler {
   const ResultLookup lookup_result_;
   PeakHistory* const history_;
   const std::shared_ptr<SchedulerMetrics> metrics_;
+  CrossCheckRequest cross_check_;
+  const WorkerRevocations* revocations_ = nullptr;
   mutable absl::Mutex mu_;
+  absl::BitGen random_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);

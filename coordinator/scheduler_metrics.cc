@@ -126,6 +126,10 @@ std::vector<prometheus::MetricFamily> ClusterMetrics(const v1::ClusterStatus& st
             status.queued_units());
   AddSample(family("distcc_cuda_units_running", "Units leased to workers now"),
             status.running_units());
+  AddSample(family("distcc_cuda_workers_revoked",
+                   "Worker identities refused: revoked by an operator or quarantined by a "
+                   "cross-check"),
+            status.revoked_workers_size());
   struct PerWorker {
     const char* name;
     const char* help;

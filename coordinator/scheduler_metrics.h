@@ -57,7 +57,7 @@ class SchedulerMetrics {
 // The cluster at one moment, as gauges: distcc_cuda_workers_connected,
 // distcc_cuda_worker_slots / _slots_busy / _memory_cap_bytes /
 // _memory_reserved_bytes / _memory_used_bytes {worker}, distcc_cuda_builds_active,
-// distcc_cuda_units_queued, distcc_cuda_units_running.
+// distcc_cuda_units_queued, distcc_cuda_units_running, distcc_cuda_workers_revoked.
 std::vector<prometheus::MetricFamily> ClusterMetrics(const v1::ClusterStatus& status);
 
 }  // namespace distcc_cuda::coordinator

@@ -36,6 +36,38 @@ TEST(CommandLineTest, MistypedFlagExitsTwoNamingTheClosestFlag) {
   EXPECT_THAT(run.stderr_text, HasSubstr("unknown flag --frobnicate (--help lists them)"));
 }
 
+// `distcc-cuda-coordinator revoke` through the program itself: what it
+// writes, what it refuses, and --cross-check-rate out of range.
+TEST(CommandLineTest, RevokeWritesTheStateDirsListAndRefusesWhatIsNotAName) {
+  std::string state = testing::NewTempDir("revoke-cli-");
+  ProcessResult run = RunProgram("distcc-cuda-coordinator", {"revoke", "--help"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.stdout_text, HasSubstr("revoke --state-dir DIR --lift NAME"));
+  run = RunProgram("distcc-cuda-coordinator", {"revoke", "gpu-1"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("--state-dir DIR is required"));
+  run = RunProgram("distcc-cuda-coordinator", {"revoke", "--state-dir", state, "../gpu"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("worker name"));
+  run = RunProgram("distcc-cuda-coordinator", {"revoke", "--state-dir", state + "/none", "gpu-1"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.stderr_text, HasSubstr("is not a folder"));
+  run = RunProgram("distcc-cuda-coordinator",
+                   {"revoke", "--state-dir=" + state, "--reason", "stolen key", "gpu-1"});
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_THAT(run.stdout_text, HasSubstr("worker gpu-1 revoked"));
+  run = RunProgram("distcc-cuda-coordinator", {"revoke", "--state-dir", state, "--list"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.stdout_text, HasSubstr("gpu-1  since "));
+  EXPECT_THAT(run.stdout_text, HasSubstr("stolen key"));
+  run = RunProgram("distcc-cuda-coordinator", {"revoke", "--state-dir", state, "--lift", "gpu-2"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.stderr_text, HasSubstr("worker 'gpu-2' is not revoked"));
+  run = RunProgram("distcc-cuda-coordinator", {"--state-dir", state, "--cross-check-rate", "1.5"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.stderr_text, HasSubstr("--cross-check-rate must be between 0 and 1"));
+}
+
 TEST(CommandLineTest, FlagWithoutItsValueExitsTwo) {
   ProcessResult run = RunProgram("distcc-cuda", {"build", "k.toml", "--coordinator"});
   EXPECT_EQ(run.exit_code, 2);

@@ -19,6 +19,7 @@
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
+#include "tests/support/test_certificates.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"
 
@@ -66,11 +67,7 @@ class TlsTest : public ::testing::Test {
 
   TlsMaterial Material(PeerRole role, const std::string& name,
                        std::vector<std::string> hosts = {}) const {
-    IssueOptions options;
-    options.role = role;
-    options.name = name;
-    options.hosts = std::move(hosts);
-    return FromIssued(ca_, Must(IssueCertificate(ca_, options)));
+    return testing::MaterialForTest(ca_, role, name, std::move(hosts));
   }
 
   // Asks for the cluster status over `channel`.

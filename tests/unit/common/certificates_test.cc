@@ -12,6 +12,7 @@
 
 #include "common/files.h"
 #include "common/tls_credentials.h"
+#include "tests/support/test_certificates.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -46,13 +47,7 @@ CertificateAuthority NewCa(const std::string& cluster = "test-cluster") {
 
 IssuedCertificate Issue(const CertificateAuthority& ca, PeerRole role, const std::string& name,
                         std::vector<std::string> hosts = {}) {
-  IssueOptions options;
-  options.role = role;
-  options.name = name;
-  options.hosts = std::move(hosts);
-  absl::StatusOr<IssuedCertificate> issued = IssueCertificate(ca, options);
-  EXPECT_TRUE(issued.ok()) << issued.status();
-  return issued.ok() ? *issued : IssuedCertificate{};
+  return testing::IssueForTest(ca, role, name, std::move(hosts));
 }
 
 TEST(PeerRoleTest, NamesParseBackAndOthersAreRefused) {
