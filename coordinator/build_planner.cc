@@ -399,6 +399,27 @@ int64_t UnitsOf(size_t points, int per_unit) {
   return (static_cast<int64_t>(points) + per_unit - 1) / std::max(per_unit, 1);
 }
 
+// Whether a unit of `set` grouped `kept` instantiations per unit is in the
+// result cache, or was split in an earlier build (by halves or by target:
+// its results are its parts', which this does not look up).
+absl::StatusOr<bool> KeptGroupingBuilt(const v1::InstantiationSet& set,
+                                       const std::string& workspace_root,
+                                       const std::string& toolchain,
+                                       const std::vector<GeneratedUnit>& points, int kept,
+                                       InputTreeExpander& trees, const UnitSizeChoices* choices,
+                                       const IsCached& is_cached) {
+  for (GeneratedUnit& group : GroupInstantiations(set, points, kept)) {
+    ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, workspace_root, group));
+    ASSIGN_OR_RETURN(Digest inputs, InputsRoot(unit, trees));
+    const std::string digest = ActionDigest(toolchain, unit, inputs);
+    if (choices->Find(SplitKey(digest)) || choices->Find(ArchitectureSplitKey(digest)) == 1 ||
+        is_cached(digest)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Whether a set whose kept unit size is `kept` should be planned with
 // `today`'s instead: when that makes more than 1.5 times fewer units, and
 // no unit of the kept grouping is in the result cache (a header every unit
@@ -411,20 +432,13 @@ int64_t UnitsOf(size_t points, int per_unit) {
 absl::StatusOr<bool> RegroupPays(const v1::InstantiationSet& set, const std::string& workspace_root,
                                  const std::string& toolchain,
                                  const std::vector<GeneratedUnit>& points, int kept, int today,
-                                 CasStore& cas, InputTreeExpander& trees,
-                                 const UnitSizeChoices* choices, const IsCached& is_cached) {
+                                 InputTreeExpander& trees, const UnitSizeChoices* choices,
+                                 const IsCached& is_cached) {
   if (!is_cached || choices == nullptr || kept == today) return false;
   if (UnitsOf(points.size(), kept) * 2 <= UnitsOf(points.size(), today) * 3) return false;
-  for (GeneratedUnit& group : GroupInstantiations(set, points, kept)) {
-    ASSIGN_OR_RETURN(v1::CompileUnit unit, GeneratedCompileUnit(set, workspace_root, group));
-    ASSIGN_OR_RETURN(Digest inputs, InputsRoot(unit, trees));
-    const std::string digest = ActionDigest(toolchain, unit, inputs);
-    if (choices->Find(SplitKey(digest)) || choices->Find(ArchitectureSplitKey(digest)) == 1 ||
-        is_cached(digest)) {
-      return false;
-    }
-  }
-  return true;
+  ASSIGN_OR_RETURN(bool built, KeptGroupingBuilt(set, workspace_root, toolchain, points, kept,
+                                                 trees, choices, is_cached));
+  return !built;
 }
 
 }  // namespace
@@ -622,11 +636,18 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
                                              /*total_slots=*/1);
       const int today = ChooseInstantiationsPerUnit(
           points.size(), peak, capacity.smallest_usable_cap, capacity.total_slots);
-      if (kept && (*kept == 1 || *kept <= fits)) {
+      bool keep = kept && (*kept == 1 || *kept <= fits);
+      if (kept && !keep && is_cached) {
+        // Predicted not to fit any more, but units of that size are in the
+        // cache: they compiled, so they fit, and they are not thrown away.
+        ASSIGN_OR_RETURN(keep, KeptGroupingBuilt(set, request.workspace_root(), toolchain, points,
+                                                 *kept, trees.trees(), choices, is_cached));
+      }
+      if (keep) {
         per_unit = *kept;
         ASSIGN_OR_RETURN(bool regroup,
                          RegroupPays(set, request.workspace_root(), toolchain, points, *kept, today,
-                                     cas, trees.trees(), choices, is_cached));
+                                     trees.trees(), choices, is_cached));
         if (regroup) {
           std::string note =
               absl::StrCat("set ", set.name(), ": regrouped from ", *kept, " to ", today,

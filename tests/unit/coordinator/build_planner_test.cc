@@ -646,6 +646,29 @@ TEST_F(UnitSizeTest, ChoiceSticksWhileItFitsSoCachedUnitsKeepTheirNames) {
   ASSERT_EQ(Plan({4 * gib, 4}, choices->get())->size(), 8u);
 }
 
+// A prediction that grew (the history learned more) does not throw away
+// units that compiled: a kept size whose units are in the result cache
+// stays though it is now predicted not to fit (they did fit); with none
+// cached, the size is chosen again.
+TEST_F(UnitSizeTest, AKeptSizeWithCachedUnitsStaysWhenItIsPredictedNotToFit) {
+  absl::StatusOr<std::unique_ptr<UnitSizeChoices>> choices = UnitSizeChoices::Open("");
+  ASSERT_TRUE(choices.ok());
+  const int64_t gib = int64_t{1} << 30;
+  absl::StatusOr<std::vector<PlannedUnit>> first = Plan({16 * gib, 1}, choices->get());
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 2u);
+  const std::string cached = (*first)[1].action_digest;
+  auto plan = [&](bool with_cache) {
+    return PlanBuild(request_, *cas_, nullptr, {4 * gib, 4}, choices->get(), {},
+                     [&](const std::string& digest) { return with_cache && digest == cached; });
+  };
+  absl::StatusOr<std::vector<PlannedUnit>> kept = plan(true);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 2u);
+  EXPECT_EQ((*kept)[1].action_digest, cached);
+  EXPECT_EQ(plan(false)->size(), 8u);
+}
+
 // Item 5 of issue 13: a size chosen from the cold default (one point per
 // unit on small workers) is not kept forever when bigger units would do;
 // it is planned again on a build whose kept units miss the cache anyway.
