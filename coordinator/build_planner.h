@@ -34,6 +34,9 @@ struct BuildLimits {
   // --max-build-plan-size: a BuildPlan blob (the units of a build too large
   // for one message) is read and parsed whole; 55,000 CUTLASS units are 35 MiB.
   int64_t max_plan_bytes = int64_t{256} << 20;
+  // --max-plans-per-client: a client's builds and parts being planned at
+  // once (queued or running); 0: no limit.
+  int max_plans_per_client = 8;
 };
 
 // The request with the units and sets of its `plan` blob (a BuildPlan in

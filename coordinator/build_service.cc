@@ -332,6 +332,24 @@ absl::StatusOr<int> AddPart(const std::string& build_id, OpenBuild& build,
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<void>> BuildService::PlanningPlace(const std::string& client) const {
+  std::shared_ptr<void> place = quota_->Take(client);
+  if (place != nullptr) return place;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "client '", client, "' has ", quota_->per_client(),
+      " builds or parts being planned already, the most one client may have at once "
+      "(--max-plans-per-client of distcc-cuda-coordinator); wait for one of them to be accepted, "
+      "or send fewer at once"));
+}
+
+bool BuildService::IsLarge(const google::protobuf::Message& request) {
+  return static_cast<int64_t>(request.ByteSizeLong()) > kLargeRequestBytes;
+}
+
+void BuildService::NoteIfLarge(const google::protobuf::Message& request) const {
+  if (memory_release_ != nullptr && IsLarge(request)) memory_release_->Note(absl::Now());
+}
+
 grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerContext* context,
                                                          const v1::GetClusterStatusRequest* request,
                                                          v1::ClusterStatus* response) {
@@ -354,14 +372,23 @@ grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
   if (!principal.ok()) {
     return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(principal.status()));
   }
+  absl::StatusOr<std::shared_ptr<void>> place = PlanningPlace(principal->name);
+  if (!place.ok()) {
+    return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(place.status()));
+  }
+  NoteIfLarge(*request);
   scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
   auto* stream = new BuildEventStream(scheduler_, open_builds_);
-  bool queued = planner_->Submit([this, stream, request, owner = principal->name] {
-    stream->Start(*request,
-                  Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
-                           [stream] { return stream->ClientLeft(); }},
-                  owner);
-  });
+  bool queued =
+      planner_->Submit([this, stream, request, owner = principal->name, place = *std::move(place)] {
+        // The request is gone once its stream ends, which Start may do.
+        const bool large = IsLarge(*request);
+        stream->Start(*request,
+                      Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
+                               [stream] { return stream->ClientLeft(); }},
+                      owner);
+        if (large && memory_release_ != nullptr) memory_release_->Note(absl::Now());
+      });
   if (!queued) {
     stream->Reject(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment"));
@@ -393,15 +420,23 @@ grpc::ServerUnaryReactor* BuildService::AddUnits(grpc::CallbackServerContext* co
                      " was submitted by another client; only that client may add units to it"))));
     return reactor;
   }
+  absl::StatusOr<std::shared_ptr<void>> place = PlanningPlace(principal->name);
+  if (!place.ok()) {
+    reactor->Finish(ToGrpcStatus(place.status()));
+    return reactor;
+  }
+  NoteIfLarge(*request);
   scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
-  bool queued = planner_->Submit([this, build, context, request, response, reactor] {
-    absl::StatusOr<int> added =
-        AddPart(request->build_id(), *build, *request,
-                Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
-                         [context] { return context->IsCancelled(); }});
-    if (added.ok()) response->set_units(*added);
-    reactor->Finish(ToGrpcStatus(added.status()));
-  });
+  bool queued = planner_->Submit(
+      [this, build, context, request, response, reactor, place = *std::move(place)] {
+        absl::StatusOr<int> added =
+            AddPart(request->build_id(), *build, *request,
+                    Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
+                             [context] { return context->IsCancelled(); }});
+        if (added.ok()) response->set_units(*added);
+        NoteIfLarge(*request);
+        reactor->Finish(ToGrpcStatus(added.status()));
+      });
   if (!queued) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment")));

@@ -11,6 +11,8 @@
 #include "common/cas_store.h"
 #include "coordinator/access_control.h"
 #include "coordinator/build_planner.h"
+#include "coordinator/memory_release.h"
+#include "coordinator/planning_quota.h"
 #include "coordinator/result_cache.h"
 #include "coordinator/scheduler.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -60,7 +62,8 @@ class BuildService final : public v1::BuildService::CallbackService {
   // needs the client role in `access`.
   BuildService(const AccessControl* access, CasStore* cas, ResultCache* results,
                const PeakHistory* history, UnitSizeChoices* unit_sizes, BuildScheduler* scheduler,
-               BoundedExecutor* planner, BuildLimits limits = {})
+               BoundedExecutor* planner, BuildLimits limits = {},
+               MemoryRelease* memory_release = nullptr)
       : access_(access),
         cas_(cas),
         results_(results),
@@ -69,6 +72,8 @@ class BuildService final : public v1::BuildService::CallbackService {
         scheduler_(scheduler),
         planner_(planner),
         limits_(limits),
+        memory_release_(memory_release),
+        quota_(PlanningQuota::Make(limits.max_plans_per_client)),
         open_builds_(MakeOpenBuilds()) {}
 
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
@@ -92,6 +97,16 @@ class BuildService final : public v1::BuildService::CallbackService {
   BuildScheduler* scheduler_;
   BoundedExecutor* planner_;
   const BuildLimits limits_;
+  MemoryRelease* const memory_release_;
+  // Shared with the planning tasks, which hold a place each.
+  const std::shared_ptr<PlanningQuota> quota_;
+  // One of `client`'s planning places, or RESOURCE_EXHAUSTED saying that it
+  // has them all.
+  absl::StatusOr<std::shared_ptr<void>> PlanningPlace(const std::string& client) const;
+  // Whether `request` is large enough to note for the memory release.
+  static bool IsLarge(const google::protobuf::Message& request);
+  // Notes `request` for the memory release if it is large.
+  void NoteIfLarge(const google::protobuf::Message& request) const;
   static std::shared_ptr<OpenBuilds> MakeOpenBuilds();
   // Shared with the streams, which leave it when their call ends.
   const std::shared_ptr<OpenBuilds> open_builds_;

@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   coordinator->build_service_ = std::make_unique<BuildService>(
       access, coordinator->cas_.get(), results, coordinator->history_.get(),
       coordinator->unit_sizes_.get(), coordinator->scheduler_.get(), coordinator->planner_.get(),
-      options.limits);
+      options.limits, &coordinator->memory_release_);
   coordinator->worker_service_ = std::make_unique<WorkerService>(
       access, coordinator->scheduler_.get(), coordinator->cas_.get(),
       options.scheduler.heartbeat_interval);
@@ -151,6 +151,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
       self->scheduler_->Tick(absl::Now());
       self->ReloadRevocations();
+      self->memory_release_.ReleaseIfDue(absl::Now());
     }
   });
   spdlog::info("coordinator serves {} (state in {}; {})", coordinator->address(), state,

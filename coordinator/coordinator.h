@@ -19,6 +19,7 @@
 #include "coordinator/access_control.h"
 #include "coordinator/build_planner.h"
 #include "coordinator/cross_check.h"
+#include "coordinator/memory_release.h"
 #include "coordinator/revocations.h"
 #include "coordinator/scheduler.h"
 
@@ -121,6 +122,8 @@ class Coordinator {
   // scheduler it submits to.
   std::unique_ptr<CrossChecker> cross_checker_;
   std::string last_revocation_error_;  // the ticker's, logged once
+  // Noted by the build service, released by the ticker.
+  MemoryRelease memory_release_;
   std::unique_ptr<BoundedExecutor> planner_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<CasService> cas_service_;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // distcc-cuda-coordinator: accepts builds and leases their units to workers.
+#include <algorithm>
 #include <iostream>
 #include <tuple>
 
@@ -73,6 +74,9 @@ ABSL_FLAG(bool, http_open, false,
 ABSL_FLAG(std::string, log_format, "text",
           "text, or json: one JSON object per log line (time, level, program, message, and "
           "the build, unit, task and worker it concerns), for a log pipeline");
+ABSL_FLAG(int, max_plans_per_client, 8,
+          "builds and parts of builds one client may have being planned at once (queued or "
+          "running); more are refused with RESOURCE_EXHAUSTED; 0: no limit");
 ABSL_FLAG(double, cross_check_rate, 0,
           "compile this share of units (0 to 1, e.g. 0.01) a second time on a worker of another "
           "identity and compare the objects; a worker a third one outvotes is quarantined "
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
   options.limits.max_arguments_per_unit = absl::GetFlag(FLAGS_max_arguments_per_unit);
   options.limits.max_inputs_per_unit = absl::GetFlag(FLAGS_max_inputs_per_unit);
   options.limits.max_input_listings = absl::GetFlag(FLAGS_max_input_listings_per_build);
+  options.limits.max_plans_per_client = std::max(0, absl::GetFlag(FLAGS_max_plans_per_client));
   for (auto [flag, value, into] :
        {std::make_tuple("--max-argument-length", absl::GetFlag(FLAGS_max_argument_length),
                         &options.limits.max_argument_bytes),

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <future>
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -166,18 +168,83 @@ TEST_F(HostileClientTest, PlanningStopsWhenItsClientLeaves) {
   EXPECT_THAT(*stopped, HasSubstr("its client left"));
 }
 
-// A process's peak resident memory (VmHWM), in bytes.
-int64_t PeakMemory(pid_t pid) {
+// One client sends twelve grids of minutes at once: eight are planned (the
+// most one client may have, --max-plans-per-client), the rest are refused
+// at once, so the planners' queue stays open to other clients; the places
+// come back when the plans end.
+TEST_F(HostileClientTest, OneClientCannotFillThePlanners) {
+  std::vector<std::future<grpc::Status>> sent;
+  for (int i = 0; i < 12; ++i) {
+    sent.push_back(std::async(std::launch::async, [this, i] {
+      return Submit(GridRequest(Request(absl::StrCat("grid ", i)), 316), absl::Seconds(4));
+    }));
+  }
+  int refused = 0;
+  for (std::future<grpc::Status>& status : sent) {
+    grpc::Status ended = status.get();
+    if (ended.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(ended.error_message(), HasSubstr("has 8 builds or parts being planned already"));
+    } else {
+      EXPECT_EQ(ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << ended.error_message();
+    }
+  }
+  EXPECT_EQ(refused, 4);
+  // Their clients gone, the plans stop and give their places back.
+  grpc::Status after;
+  for (absl::Time end = absl::Now() + absl::Seconds(60); absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(200))) {
+    after = Submit(Request("after"));
+    if (after.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+  }
+  EXPECT_NE(after.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << after.error_message();
+}
+
+// A line of /proc/PID/status in bytes: VmHWM (the peak) or VmRSS (now).
+int64_t ProcessMemory(pid_t pid, absl::string_view field) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(status, line)) {
     int64_t kib = 0;
-    if (absl::StartsWith(line, "VmHWM:") &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 8)), &kib)) {
+    if (absl::StartsWith(line, absl::StrCat(field, ":")) &&
+        absl::SimpleAtoi(
+            absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(field.size() + 1), "kB")),
+            &kib)) {
       return kib << 10;
     }
   }
   return -1;
+}
+
+int64_t PeakMemory(pid_t pid) { return ProcessMemory(pid, "VmHWM"); }
+
+// Four builds of 700,000 empty units sent in the request itself (1.4 MB
+// each, under gRPC's 8 MiB): gRPC parses each whole (about 200 MB) before
+// the coordinator refuses it. The memory comes back to the system within
+// seconds (it was kept for ever: 536 MB after a battery of such requests).
+TEST_F(HostileClientTest, TheMemoryOfARefusedLargeRequestIsGivenBack) {
+  const int64_t before = ProcessMemory(coordinator_->pid(), "VmRSS");
+  ASSERT_GT(before, 0);
+  v1::SubmitBuildRequest request = Request("empty units inline");
+  request.clear_instantiation_sets();
+  for (int i = 0; i < 700000; ++i) request.add_units();
+  ASSERT_LT(request.ByteSizeLong(), 2u << 20);
+  for (int i = 0; i < 4; ++i) {
+    grpc::Status status = Submit(request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  }
+  const int64_t peak = PeakMemory(coordinator_->pid());
+  int64_t now = ProcessMemory(coordinator_->pid(), "VmRSS");
+  for (absl::Time end = absl::Now() + absl::Seconds(10);
+       absl::Now() < end && now - before >= int64_t{48} << 20;
+       absl::SleepFor(absl::Milliseconds(200))) {
+    now = ProcessMemory(coordinator_->pid(), "VmRSS");
+  }
+  ASSERT_GT(now, 0) << "the coordinator is gone:\n" << coordinator_->Log();
+  std::cout << "coordinator resident " << (before >> 20) << " MiB before, peak " << (peak >> 20)
+            << " MiB, " << (now >> 20) << " MiB after\n";
+  EXPECT_LT(now - before, int64_t{48} << 20)
+      << "resident " << before << " -> " << now << " (peak " << peak << ")";
 }
 
 // 700,000 empty units: 1.4 MB sent, about 200 MB parsed; four of them took
