@@ -320,6 +320,9 @@ class BuildScheduler {
   // the scheduler reads of it; a `cached` one, finished at once, whole.
   // A finished unit keeps only what the scheduler reads.
   static UnitState Hold(PlannedUnit planned, bool cached);
+  // Hold of each of `units`, `cached` by index.
+  static std::vector<UnitState> HoldAll(std::vector<PlannedUnit> units,
+                                        const std::map<int, v1::TaskResult>& cached);
   // A build's record for people (BuildLog::Record), its units named.
   static v1::BuildRecord RecordOf(const BuildState& build, const std::string& outcome,
                                   bool with_spans);
