@@ -16,6 +16,7 @@
 #include "coordinator/build_inputs.h"
 #include "coordinator/build_planner.h"
 #include "coordinator/client_text.h"
+#include "coordinator/request_cost.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
@@ -135,7 +136,7 @@ namespace {
 
 // Streams one build's events to its client, one write in flight. The
 // scheduler pushes events through a handle that outlives the reactor.
-class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
+class BuildEventStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   BuildEventStream(BuildScheduler* scheduler, std::shared_ptr<BuildService::OpenBuilds> open_builds)
       : scheduler_(scheduler),
@@ -254,7 +255,8 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
     current_ = std::move(pending_.front());
     pending_.pop_front();
     writing_ = true;
-    StartWrite(&current_);
+    current_bytes_ = SerializedBytes(current_);
+    StartWrite(&current_bytes_);
   }
 
   // Finishes the call, or, while Start is still running, leaves that to
@@ -288,6 +290,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<v1::BuildEvent> {
   absl::Mutex mu_;
   std::deque<v1::BuildEvent> pending_ ABSL_GUARDED_BY(mu_);
   v1::BuildEvent current_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer current_bytes_ ABSL_GUARDED_BY(mu_);  // current_, as written
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool build_done_ ABSL_GUARDED_BY(mu_) = false;
@@ -342,12 +345,10 @@ absl::StatusOr<std::shared_ptr<void>> BuildService::PlanningPlace(const std::str
       "or send fewer at once"));
 }
 
-bool BuildService::IsLarge(const google::protobuf::Message& request) {
-  return static_cast<int64_t>(request.ByteSizeLong()) > kLargeRequestBytes;
-}
-
-void BuildService::NoteIfLarge(const google::protobuf::Message& request) const {
-  if (memory_release_ != nullptr && IsLarge(request)) memory_release_->Note(absl::Now());
+void BuildService::NoteIfLarge(size_t bytes) const {
+  if (memory_release_ != nullptr && static_cast<int64_t>(bytes) > kLargeRequestBytes) {
+    memory_release_->Note(absl::Now());
+  }
 }
 
 grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerContext* context,
@@ -365,29 +366,35 @@ grpc::ServerUnaryReactor* BuildService::GetClusterStatus(grpc::CallbackServerCon
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
-    grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* BuildService::SubmitBuild(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   absl::StatusOr<Principal> principal =
       access_->Authorize(*context, {PeerRole::kClient}, "submit builds");
   if (!principal.ok()) {
-    return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(principal.status()));
+    return RefuseCall<grpc::ServerWriteReactor<grpc::ByteBuffer>>(ToGrpcStatus(principal.status()));
   }
   absl::StatusOr<std::shared_ptr<void>> place = PlanningPlace(principal->name);
   if (!place.ok()) {
-    return RefuseCall<grpc::ServerWriteReactor<v1::BuildEvent>>(ToGrpcStatus(place.status()));
+    return RefuseCall<grpc::ServerWriteReactor<grpc::ByteBuffer>>(ToGrpcStatus(place.status()));
   }
-  NoteIfLarge(*request);
-  scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
+  // The bytes are the task's own: `raw` is gone once the stream ends.
+  auto bytes = std::make_shared<const std::string>(BytesOf(*raw));
+  NoteIfLarge(bytes->size());
   auto* stream = new BuildEventStream(scheduler_, open_builds_);
   bool queued =
-      planner_->Submit([this, stream, request, owner = principal->name, place = *std::move(place)] {
-        // The request is gone once its stream ends, which Start may do.
-        const bool large = IsLarge(*request);
-        stream->Start(*request,
-                      Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
-                               [stream] { return stream->ClientLeft(); }},
-                      owner);
-        if (large && memory_release_ != nullptr) memory_release_->Note(absl::Now());
+      planner_->Submit([this, stream, bytes, owner = principal->name, place = *std::move(place)] {
+        v1::SubmitBuildRequest request;
+        absl::Status parsed = ParseRequest(*bytes, &limits_, "the SubmitBuild request", request);
+        if (!parsed.ok()) {
+          stream->Reject(parsed);
+        } else {
+          scheduler_->metrics().ScansReported(request.scan_micros(), limits_.max_units);
+          stream->Start(request,
+                        Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
+                                 [stream] { return stream->ClientLeft(); }},
+                        owner);
+        }
+        NoteIfLarge(bytes->size());
       });
   if (!queued) {
     stream->Reject(absl::ResourceExhaustedError(
@@ -396,9 +403,29 @@ grpc::ServerWriteReactor<v1::BuildEvent>* BuildService::SubmitBuild(
   return stream;
 }
 
+absl::StatusOr<int> BuildService::AddToOpenBuild(const v1::AddUnitsRequest& request,
+                                                 const std::string& client,
+                                                 const ClientLeft& client_left) {
+  std::shared_ptr<OpenBuild> build = open_builds_->Find(request.build_id());
+  if (build == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "build '", TerminalSafe(request.build_id().substr(0, 64)),
+        "' is not open here: it was not submitted with more units to follow, it ended, its "
+        "client went away, or the coordinator restarted; submit it again"));
+  }
+  if (build->owner != client) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("build ", TerminalSafe(request.build_id().substr(0, 64)),
+                     " was submitted by another client; only that client may add units to it"));
+  }
+  scheduler_->metrics().ScansReported(request.scan_micros(), limits_.max_units);
+  return AddPart(request.build_id(), *build, request,
+                 Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_, client_left});
+}
+
 grpc::ServerUnaryReactor* BuildService::AddUnits(grpc::CallbackServerContext* context,
-                                                 const v1::AddUnitsRequest* request,
-                                                 v1::AddUnitsResponse* response) {
+                                                 const grpc::ByteBuffer* raw,
+                                                 grpc::ByteBuffer* raw_response) {
   auto* reactor = context->DefaultReactor();
   absl::StatusOr<Principal> principal =
       access_->Authorize(*context, {PeerRole::kClient}, "add units to a build");
@@ -406,37 +433,29 @@ grpc::ServerUnaryReactor* BuildService::AddUnits(grpc::CallbackServerContext* co
     reactor->Finish(ToGrpcStatus(principal.status()));
     return reactor;
   }
-  std::shared_ptr<OpenBuild> build = open_builds_->Find(request->build_id());
-  if (build == nullptr) {
-    reactor->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat(
-        "build '", TerminalSafe(request->build_id().substr(0, 64)),
-        "' is not open here: it was not submitted with more units to follow, it ended, its "
-        "client went away, or the coordinator restarted; submit it again"))));
-    return reactor;
-  }
-  if (build->owner != principal->name) {
-    reactor->Finish(ToGrpcStatus(absl::PermissionDeniedError(
-        absl::StrCat("build ", request->build_id(),
-                     " was submitted by another client; only that client may add units to it"))));
-    return reactor;
-  }
   absl::StatusOr<std::shared_ptr<void>> place = PlanningPlace(principal->name);
   if (!place.ok()) {
     reactor->Finish(ToGrpcStatus(place.status()));
     return reactor;
   }
-  NoteIfLarge(*request);
-  scheduler_->metrics().ScansReported(request->scan_micros(), limits_.max_units);
-  bool queued = planner_->Submit(
-      [this, build, context, request, response, reactor, place = *std::move(place)] {
-        absl::StatusOr<int> added =
-            AddPart(request->build_id(), *build, *request,
-                    Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
-                             [context] { return context->IsCancelled(); }});
-        if (added.ok()) response->set_units(*added);
-        NoteIfLarge(*request);
-        reactor->Finish(ToGrpcStatus(added.status()));
-      });
+  NoteIfLarge(raw->Length());
+  bool queued = planner_->Submit([this, context, raw, raw_response, reactor,
+                                  client = principal->name, place = *std::move(place)] {
+    v1::AddUnitsRequest request;
+    absl::Status status = ParseRequest(*raw, &limits_, "the AddUnits request", request);
+    if (status.ok()) {
+      absl::StatusOr<int> added =
+          AddToOpenBuild(request, client, [context] { return context->IsCancelled(); });
+      status = added.status();
+      if (added.ok()) {
+        v1::AddUnitsResponse response;
+        response.set_units(*added);
+        *raw_response = SerializedBytes(response);
+      }
+    }
+    NoteIfLarge(raw->Length());
+    reactor->Finish(ToGrpcStatus(status));
+  });
   if (!queued) {
     reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment")));

@@ -56,7 +56,13 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
 v1::SubmitBuildRequest PartRequest(const v1::SubmitBuildRequest& header,
                                    const v1::AddUnitsRequest& part);
 
-class BuildService final : public v1::BuildService::CallbackService {
+// SubmitBuild and AddUnits arrive as bytes: what they would cost parsed is
+// judged from those (coordinator/request_cost) on the planning executor
+// before they become messages.
+using BuildServiceBase = v1::BuildService::WithRawCallbackMethod_SubmitBuild<
+    v1::BuildService::WithRawCallbackMethod_AddUnits<v1::BuildService::CallbackService>>;
+
+class BuildService final : public BuildServiceBase {
  public:
   // Builds are planned on `planner`, never inside a reactor. Every call
   // needs the client role in `access`.
@@ -79,11 +85,13 @@ class BuildService final : public v1::BuildService::CallbackService {
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* context,
                                              const v1::GetClusterStatusRequest* request,
                                              v1::ClusterStatus* response) override;
-  grpc::ServerWriteReactor<v1::BuildEvent>* SubmitBuild(
-      grpc::CallbackServerContext* context, const v1::SubmitBuildRequest* request) override;
+  // A v1::SubmitBuildRequest in, v1::BuildEvent out.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubmitBuild(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* raw) override;
+  // A v1::AddUnitsRequest in, a v1::AddUnitsResponse out.
   grpc::ServerUnaryReactor* AddUnits(grpc::CallbackServerContext* context,
-                                     const v1::AddUnitsRequest* request,
-                                     v1::AddUnitsResponse* response) override;
+                                     const grpc::ByteBuffer* raw,
+                                     grpc::ByteBuffer* raw_response) override;
 
   // The builds submitted with more units to follow whose stream is open.
   class OpenBuilds;
@@ -103,10 +111,11 @@ class BuildService final : public v1::BuildService::CallbackService {
   // One of `client`'s planning places, or RESOURCE_EXHAUSTED saying that it
   // has them all.
   absl::StatusOr<std::shared_ptr<void>> PlanningPlace(const std::string& client) const;
-  // Whether `request` is large enough to note for the memory release.
-  static bool IsLarge(const google::protobuf::Message& request);
-  // Notes `request` for the memory release if it is large.
-  void NoteIfLarge(const google::protobuf::Message& request) const;
+  // Notes a request of `bytes` for the memory release if it is large.
+  void NoteIfLarge(size_t bytes) const;
+  // The planning work of AddUnits: `request` added to its open build.
+  absl::StatusOr<int> AddToOpenBuild(const v1::AddUnitsRequest& request, const std::string& client,
+                                     const ClientLeft& client_left);
   static std::shared_ptr<OpenBuilds> MakeOpenBuilds();
   // Shared with the streams, which leave it when their call ends.
   const std::shared_ptr<OpenBuilds> open_builds_;

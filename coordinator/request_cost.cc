@@ -58,12 +58,16 @@ grpc::ByteBuffer SerializedBytes(const google::protobuf::Message& message) {
 
 absl::Status ParseRequest(const grpc::ByteBuffer& buffer, const BuildLimits* limits,
                           absl::string_view what, google::protobuf::Message& message) {
-  const std::string bytes = BytesOf(buffer);
+  return ParseRequest(BytesOf(buffer), limits, what, message);
+}
+
+absl::Status ParseRequest(absl::string_view bytes, const BuildLimits* limits,
+                          absl::string_view what, google::protobuf::Message& message) {
   if (absl::Status cost = CheckParseCost(bytes, *message.GetDescriptor(), limits, what);
       !cost.ok()) {
     return cost;
   }
-  if (!message.ParseFromString(bytes)) {
+  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is not a ", message.GetDescriptor()->name(), " message"));
   }

@@ -4,8 +4,8 @@
 // BatchUpdateBlobs arrive as raw bytes, and a build's plan blob (how a
 // client sends a large part) is read as bytes, so that a small message of
 // many empty elements is refused without ever becoming hundreds of
-// megabytes of objects. SubmitBuild and AddUnits are still parsed by gRPC
-// (at most 8 MiB each; issue 30 says what is left).
+// megabytes of objects. SubmitBuild and AddUnits arrive as raw bytes too,
+// judged and parsed on the planning executor.
 #pragma once
 
 #include <string>
@@ -41,7 +41,9 @@ std::string BytesOf(const grpc::ByteBuffer& buffer);
 // `message` serialized, as gRPC sends it.
 grpc::ByteBuffer SerializedBytes(const google::protobuf::Message& message);
 
-// `buffer` parsed as `message`, once CheckParseCost allows it.
+// `bytes` parsed as `message`, once CheckParseCost allows it.
+absl::Status ParseRequest(absl::string_view bytes, const BuildLimits* limits,
+                          absl::string_view what, google::protobuf::Message& message);
 absl::Status ParseRequest(const grpc::ByteBuffer& buffer, const BuildLimits* limits,
                           absl::string_view what, google::protobuf::Message& message);
 
