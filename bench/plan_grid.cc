@@ -4,15 +4,17 @@
 // generated units (316 x 316 = 99,856, just under the 100,000 points a set
 // may have), planned by PlanBuild as SubmitBuild plans it, into a store on
 // the disk under --store (a real file system, as a coordinator's state dir
-// is). Each generated source is put into the store before the build is
-// accepted. Side by side in the same run, the way the planner stored them
-// before (issue 30): each source put alone (CasStore::PutBytes: flushed and
-// its folder synced, two syncs per source) into a second store; that figure
-// leaves out the planning itself, so the old total was larger still.
+// is). A grid point's source is a few hundred bytes: it travels in its unit
+// (InputFile.content) and is not stored, so the store grows by nothing
+// (store_mb, blob_files: the set's header) while the text generated is
+// source_mb. Side by side in the same run, the sources are then stored the
+// way the planner stored them before (one blob each, in batches of 8,192):
+// stored_as_before_s, _mb, _files; that figure leaves out the planning.
 // Run by ./bench/plan_grid.sh.
 //
-// Last line: points=… plan_s=… one_by_one_store_s=… ratio=… store_mb=…
-//            blob_files=… peak_rss_mb=…
+// Last line: points=… plan_s=… source_mb=… inlined=… store_mb=… blob_files=…
+//            stored_as_before_s=… stored_as_before_mb=… stored_as_before_files=…
+//            peak_rss_mb=…
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -33,7 +35,6 @@
 ABSL_FLAG(int, side, 316, "values on each of the grid's two axes");
 ABSL_FLAG(std::string, store, "build/plan-grid-store",
           "the stores' folder (removed before and after the run)");
-ABSL_FLAG(bool, one_by_one, true, "also time putting each source alone (the old way)");
 
 namespace {
 
@@ -77,20 +78,25 @@ std::pair<uintmax_t, uintmax_t> DiskUse(const std::string& root) {
   return {bytes, files};
 }
 
-// The seconds it takes to put the generated source of each of `units`
-// (read back from `from`) into a new store at `root`, one at a time.
-absl::StatusOr<double> PutOneByOne(const std::vector<distcc_cuda::coordinator::PlannedUnit>& units,
-                                   const distcc_cuda::CasStore& from, const std::string& root) {
-  std::vector<std::string> sources;
+// The seconds it takes to put the generated source of each of `units` into
+// a new store at `root` the way the planner stored them before they were
+// inlined: in batches of 8,192 (CasStore::PutMany, flushed by syncfs).
+absl::StatusOr<double> StoreAsBefore(
+    const std::vector<distcc_cuda::coordinator::PlannedUnit>& units, const std::string& root) {
+  std::vector<std::pair<distcc_cuda::Digest, absl::string_view>> sources;
   for (const auto& planned : units) {
-    const auto& inputs = planned.unit.inputs();
-    ASSIGN_OR_RETURN(std::string source,
-                     from.Get(distcc_cuda::FromProto(inputs[inputs.size() - 1].digest())));
-    sources.push_back(std::move(source));
+    const auto& source = planned.unit.inputs(planned.unit.inputs_size() - 1);
+    if (!source.has_content()) continue;  // stored by the plan already
+    sources.emplace_back(distcc_cuda::FromProto(source.digest()), source.content());
   }
   ASSIGN_OR_RETURN(auto store, distcc_cuda::CasStore::Open(root));
   const auto start = std::chrono::steady_clock::now();
-  for (const std::string& source : sources) RETURN_IF_ERROR(store->PutBytes(source).status());
+  constexpr size_t kBatch = 8192;
+  for (size_t begin = 0; begin < sources.size(); begin += kBatch) {
+    std::vector<std::pair<distcc_cuda::Digest, absl::string_view>> batch(
+        sources.begin() + begin, sources.begin() + std::min(sources.size(), begin + kBatch));
+    for (const absl::Status& stored : store->PutMany(batch)) RETURN_IF_ERROR(stored);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -122,17 +128,23 @@ int main(int argc, char** argv) {
   const auto [bytes, files] = DiskUse(root + "/batched");
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  double one_by_one = 0;
-  if (absl::GetFlag(FLAGS_one_by_one)) {
-    absl::StatusOr<double> put = PutOneByOne(*units, **cas, root + "/one-by-one");
-    if (!put.ok()) return Fail(put.status());
-    one_by_one = *put;
+  int64_t source_bytes = 0;
+  int64_t inlined = 0;
+  for (const auto& planned : *units) {
+    const auto& source = planned.unit.inputs(planned.unit.inputs_size() - 1);
+    source_bytes += source.digest().size_bytes();
+    if (source.has_content()) ++inlined;
   }
+  absl::StatusOr<double> before = StoreAsBefore(*units, root + "/as-before");
+  if (!before.ok()) return Fail(before.status());
+  const auto [before_bytes, before_files] = DiskUse(root + "/as-before");
   fs::remove_all(root, error);
   printf(
-      "points=%zu plan_s=%.1f one_by_one_store_s=%.1f ratio=%.1f store_mb=%.0f blob_files=%ju "
+      "points=%zu plan_s=%.1f source_mb=%.1f inlined=%jd store_mb=%.1f blob_files=%ju "
+      "stored_as_before_s=%.1f stored_as_before_mb=%.0f stored_as_before_files=%ju "
       "peak_rss_mb=%ld\n",
-      units->size(), seconds, one_by_one, one_by_one / seconds,
-      static_cast<double>(bytes) / (1 << 20), files, usage.ru_maxrss / 1024);
+      units->size(), seconds, static_cast<double>(source_bytes) / (1 << 20),
+      static_cast<intmax_t>(inlined), static_cast<double>(bytes) / (1 << 20), files, *before,
+      static_cast<double>(before_bytes) / (1 << 20), before_files, usage.ru_maxrss / 1024);
   return 0;
 }

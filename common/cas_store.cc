@@ -562,8 +562,14 @@ absl::Status CasStore::Materialize(const Digest& digest, const std::string& dest
   }
   MarkVerified(digest);
   Used(digest);
+  return FinishMaterialized(destination, executable);
+}
+
+absl::Status FinishMaterialized(const std::string& destination, bool executable) {
+  std::error_code error;
   if (executable) {
-    fs::permissions(target, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+    fs::permissions(destination,
+                    fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                     fs::perm_options::add, error);
   }
   const struct timespec times[2] = {{kMaterializedMtime, 0}, {kMaterializedMtime, 0}};

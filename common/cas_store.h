@@ -26,6 +26,11 @@ namespace distcc_cuda {
 // several workers at several times, must see the same one.
 inline constexpr int64_t kMaterializedMtime = 946684800;
 
+// Gives a file just laid out as an input the mode and time every input
+// has: executable bits added when `executable`, modified at
+// kMaterializedMtime.
+absl::Status FinishMaterialized(const std::string& destination, bool executable);
+
 class CasStore;
 
 // A blob being written in order, chunk by chunk, into a temporary file; it

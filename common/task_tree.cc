@@ -5,10 +5,31 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cas_store.h"
+#include "common/digest.h"
 #include "common/files.h"
 #include "common/status.h"
 
 namespace distcc_cuda {
+namespace {
+
+// Lays out an input that carries its bytes (a generated source, inlined by
+// the coordinator) as a stored one would be: read-only, at the same time.
+absl::Status PlaceContent(const v1::InputFile& input, const std::string& destination) {
+  const Digest digest = FromProto(input.digest());
+  if (DigestOf(input.content()) != digest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("its bytes do not hash to its digest ", digest.ToString()));
+  }
+  std::filesystem::path target(destination);
+  RETURN_IF_ERROR(MakeDirectories(target.parent_path().string()));
+  std::error_code error;
+  std::filesystem::remove(target, error);
+  RETURN_IF_ERROR(WriteNewFile(destination, input.content(), 0444));
+  return FinishMaterialized(destination, input.is_executable());
+}
+
+}  // namespace
 
 absl::StatusOr<TaskTree> TaskTree::Prepare(const v1::CompileUnit& unit, const std::string& task_dir,
                                            const Sandbox* sandbox, const PlaceInput& place) {
@@ -25,8 +46,10 @@ absl::StatusOr<TaskTree> TaskTree::Prepare(const v1::CompileUnit& unit, const st
     RETURN_IF_ERROR(sandbox->GrantWrite(task.temp_));
   }
   for (const v1::InputFile& input : unit.inputs()) {
-    RETURN_IF_ERROR(Annotate(place(input, task.tree_ + "/" + input.path()),
-                             absl::StrCat("cannot fetch input ", input.path())));
+    const std::string destination = task.tree_ + "/" + input.path();
+    RETURN_IF_ERROR(
+        Annotate(input.has_content() ? PlaceContent(input, destination) : place(input, destination),
+                 absl::StrCat("cannot fetch input ", input.path())));
   }
   task.cwd_ =
       unit.working_directory().empty() ? task.tree_ : task.tree_ + "/" + unit.working_directory();

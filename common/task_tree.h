@@ -30,7 +30,8 @@ using PlaceInput =
 class TaskTree {
  public:
   // Lays out `unit` in `task_dir` (an existing, empty folder): every input
-  // through `place`, the temporary folder, the working directory and the
+  // through `place` (one that carries its bytes, once they are found to hash
+  // to its digest, from those), the temporary folder, the working directory and the
   // outputs' folders. With a `sandbox`, the sandbox user may reach the task
   // folder and write only the temporary and output folders.
   static absl::StatusOr<TaskTree> Prepare(const v1::CompileUnit& unit, const std::string& task_dir,

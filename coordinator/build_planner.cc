@@ -47,7 +47,8 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
     Digest digest = FromProto(input.digest());
     RETURN_IF_ERROR(ValidateDigest(digest));
     closure_bytes += digest.size_bytes;
-    if (present.count(digest) != 0) continue;
+    // Inlined by the planner (clients may not: RefuseCarriedBytes).
+    if (input.has_content() || present.count(digest) != 0) continue;
     if (cas.Contains(digest)) {
       present.insert(std::move(digest));
     } else {
@@ -98,8 +99,16 @@ UnitDemand Predict(const PeakHistory* history, const std::string& identity,
                           PredictionBasis::kDefault};
 }
 
+// Whether the source of `point` travels in its unit (InputFile.content)
+// instead of the store: a source of at most a disk block would take a block
+// of its own there, ten times its size for one grid point.
+bool IsInlined(const GeneratedUnit& point) {
+  return static_cast<int64_t>(point.source_text.size()) <= kInlinedSourceBytes;
+}
+
 // The compile unit of a generated source (one grid point or a group of
-// them). Its source is named by digest; StoreSources puts it into the CAS.
+// them). Its source is named by digest; a small one travels in the unit,
+// StoreSources puts a larger one into the CAS.
 absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet& set,
                                                      const std::string& workspace_root,
                                                      const GeneratedUnit& point) {
@@ -132,6 +141,7 @@ absl::StatusOr<v1::CompileUnit> GeneratedCompileUnit(const v1::InstantiationSet&
   auto* input = unit.add_inputs();
   input->set_path(source_path);
   *input->mutable_digest() = ToProto(source);
+  if (IsInlined(point)) input->set_content(point.source_text);
   return unit;
 }
 
@@ -143,7 +153,7 @@ absl::Status StillWanted(const ClientLeft& client_left) {
   return absl::OkStatus();
 }
 
-// Puts the sources of `generated` into the CAS in batches (CasStore::
+// Puts the sources of `generated` that are not inlined into the CAS in batches (CasStore::
 // PutMany: written together, flushed together), so that a grid of many
 // points costs a pass over the disk, not two syncs per point. Between
 // batches it stops if the build's client has left.
@@ -156,6 +166,7 @@ absl::Status StoreSources(const std::vector<GeneratedUnit>& generated, CasStore&
     std::vector<std::pair<Digest, absl::string_view>> blobs;
     blobs.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) {
+      if (IsInlined(generated[i])) continue;
       blobs.emplace_back(DigestOf(generated[i].source_text), generated[i].source_text);
     }
     for (const absl::Status& stored : cas.PutMany(blobs)) RETURN_IF_ERROR(stored);
@@ -511,10 +522,41 @@ absl::Status CheckBuildLimits(const v1::SubmitBuildRequest& request, const Build
   return absl::OkStatus();
 }
 
+namespace {
+
+// INVALID_ARGUMENT when an input of `request` carries its bytes: only the
+// coordinator inlines a file (a generated source), a client uploads it.
+absl::Status RefuseCarriedBytes(const v1::SubmitBuildRequest& request) {
+  auto refuse = [](absl::string_view what, int index, int input) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " ", index, "'s input ", input,
+        " carries its bytes (InputFile.content), which only the coordinator sets; upload the "
+        "file to the content store and send its digest"));
+  };
+  for (int i = 0; i < request.units_size(); ++i) {
+    for (int k = 0; k < request.units(i).inputs_size(); ++k) {
+      if (request.units(i).inputs(k).has_content()) return refuse("unit", i, k);
+    }
+  }
+  for (int i = 0; i < request.instantiation_sets_size(); ++i) {
+    for (int k = 0; k < request.instantiation_sets(i).inputs_size(); ++k) {
+      if (request.instantiation_sets(i).inputs(k).has_content()) {
+        return refuse("instantiation set", i, k);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildRequest& request,
                                                      const CasStore& cas,
                                                      const BuildLimits& limits) {
-  if (!request.has_plan()) return request;
+  if (!request.has_plan()) {
+    RETURN_IF_ERROR(RefuseCarriedBytes(request));
+    return request;
+  }
   if (request.units_size() > 0 || request.instantiation_sets_size() > 0) {
     return absl::InvalidArgumentError(
         "the build gives both a plan blob and units of its own; send one or the other");
@@ -543,6 +585,7 @@ absl::StatusOr<v1::SubmitBuildRequest> ReadBuildPlan(const v1::SubmitBuildReques
   read.clear_plan();
   read.mutable_units()->Swap(plan.mutable_units());
   read.mutable_instantiation_sets()->Swap(plan.mutable_instantiation_sets());
+  RETURN_IF_ERROR(RefuseCarriedBytes(read));
   return read;
 }
 

@@ -118,6 +118,12 @@ struct ArchitectureSplitCosts {
 // targets) measured 0.24, the example kernels about 0.5.
 inline constexpr double kHostPassShare = 0.3;
 
+// A generated source of at most this many bytes travels in its unit
+// (InputFile.content) and is never stored: one grid point's source is a few
+// hundred bytes, and a file of its own took a 4 KiB disk block (a 316 x 316
+// grid wrote about 390 MB into the store).
+inline constexpr int64_t kInlinedSourceBytes = 4096;
+
 // The costs of compiling `whole` (one of `units_in_build`) as it is or as
 // its `parts` (one per target), on workers of `capacity`: the build's time
 // in waves of as many as fit at once, by slots and by memory. Infinite for

@@ -48,12 +48,28 @@ class BuildPlannerTest : public ::testing::Test {
     *input->mutable_digest() = ToProto(header_);
   }
 
+  // The bytes of a generated unit's source: carried in the unit (it must
+  // hash to its digest), or stored.
+  std::string SourceOf(const v1::InputFile& input) const {
+    if (input.has_content()) {
+      EXPECT_EQ(DigestOf(input.content()), FromProto(input.digest())) << input.path();
+      return input.content();
+    }
+    absl::StatusOr<std::string> stored = cas_->Get(FromProto(input.digest()));
+    EXPECT_TRUE(stored.ok()) << input.path() << ": " << stored.status();
+    return stored.ok() ? *stored : "";
+  }
+  // The source of `unit`, a generated one: its last input.
+  std::string SourceOf(const v1::CompileUnit& unit) const {
+    return SourceOf(unit.inputs(unit.inputs_size() - 1));
+  }
+
   std::unique_ptr<CasStore> cas_;
   Digest header_;
   v1::SubmitBuildRequest request_;
 };
 
-TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
+TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsThatCarryTheirSources) {
   absl::StatusOr<std::vector<PlannedUnit>> units =
       PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   ASSERT_TRUE(units.ok()) << units.status();
@@ -65,16 +81,18 @@ TEST_F(BuildPlannerTest, ExpandsTheGridIntoUnitsWhoseSourcesAreInTheStore) {
               ::testing::ElementsAre("-O3", "-c", "k_2.cu", "-o", "k_2.o"));
   ASSERT_EQ(unit.inputs_size(), 2);
   EXPECT_EQ(unit.inputs(1).path(), "kernels/k_2.cu");
-  absl::StatusOr<std::string> source = cas_->Get(FromProto(unit.inputs(1).digest()));
-  ASSERT_TRUE(source.ok());
-  EXPECT_THAT(*source, HasSubstr("#include \"k.cuh\"\ntemplate void K<2>();"));
+  ASSERT_TRUE(unit.inputs(1).has_content()) << "a small source travels in its unit";
+  EXPECT_THAT(SourceOf(unit), HasSubstr("#include \"k.cuh\"\ntemplate void K<2>();"));
+  EXPECT_FALSE(cas_->Contains(FromProto(unit.inputs(1).digest())));
+  EXPECT_FALSE(unit.inputs(0).has_content()) << "the set's header is the client's";
   EXPECT_NE((*units)[0].action_digest, (*units)[1].action_digest);
 }
 
-// A grid larger than one flush per source can afford (CasStore::PutMany
-// flushes a batch of more than 1,024 by syncing the file system): every
-// point's source is in the store, whole, and no temporary file is left.
-TEST_F(BuildPlannerTest, EverySourceOfALargeGridIsInTheStore) {
+// A grid of 1,600 points: every point's source travels whole in its unit,
+// and the store does not grow (each was a file of a 4 KiB disk block: a
+// 316 x 316 grid wrote about 390 MB). A source larger than a block is
+// stored, in batches (CasStore::PutMany), no temporary file left.
+TEST_F(BuildPlannerTest, AGridsSourcesTravelInItsUnitsAndOnlyLargeOnesAreStored) {
   v1::InstantiationSet* set = request_.mutable_instantiation_sets(0);
   set->set_unit_name_template("k_{n}_{m}");
   set->set_text_template("template void K<{n} * 100 + {m}>();");
@@ -84,6 +102,7 @@ TEST_F(BuildPlannerTest, EverySourceOfALargeGridIsInTheStore) {
     axis->set_name(name);
     for (int i = 0; i < 40; ++i) axis->add_values(absl::StrCat(i));
   }
+  const int64_t stored_before = cas_->size_bytes();
   absl::StatusOr<std::vector<PlannedUnit>> units =
       PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
   ASSERT_TRUE(units.ok()) << units.status();
@@ -91,15 +110,56 @@ TEST_F(BuildPlannerTest, EverySourceOfALargeGridIsInTheStore) {
   for (const PlannedUnit& planned : *units) {
     const v1::CompileUnit& unit = planned.unit;
     ASSERT_EQ(unit.inputs_size(), 2) << unit.name();
-    absl::StatusOr<std::string> source = cas_->Get(FromProto(unit.inputs(1).digest()));
-    ASSERT_TRUE(source.ok()) << unit.name() << ": " << source.status();
+    ASSERT_TRUE(unit.inputs(1).has_content()) << unit.name();
     const std::string point = unit.name().substr(2);  // "n_m"
     const std::string n = point.substr(0, point.find('_'));
     const std::string m = point.substr(point.find('_') + 1);
-    EXPECT_THAT(*source, HasSubstr(absl::StrCat("template void K<", n, " * 100 + ", m, ">();")))
+    EXPECT_THAT(SourceOf(unit),
+                HasSubstr(absl::StrCat("template void K<", n, " * 100 + ", m, ">();")))
         << unit.name();
   }
+  EXPECT_EQ(cas_->size_bytes(), stored_before) << "the store grew by the grid's sources";
+
+  // Sources of more than a disk block are stored.
+  set->set_text_template(absl::StrCat("template void K<{n} * 100 + {m}>(); // ",
+                                      std::string(kInlinedSourceBytes, 'x')));
+  units = PlanBuild(request_, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(units.ok()) << units.status();
+  ASSERT_EQ(units->size(), 1600u);
+  for (const PlannedUnit& planned : *units) {
+    const v1::InputFile& source = planned.unit.inputs(1);
+    ASSERT_FALSE(source.has_content()) << planned.unit.name();
+    ASSERT_TRUE(cas_->Contains(FromProto(source.digest()))) << planned.unit.name();
+  }
+  EXPECT_THAT(SourceOf((*units)[41].unit), HasSubstr("template void K<1 * 100 + 1>();"));
   EXPECT_TRUE(std::filesystem::is_empty(cas_->root() + "/tmp"));
+}
+
+// Only the coordinator inlines a file: a client's unit or set whose input
+// carries its bytes is refused, as sent or in a plan blob.
+TEST_F(BuildPlannerTest, AnInputThatCarriesItsBytesFromAClientIsRefused) {
+  v1::SubmitBuildRequest carried = request_;
+  carried.mutable_instantiation_sets(0)->mutable_inputs(0)->set_content(
+      "template <int N> void K() {}\n");
+  absl::StatusOr<v1::SubmitBuildRequest> read = ReadBuildPlan(carried, *cas_, BuildLimits{});
+  EXPECT_TRUE(absl::IsInvalidArgument(read.status())) << read.status();
+  EXPECT_THAT(read.status().message(),
+              HasSubstr("instantiation set 0's input 0 carries its bytes"));
+
+  v1::BuildPlan plan;
+  v1::CompileUnit* unit = plan.add_units();
+  unit->set_name("u");
+  v1::InputFile* input = unit->add_inputs();
+  input->set_path("u.cu");
+  input->set_content("");
+  *input->mutable_digest() = ToProto(DigestOf(""));
+  absl::StatusOr<Digest> blob = cas_->PutBytes(plan.SerializeAsString());
+  ASSERT_TRUE(blob.ok());
+  v1::SubmitBuildRequest planned;
+  *planned.mutable_plan() = ToProto(*blob);
+  read = ReadBuildPlan(planned, *cas_, BuildLimits{});
+  EXPECT_TRUE(absl::IsInvalidArgument(read.status())) << read.status();
+  EXPECT_THAT(read.status().message(), HasSubstr("unit 0's input 0 carries its bytes"));
 }
 
 TEST_F(BuildPlannerTest, ActionDigestDependsOnToolchainAndInputs) {
@@ -587,11 +647,9 @@ TEST_F(UnitSizeTest, CoordinatorGroupsInstantiationsToFitTheCapsAndBalance) {
   ASSERT_EQ(units->size(), 2u);
   EXPECT_EQ((*units)[0].unit.name(), "k_1of2");
   EXPECT_EQ((*units)[0].instantiations, 4);
-  absl::StatusOr<std::string> source =
-      cas_->Get(FromProto((*units)[0].unit.inputs((*units)[0].unit.inputs_size() - 1).digest()));
-  ASSERT_TRUE(source.ok());
-  EXPECT_THAT(*source, HasSubstr("#include \"k.cuh\"\ntemplate void K<1>();\ntemplate void "
-                                 "K<2>();\ntemplate void K<3>();\ntemplate void K<4>();\n"));
+  EXPECT_THAT(SourceOf((*units)[0].unit),
+              HasSubstr("#include \"k.cuh\"\ntemplate void K<1>();\ntemplate void "
+                        "K<2>();\ntemplate void K<3>();\ntemplate void K<4>();\n"));
   EXPECT_EQ((*units)[0].demand.peak_bytes, 4 * PredictionDefaults().peak_bytes);
 }
 
@@ -612,11 +670,10 @@ TEST_F(UnitSizeTest, GroupSplitsIntoHalvesThatSplitAgainDownToOnePoint) {
               ::testing::ElementsAre("-O3", "-c", "k_2of2_2of2.cu", "-o", "k_2of2_2of2.o"));
   const auto& input = (*halves)[1].unit.inputs((*halves)[1].unit.inputs_size() - 1);
   EXPECT_EQ(input.path(), "kernels/k_2of2_2of2.cu");
-  absl::StatusOr<std::string> source = cas_->Get(FromProto(input.digest()));
-  ASSERT_TRUE(source.ok());
-  EXPECT_THAT(*source, HasSubstr("#include \"k.cuh\"\ntemplate void K<7>();\ntemplate void "
-                                 "K<8>();\n"));
-  EXPECT_THAT(*source, ::testing::Not(HasSubstr("K<6>")));
+  const std::string source = SourceOf(input);
+  EXPECT_THAT(source, HasSubstr("#include \"k.cuh\"\ntemplate void K<7>();\ntemplate void "
+                                "K<8>();\n"));
+  EXPECT_THAT(source, ::testing::Not(HasSubstr("K<6>")));
   EXPECT_NE((*halves)[0].action_digest, group.action_digest);
   // A half of two splits once more; a single point cannot.
   ASSERT_TRUE((*halves)[1].split);
