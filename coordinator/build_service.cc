@@ -30,7 +30,7 @@ struct BuildEventHandle {
   absl::Mutex mu;
   BuildEventStream* stream ABSL_GUARDED_BY(mu) = nullptr;
   std::unique_ptr<CasPin> pin;  // set before the build starts
-  void Push(const v1::BuildEvent& event);
+  void Push(v1::BuildEvent event);
 };
 
 }  // namespace
@@ -163,15 +163,12 @@ class BuildEventStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
     const int64_t units = part->units.size();
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
         request.build_name(), request.toolchain(), std::move(part->units), std::move(part->cached),
-        [handle, notes](const v1::BuildEvent& event) {
-          if (!event.has_accepted() || notes.empty()) {
-            handle->Push(event);
-            return;
-          }
+        [handle, notes](v1::BuildEvent event) {
           // What planning decided reaches the client with the acceptance.
-          v1::BuildEvent accepted = event;
-          for (const std::string& note : notes) accepted.mutable_accepted()->add_notes(note);
-          handle->Push(accepted);
+          if (event.has_accepted()) {
+            for (const std::string& note : notes) event.mutable_accepted()->add_notes(note);
+          }
+          handle->Push(std::move(event));
         },
         absl::Now(), request.more_units_follow());
     if (id.ok() && request.more_units_follow()) {
@@ -241,10 +238,10 @@ class BuildEventStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
 
  private:
   friend struct BuildEventHandle;
-  void Push(const v1::BuildEvent& event) {
+  void Push(v1::BuildEvent event) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    pending_.push_back(event);
+    pending_.push_back(std::move(event));
     // While Start runs, events wait: an open build must be in OpenBuilds
     // before its client hears of it and adds to it.
     if (!writing_ && !starting_) WriteNext();
@@ -299,7 +296,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   std::string build_id_ ABSL_GUARDED_BY(mu_);
 };
 
-void BuildEventHandle::Push(const v1::BuildEvent& event) {
+void BuildEventHandle::Push(v1::BuildEvent event) {
   if (event.has_unit_finished() && pin != nullptr) {
     std::vector<Digest> outputs;
     for (const auto& output : event.unit_finished().result().outputs()) {
@@ -308,7 +305,7 @@ void BuildEventHandle::Push(const v1::BuildEvent& event) {
     pin->Add(outputs);
   }
   absl::MutexLock lock(&mu);
-  if (stream != nullptr) stream->Push(event);
+  if (stream != nullptr) stream->Push(std::move(event));
 }
 
 // Plans a part of the open build `build` and adds its units; returns how

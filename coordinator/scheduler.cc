@@ -19,7 +19,7 @@
 namespace distcc_cuda::coordinator {
 
 void BuildScheduler::Deferred::DeliverEvents() {
-  for (auto& [sink, event] : events) sink(event);
+  for (auto& [sink, event] : events) sink(std::move(event));
   events.clear();
 }
 
