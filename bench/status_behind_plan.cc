@@ -8,22 +8,29 @@
 // client then leaves (the coordinator cancels its units). The latency of
 // each status call is kept by phase: idle before the submit, while the
 // build is planned (until it is accepted), and after (admission and the
-// cancel of every unit).
+// cancel of every unit). With --coordinator_pid, also the coordinator's
+// CPU time from the submit to 3 s after the client left, and its peak
+// resident memory.
 //
 // Last line: points=… accept_s=… status_calls=… idle_max_ms=… planning_max_ms=…
-//            planning_p50_ms=… after_max_ms=…
+//            planning_p50_ms=… after_max_ms=… coordinator_cpu_s=… coordinator_peak_mb=…
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -31,6 +38,7 @@
 
 ABSL_FLAG(std::string, coordinator, "", "the coordinator's address (host:port)");
 ABSL_FLAG(int, side, 316, "values on each of the grid's two axes");
+ABSL_FLAG(int, coordinator_pid, 0, "the coordinator's process (its CPU time and peak are read)");
 
 namespace {
 
@@ -43,6 +51,24 @@ struct Latencies {
   absl::Mutex mu;
   std::vector<double> ms[kPhases] ABSL_GUARDED_BY(mu);
 };
+
+// The CPU seconds (user and system) and the peak resident MiB of `pid`, 0
+// when unknown.
+std::pair<double, double> ProcessUse(int pid) {
+  if (pid <= 0) return {0, 0};
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::vector<std::string> fields = absl::StrSplit(text.substr(text.rfind(')') + 2), ' ');
+  double ticks = 0;
+  // utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name.
+  if (fields.size() > 13) ticks = std::stod(fields[11]) + std::stod(fields[12]);
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  double peak_mb = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) peak_mb = std::stod(line.substr(6)) / 1024;
+  }
+  return {ticks / sysconf(_SC_CLK_TCK), peak_mb};
+}
 
 double Percentile(std::vector<double> values, double share) {
   if (values.empty()) return 0;
@@ -128,6 +154,8 @@ int main(int argc, char** argv) {
   });
 
   absl::SleepFor(absl::Seconds(1));
+  const int pid = absl::GetFlag(FLAGS_coordinator_pid);
+  const double cpu_before = ProcessUse(pid).first;
   const v1::SubmitBuildRequest request = Grid(absl::GetFlag(FLAGS_side), toolchain);
   phase = kPlanning;
   const absl::Time submitted = absl::Now();
@@ -146,6 +174,7 @@ int main(int argc, char** argv) {
     }
   }
   absl::SleepFor(absl::Seconds(3));
+  const auto [cpu_after, peak_mb] = ProcessUse(pid);
   stop = true;
   poller.join();
   heartbeat.join();
@@ -155,10 +184,11 @@ int main(int argc, char** argv) {
   for (const auto& phase_ms : latencies.ms) calls += phase_ms.size();
   printf(
       "points=%d accept_s=%.1f status_calls=%zu idle_max_ms=%.0f planning_max_ms=%.0f "
-      "planning_p50_ms=%.0f after_max_ms=%.0f\n",
+      "planning_p50_ms=%.0f after_max_ms=%.0f coordinator_cpu_s=%.1f coordinator_peak_mb=%.0f\n",
       request.instantiation_sets(0).axes(0).values_size() *
           request.instantiation_sets(0).axes(1).values_size(),
       accept_s, calls, Percentile(latencies.ms[kIdle], 1), Percentile(latencies.ms[kPlanning], 1),
-      Percentile(latencies.ms[kPlanning], 0.5), Percentile(latencies.ms[kAfter], 1));
+      Percentile(latencies.ms[kPlanning], 0.5), Percentile(latencies.ms[kAfter], 1),
+      cpu_after - cpu_before, peak_mb);
   return accept_s < 0 ? 1 : 0;
 }

@@ -23,4 +23,4 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 [ -n "$address" ] || { cat "$state/coordinator.log"; echo "the coordinator did not start" >&2; exit 1; }
-build/bin/status_behind_plan_bench --coordinator="$address" "$@"
+build/bin/status_behind_plan_bench --coordinator="$address" --coordinator_pid="$coordinator" "$@"
