@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coordinator/worker_service.h"
 
+#include <algorithm>
 #include <atomic>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/digest.h"
 #include "common/status.h"
 #include "common/terminal_text.h"
+#include "coordinator/request_cost.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -17,7 +21,7 @@ namespace {
 class LeaseReactor final : public grpc::ServerUnaryReactor {
  public:
   LeaseReactor(BuildScheduler* scheduler, std::string worker_id, WorkerPeer peer,
-               v1::LeaseTaskResponse* response)
+               grpc::ByteBuffer* response)
       : scheduler_(scheduler),
         worker_id_(std::move(worker_id)),
         peer_(std::move(peer)),
@@ -37,7 +41,9 @@ class LeaseReactor final : public grpc::ServerUnaryReactor {
  private:
   void Answer(std::optional<v1::Task> task) {
     if (finished_.exchange(true)) return;
-    if (task) *response_->mutable_task() = std::move(*task);
+    v1::LeaseTaskResponse response;
+    if (task) *response.mutable_task() = std::move(*task);
+    *response_ = SerializedBytes(response);
     Finish(grpc::Status::OK);
   }
   void FinishOnce(const grpc::Status& status) {
@@ -47,7 +53,7 @@ class LeaseReactor final : public grpc::ServerUnaryReactor {
   BuildScheduler* scheduler_;
   std::string worker_id_;
   WorkerPeer peer_;
-  v1::LeaseTaskResponse* response_;
+  grpc::ByteBuffer* response_;
   std::atomic<bool> finished_{false};
 };
 
@@ -56,98 +62,138 @@ WorkerPeer PeerOf(const Principal& principal) {
   return WorkerPeer{principal.name, principal.authenticated};
 }
 
+// Finishes `reactor` with `answer`: its response as bytes, or its error.
+template <typename Response>
+grpc::ServerUnaryReactor* FinishWith(grpc::ServerUnaryReactor* reactor,
+                                     const absl::StatusOr<Response>& answer,
+                                     grpc::ByteBuffer* raw_response) {
+  if (answer.ok()) *raw_response = SerializedBytes(*answer);
+  reactor->Finish(ToGrpcStatus(answer.status()));
+  return reactor;
+}
+
+// `response` once `status` is OK.
+template <typename Response>
+absl::StatusOr<Response> Answer(const absl::Status& status, Response response) {
+  if (!status.ok()) return status;
+  return response;
+}
+
 }  // namespace
 
-grpc::ServerUnaryReactor* WorkerService::RegisterWorker(grpc::CallbackServerContext* context,
-                                                        const v1::RegisterWorkerRequest* request,
-                                                        v1::RegisterWorkerResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  absl::StatusOr<Principal> principal =
-      access_->Authorize(*context, {PeerRole::kWorker}, "register a worker");
-  if (!principal.ok()) {
-    reactor->Finish(ToGrpcStatus(principal.status()));
-    return reactor;
+absl::StatusOr<Principal> WorkerService::Admit(grpc::CallbackServerContext& context,
+                                               const grpc::ByteBuffer& raw, int64_t max_bytes,
+                                               absl::string_view action,
+                                               google::protobuf::Message& request) const {
+  ASSIGN_OR_RETURN(Principal principal, access_->Authorize(context, {PeerRole::kWorker}, action));
+  const int64_t size = raw.Length();
+  if (size > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a worker's request to ", action, " is ", size, " bytes, over the ", max_bytes, " bytes (",
+        FormatByteSize(max_bytes), ") such a request may be; it was not read"));
   }
-  if (!request->reads_input_trees()) {
-    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "worker '", TerminalSafe(request->name().substr(0, 200)),
+  RETURN_IF_ERROR(ParseRequest(raw, nullptr, absl::StrCat("the request to ", action), request));
+  return principal;
+}
+
+grpc::ServerUnaryReactor* WorkerService::RegisterWorker(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* raw,
+                                                        grpc::ByteBuffer* raw_response) {
+  auto* reactor = context->DefaultReactor();
+  v1::RegisterWorkerRequest request;
+  absl::StatusOr<Principal> principal =
+      Admit(*context, *raw, limits_.register_bytes, "register a worker", request);
+  if (!principal.ok()) {
+    return FinishWith<v1::RegisterWorkerResponse>(reactor, principal.status(), raw_response);
+  }
+  return FinishWith(reactor, Register(request, *principal), raw_response);
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> WorkerService::Register(
+    const v1::RegisterWorkerRequest& request, const Principal& principal) {
+  if (!request.reads_input_trees()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker '", TerminalSafe(request.name().substr(0, 200)),
         "' is from an older release of distcc-cuda, which cannot read the input trees this "
         "coordinator sends (its units would compile without their headers); upgrade the "
-        "worker to this coordinator's release"))));
-    return reactor;
+        "worker to this coordinator's release"));
   }
   // The id answers only to this principal from now on.
-  absl::StatusOr<std::string> id =
-      scheduler_->RegisterWorker(*request, absl::Now(), PeerOf(*principal));
-  if (id.ok()) {
-    response->set_worker_id(*id);
-    response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(heartbeat_interval_));
-  }
-  reactor->Finish(ToGrpcStatus(id.status()));
-  return reactor;
+  ASSIGN_OR_RETURN(std::string id,
+                   scheduler_->RegisterWorker(request, absl::Now(), PeerOf(principal)));
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(id);
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(heartbeat_interval_));
+  return response;
 }
 
 grpc::ServerUnaryReactor* WorkerService::Heartbeat(grpc::CallbackServerContext* context,
-                                                   const v1::HeartbeatRequest* request,
-                                                   v1::HeartbeatResponse* response) {
+                                                   const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* raw_response) {
   auto* reactor = context->DefaultReactor();
+  v1::HeartbeatRequest request;
   absl::StatusOr<Principal> principal =
-      access_->Authorize(*context, {PeerRole::kWorker}, "send worker heartbeats");
+      Admit(*context, *raw, limits_.heartbeat_bytes, "send worker heartbeats", request);
   if (!principal.ok()) {
-    reactor->Finish(ToGrpcStatus(principal.status()));
-    return reactor;
+    return FinishWith<v1::HeartbeatResponse>(reactor, principal.status(), raw_response);
   }
-  reactor->Finish(
-      ToGrpcStatus(scheduler_->Heartbeat(*request, absl::Now(), PeerOf(*principal), response)));
-  return reactor;
+  v1::HeartbeatResponse response;
+  absl::Status status = scheduler_->Heartbeat(request, absl::Now(), PeerOf(*principal), &response);
+  return FinishWith(reactor, Answer(status, std::move(response)), raw_response);
 }
 
-grpc::ServerUnaryReactor* WorkerService::DeregisterWorker(
-    grpc::CallbackServerContext* context, const v1::DeregisterWorkerRequest* request,
-    v1::DeregisterWorkerResponse* response) {
+grpc::ServerUnaryReactor* WorkerService::DeregisterWorker(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* raw,
+                                                          grpc::ByteBuffer* raw_response) {
   auto* reactor = context->DefaultReactor();
+  v1::DeregisterWorkerRequest request;
   absl::StatusOr<Principal> principal =
-      access_->Authorize(*context, {PeerRole::kWorker}, "deregister a worker");
+      Admit(*context, *raw, limits_.deregister_bytes, "deregister a worker", request);
   if (!principal.ok()) {
-    reactor->Finish(ToGrpcStatus(principal.status()));
-    return reactor;
+    return FinishWith<v1::DeregisterWorkerResponse>(reactor, principal.status(), raw_response);
   }
-  reactor->Finish(ToGrpcStatus(scheduler_->DeregisterWorker(
-      request->worker_id(), absl::Now(), PeerOf(*principal),
-      request->toolchain_changed() ? BuildScheduler::Departure::kToolchainChanged
-                                   : BuildScheduler::Departure::kStopping)));
-  return reactor;
+  absl::Status status = scheduler_->DeregisterWorker(
+      request.worker_id(), absl::Now(), PeerOf(*principal),
+      request.toolchain_changed() ? BuildScheduler::Departure::kToolchainChanged
+                                  : BuildScheduler::Departure::kStopping);
+  return FinishWith(reactor, Answer(status, v1::DeregisterWorkerResponse()), raw_response);
 }
 
 grpc::ServerUnaryReactor* WorkerService::LeaseTask(grpc::CallbackServerContext* context,
-                                                   const v1::LeaseTaskRequest* request,
-                                                   v1::LeaseTaskResponse* response) {
+                                                   const grpc::ByteBuffer* raw,
+                                                   grpc::ByteBuffer* raw_response) {
+  v1::LeaseTaskRequest request;
   absl::StatusOr<Principal> principal =
-      access_->Authorize(*context, {PeerRole::kWorker}, "lease compile units");
+      Admit(*context, *raw, limits_.lease_bytes, "lease compile units", request);
   if (!principal.ok()) {
-    auto* refused = context->DefaultReactor();
-    refused->Finish(ToGrpcStatus(principal.status()));
-    return refused;
+    return FinishWith<v1::LeaseTaskResponse>(context->DefaultReactor(), principal.status(),
+                                             raw_response);
   }
-  auto* reactor = new LeaseReactor(scheduler_, request->worker_id(), PeerOf(*principal), response);
+  auto* reactor =
+      new LeaseReactor(scheduler_, request.worker_id(), PeerOf(*principal), raw_response);
   // Never hold a call longer than 30 s, whatever the worker asks for.
-  reactor->Start(absl::Milliseconds(std::clamp<int64_t>(request->wait_ms(), 0, 30000)));
+  reactor->Start(absl::Milliseconds(std::clamp<int64_t>(request.wait_ms(), 0, 30000)));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::ReportResult(grpc::CallbackServerContext* context,
-                                                      const v1::ReportResultRequest* request,
-                                                      v1::ReportResultResponse* response) {
+                                                      const grpc::ByteBuffer* raw,
+                                                      grpc::ByteBuffer* raw_response) {
   auto* reactor = context->DefaultReactor();
+  v1::ReportResultRequest request;
   absl::StatusOr<Principal> principal =
-      access_->Authorize(*context, {PeerRole::kWorker}, "report results");
+      Admit(*context, *raw, limits_.report_bytes, "report results", request);
   if (!principal.ok()) {
-    reactor->Finish(ToGrpcStatus(principal.status()));
-    return reactor;
+    return FinishWith<v1::ReportResultResponse>(reactor, principal.status(), raw_response);
   }
+  return FinishWith(reactor, Report(request, *principal), raw_response);
+}
+
+absl::StatusOr<v1::ReportResultResponse> WorkerService::Report(
+    const v1::ReportResultRequest& request, const Principal& principal) {
   // A successful compile's outputs must be in the store, whole, before the
   // result can be linked or cached: else the unit runs elsewhere.
-  const v1::TaskResult& result = request->result();
+  const v1::TaskResult& result = request.result();
   if (result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0) {
     for (const v1::OutputFile& output : result.outputs()) {
       Digest digest = FromProto(output.digest());
@@ -155,18 +201,14 @@ grpc::ServerUnaryReactor* WorkerService::ReportResult(grpc::CallbackServerContex
         std::string why =
             absl::StrCat("output ", absl::CHexEscape(output.path().substr(0, 200)), " (",
                          digest.ToString().substr(0, 80), ") is not in the content store");
-        absl::Status rejected = scheduler_->RejectResult(request->worker_id(), request->task_id(),
-                                                         why, absl::Now(), PeerOf(*principal));
-        reactor->Finish(ToGrpcStatus(
-            rejected.ok() ? absl::InvalidArgumentError(absl::StrCat("report refused: ", why))
-                          : rejected));
-        return reactor;
+        RETURN_IF_ERROR(scheduler_->RejectResult(request.worker_id(), request.task_id(), why,
+                                                 absl::Now(), PeerOf(principal)));
+        return absl::InvalidArgumentError(absl::StrCat("report refused: ", why));
       }
     }
   }
-  reactor->Finish(
-      ToGrpcStatus(scheduler_->ReportResult(*request, absl::Now(), PeerOf(*principal))));
-  return reactor;
+  RETURN_IF_ERROR(scheduler_->ReportResult(request, absl::Now(), PeerOf(principal)));
+  return v1::ReportResultResponse();
 }
 
 }  // namespace distcc_cuda::coordinator

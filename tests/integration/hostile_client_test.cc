@@ -23,6 +23,7 @@
 #include "common/toolchain.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
+#include "distcc_cuda/v1/worker.grpc.pb.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_paths.h"
 
@@ -318,6 +319,44 @@ TEST_F(HostileClientTest, RequestsOfManyEmptyElementsAreRefusedBeforeTheyArePars
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("of the coordinator's memory once read"));
 
+  const int64_t after = PeakMemory(coordinator_->pid());
+  std::cout << "coordinator peak " << (before >> 20) << " MiB before, " << (after >> 20)
+            << " MiB after\n";
+  EXPECT_LT(after - before, int64_t{48} << 20) << "peak " << before << " -> " << after;
+}
+
+// A worker's key in the wrong hands: a heartbeat larger than any worker
+// sends and a report of 3,000,000 empty outputs (6 MB sent, some 400 MB
+// parsed) are refused from their bytes, before they are parsed.
+TEST_F(HostileClientTest, AWorkersOversizedOrCostlyMessagesAreRefusedBeforeTheyAreParsed) {
+  const int64_t before = PeakMemory(coordinator_->pid());
+  ASSERT_GT(before, 0);
+  auto workers = v1::WorkerService::NewStub(channel_);
+  for (int i = 0; i < 4; ++i) {
+    v1::HeartbeatRequest beat;
+    beat.set_worker_id("w-1");
+    for (int k = 0; k < 30000; ++k) beat.add_running_task_ids(std::string(40, 't'));
+    grpc::ClientContext context;
+    v1::HeartbeatResponse answer;
+    grpc::Status status = workers->Heartbeat(&context, beat, &answer);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(
+        status.error_message(),
+        HasSubstr(
+            "request to send worker heartbeats is 1260005 bytes, over the 1048576 bytes (1 MiB)"));
+  }
+  v1::ReportResultRequest report;
+  report.set_worker_id("w-1");
+  report.set_task_id("t-1");
+  for (int k = 0; k < 3000000; ++k) report.mutable_result()->add_outputs();
+  ASSERT_LT(report.ByteSizeLong(), 8u << 20);
+  for (int i = 0; i < 4; ++i) {
+    grpc::ClientContext context;
+    v1::ReportResultResponse answer;
+    grpc::Status status = workers->ReportResult(&context, report, &answer);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("of the coordinator's memory once read"));
+  }
   const int64_t after = PeakMemory(coordinator_->pid());
   std::cout << "coordinator peak " << (before >> 20) << " MiB before, " << (after >> 20)
             << " MiB after\n";
