@@ -6,7 +6,9 @@
 // order of preference: cgroup v2, cgroup v1, and where no memory cgroup is
 // writable a watchdog that samples the RSS of each task's process tree and
 // kills the offending task. A kill for memory is a result of the task, read
-// with TaskMemoryScope::Finish.
+// with TaskMemoryScope::Finish. The cgroups are in common/cgroup_memory_cap.cc,
+// the watchdog in common/rss_watchdog.cc, what they share in
+// common/memory_cap_internal.h; this file's functions in memory_cap.cc.
 //
 // Use, per task:
 //   ASSIGN_OR_RETURN(auto scope, node->StartTask(task_id, reserved_bytes));
