@@ -71,6 +71,19 @@ function renderWorkers(status) {
     }
     box.append(card);
   }
+  // Worker names revoked (distcc-cuda-coordinator revoke, or a cross-check's
+  // quarantine): refused, their cached results dropped.
+  for (const r of status.revokedWorkers || []) {
+    const card = el('div', 'worker revoked');
+    card.dataset.revoked = r.name;
+    const since = new Date(Number(r.sinceUnixSeconds || 0) * 1000).toISOString();
+    const head = el('div', 'head');
+    head.append(el('span', 'name', r.name),
+                el('span', '', 'revoked since ' + since.slice(0, 19).replace('T', ' ') + ' UTC: ' +
+                   (r.reason || 'no reason given')));
+    card.append(head);
+    box.append(card);
+  }
 }
 
 function renderBuilds(status) {

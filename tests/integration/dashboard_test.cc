@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/subprocess.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/revoke_command.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/operated_cluster.h"
 #include "tests/support/prometheus_text.h"
@@ -117,7 +118,7 @@ TEST_F(DashboardTest, AnswersJsonAndRefusesWhatIsNotABuildId) {
   EXPECT_EQ(post->status, 405);
 }
 
-TEST_F(DashboardTest, ChromiumShowsBothWorkersARunningUnitAndThenTheTimeline) {
+TEST_F(DashboardTest, ChromiumShowsBothWorkersARunningUnitARevokedNameAndThenTheTimeline) {
   if (ChromiumPath().empty()) {
     GTEST_SKIP() << "no chromium here (Debian's package; scripts/test installs it)";
   }
@@ -156,8 +157,24 @@ TEST_F(DashboardTest, ChromiumShowsBothWorkersARunningUnitAndThenTheTimeline) {
            std::stoll(status["workers"][1]["memoryUsedBytes"].get<std::string>()) > 0;
   }
   EXPECT_TRUE(busy) << "two units never ran at once";
+  // A revoked worker name is drawn with its reason.
+  std::ostringstream said;
+  ASSERT_TRUE(coordinator::RunRevokeCommand({"--state-dir", root_ + "/coordinator", "--reason",
+                                             "its key was on a lost laptop", "stolen-laptop"},
+                                            said)
+                  .ok())
+      << said.str();
+  bool listed = false;
+  for (int i = 0; i < 100 && !listed; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    nlohmann::json status = Api("/api/status");
+    listed = status.is_object() && status["revokedWorkers"].size() == 1;
+  }
+  EXPECT_TRUE(listed) << "the revocation never reached /api/status";
   const std::string url = coordinator_->dashboard_url() + "/";
   std::string dom = Render(url);
+  EXPECT_THAT(dom, HasSubstr("data-revoked=\"stolen-laptop\""));
+  EXPECT_THAT(dom, HasSubstr("UTC: its key was on a lost laptop"));
   EXPECT_THAT(dom, HasSubstr("data-worker=\"worker-a\""));
   EXPECT_THAT(dom, HasSubstr("data-worker=\"worker-b\""));
   EXPECT_TRUE(absl::StrContains(dom, "data-unit=\"attn_fwd\"") ||
