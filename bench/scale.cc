@@ -9,6 +9,7 @@
 // by the scheduler to W simulated workers (default 1,000) that report each
 // unit done at once. Prints one line:
 //   units=… parts=… submit_s=… plan_blob_mb=… coordinator_rss_mb=… units_per_s=… p99_dispatch_ms=…
+//   lock_p50_us=… lock_p99_us=…
 // submit_s: from the start of the first part to the last part planned (the
 // client makes its parts in a process of its own and sends them through a
 // pipe, as it would over gRPC, while the coordinator stores their blobs and
@@ -16,7 +17,9 @@
 // coordinator's process added, storing, planning and holding the build;
 // units_per_s: leases and reports through the scheduler
 // (no RPCs, no compiles: the scheduler's own ceiling); p99_dispatch_ms:
-// the 99th percentile of one RequestLease that hands out a unit.
+// the 99th percentile of one RequestLease that hands out a unit;
+// lock_p50_us, lock_p99_us: how long each call held the scheduler's lock
+// (SchedulerMetrics::LockHoldQuantile, to within its bucket's factor of two).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,11 +246,17 @@ int Run() {
   // blobs (BatchUpdateBlobs: PutMany) and its BuildService with each part
   // before the scheduler (PlanPart: plan read, trees read and checked,
   // units keyed and predicted, the result cache asked).
-  auto history = coordinator::PeakHistory::Open("", {});
+  // The result cache and the history on disk, as the coordinator keeps them:
+  // each unit's result is written (with its fsyncs) and its run appended.
+  auto history = coordinator::PeakHistory::Open(*dir + "/history.tsv", {});
   coordinator::ResultCache results(*dir + "/results", cas->get());
+  auto metrics = std::make_shared<coordinator::SchedulerMetrics>();
   coordinator::BuildScheduler scheduler(
-      coordinator::SchedulerOptions{}, [](const std::string&, const v1::TaskResult&) {},
-      history->get());
+      coordinator::SchedulerOptions{},
+      [&results](const std::string& action, const v1::TaskResult& result) {
+        results.Record(action, result);
+      },
+      history->get(), nullptr, metrics);
   v1::ToolchainFingerprint toolchain;
   toolchain.set_digest("bench-toolchain");
   std::vector<std::string> ids;
@@ -378,9 +387,11 @@ int Run() {
   std::printf(
       "units=%d headers=%d headers_per_unit=%d workers=%d parts=%d submit_s=%.2f (coordinator "
       "busy %.2f) plan_blob_mb=%.1f coordinator_rss_mb=%.0f units_per_s=%.0f "
-      "p99_dispatch_ms=%.3f\n",
+      "p99_dispatch_ms=%.3f lock_p50_us=%.0f lock_p99_us=%.0f\n",
       units, headers, per_unit, workers, part_count, Seconds(submit_time),
-      Seconds(store_busy + plan_busy), plan_blob_mb, rss_mb, units / Seconds(run_time), p99);
+      Seconds(store_busy + plan_busy), plan_blob_mb, rss_mb, units / Seconds(run_time), p99,
+      absl::ToDoubleMicroseconds(metrics->LockHoldQuantile(0.5)),
+      absl::ToDoubleMicroseconds(metrics->LockHoldQuantile(0.99)));
   return 0;
 }
 

@@ -10,6 +10,7 @@
 # Flags go to scale_bench, e.g.
 #   ./bench/scale.sh --units=20000 --workers=16 --part_units=2000
 # The last line: units=… parts=… submit_s=… coordinator_rss_mb=… units_per_s=… p99_dispatch_ms=…
+# lock_p50_us=… lock_p99_us=… (how long each call held the scheduler's lock)
 # Targets (issue 13): submit_s <= 10, coordinator_rss_mb <= 200,
 # units_per_s >= 2000, p99_dispatch_ms <= 1.
 set -euo pipefail

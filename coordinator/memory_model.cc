@@ -217,6 +217,14 @@ void PeakHistory::Add(const std::string& identity, const std::string& family,
 void PeakHistory::Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
                          absl::Duration wall, int instantiations, const std::string& closure,
                          int64_t closure_bytes, int parallel_compilations) {
+  Learn(identity, family, peak_bytes, wall, instantiations, closure, closure_bytes,
+        parallel_compilations);
+  WritePending();
+}
+
+void PeakHistory::Learn(const std::string& identity, const std::string& family, int64_t peak_bytes,
+                        absl::Duration wall, int instantiations, const std::string& closure,
+                        int64_t closure_bytes, int parallel_compilations) {
   int64_t wall_ms = absl::ToInt64Milliseconds(wall);
   instantiations = std::max(1, instantiations);
   closure_bytes = std::max<int64_t>(0, closure_bytes);
@@ -225,9 +233,21 @@ void PeakHistory::Record(const std::string& identity, const std::string& family,
   Add(identity, family, closure, peak_bytes, wall_ms, instantiations, closure_bytes,
       parallel_compilations);
   if (path_.empty()) return;
+  absl::StrAppend(&pending_, HistoryLine(identity, family, peak_bytes, wall_ms, instantiations,
+                                         closure, closure_bytes, parallel_compilations));
+}
+
+void PeakHistory::WritePending() {
+  if (path_.empty()) return;
+  absl::MutexLock file_lock(&file_mu_);
+  std::string lines;
+  {
+    absl::MutexLock lock(&mu_);
+    lines.swap(pending_);
+  }
+  if (lines.empty()) return;
   std::ofstream out(path_, std::ios::app);
-  out << HistoryLine(identity, family, peak_bytes, wall_ms, instantiations, closure, closure_bytes,
-                     parallel_compilations);
+  out << lines;
   if (!out) spdlog::warn("cannot append to {}; the history stays in memory", path_);
 }
 

@@ -96,9 +96,19 @@ class PeakHistory {
   // `closure_bytes` (the size of its inputs: its headers and source; 0:
   // unknown) and `parallel_compilations` let units of other families of
   // about that size learn from it (Predict).
+  // Learn, then WritePending.
   void Record(const std::string& identity, const std::string& family, int64_t peak_bytes,
               absl::Duration wall, int instantiations = 1, const std::string& closure = "",
               int64_t closure_bytes = 0, int parallel_compilations = 1);
+  // What Record does in memory: predictions use the run at once, its line
+  // waits for WritePending, so that a caller holding a lock others wait on
+  // (the scheduler's) writes after releasing it.
+  void Learn(const std::string& identity, const std::string& family, int64_t peak_bytes,
+             absl::Duration wall, int instantiations = 1, const std::string& closure = "",
+             int64_t closure_bytes = 0, int parallel_compilations = 1);
+  // Appends the lines of the runs learnt since the last call, in the order
+  // they were learnt, holding no lock that Predict waits for.
+  void WritePending();
   // A high quantile of the unit's own history, else of its closure
   // family's cost per instantiation times `instantiations`, else of its
   // family's, else, for a unit whose inputs are `closure_bytes` (0:
@@ -166,6 +176,11 @@ class PeakHistory {
   };
   std::map<std::string, Sized> sized_ ABSL_GUARDED_BY(mu_);
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Lines of learnt runs not yet appended (WritePending).
+  std::string pending_ ABSL_GUARDED_BY(mu_);
+  // Held while appending, before mu_ and never inside it: keeps the lines
+  // in order.
+  absl::Mutex file_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 };
 
 // How many grid points of an instantiation set share one compile unit, when

@@ -23,12 +23,29 @@ void BuildScheduler::Deferred::DeliverEvents() {
   events.clear();
 }
 
-void BuildScheduler::Deferred::Run(const CrossCheckRequest& cross_check) {
-  DeliverEvents();
-  for (auto& [callback, task] : leases) callback(std::move(task));
-  if (cross_check) {
-    for (CrossCheckCandidate& candidate : cross_checks) cross_check(std::move(candidate));
+void BuildScheduler::RunDeferred(Deferred& deferred) {
+  deferred.DeliverEvents();
+  for (auto& [callback, task] : deferred.leases) callback(std::move(task));
+  if (record_result_) {
+    for (const auto& [action_digest, result] : deferred.results) {
+      record_result_(action_digest, result);
+    }
   }
+  if (deferred.learnt && history_ != nullptr) history_->WritePending();
+  if (cross_check_) {
+    for (CrossCheckCandidate& candidate : deferred.cross_checks) cross_check_(std::move(candidate));
+  }
+}
+
+BuildScheduler::LockedSection::LockedSection(const BuildScheduler* scheduler, Deferred* deferred)
+    : lock_(&scheduler->mu_),
+      deferred_(deferred),
+      metrics_(*scheduler->metrics_),
+      locked_at_(std::chrono::steady_clock::now()) {}
+
+BuildScheduler::LockedSection::~LockedSection() {
+  if (deferred_ != nullptr) deferred_->DeliverEvents();
+  metrics_.LockHeld(absl::FromChrono(std::chrono::steady_clock::now() - locked_at_));
 }
 
 BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_result,
@@ -158,7 +175,7 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
                        kMaxDescription, " bytes"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  LockedSection lock(this);
   int of_peer = 0;
   for (const auto& [other_id, other] : workers_) of_peer += other.peer.name == peer.name;
   if (of_peer >= kMaxWorkersPerPeer) {
@@ -186,7 +203,7 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
                                        const WorkerPeer& peer, v1::HeartbeatResponse* response) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer));
     if (request.running_task_ids_size() > 2 * worker->info.slots() + 16) {
       return absl::InvalidArgumentError(
@@ -222,7 +239,7 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
     }
     Dispatch(now, deferred);
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return absl::OkStatus();
 }
 
@@ -230,7 +247,7 @@ absl::Status BuildScheduler::DeregisterWorker(const std::string& worker_id, absl
                                               const WorkerPeer& peer, Departure departure) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     RETURN_IF_ERROR(WorkerOf(worker_id, peer).status());
     DropWorker(worker_id,
                departure == Departure::kToolchainChanged
@@ -239,7 +256,7 @@ absl::Status BuildScheduler::DeregisterWorker(const std::string& worker_id, absl
                now, deferred, /*count_as_loss=*/false);
     Dispatch(now, deferred);
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return absl::OkStatus();
 }
 
@@ -248,7 +265,7 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
                                           const WorkerPeer& peer) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     RETURN_IF_ERROR(WorkerOf(worker_id, peer).status());
     std::optional<v1::Task> task = TakeTaskFor(worker_id, now, deferred);
     if (task || deadline <= now) {
@@ -257,14 +274,14 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
       parked_.push_back(ParkedLease{worker_id, deadline, std::move(callback)});
     }
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return absl::OkStatus();
 }
 
 void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (it->worker_id == worker_id) {
         deferred.leases.emplace_back(std::move(it->callback), std::nullopt);
@@ -274,7 +291,7 @@ void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
       }
     }
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
 }
 
 std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
@@ -470,9 +487,10 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
   if (history_ != nullptr) {
     // What it held when stopped is a lower bound of its need, not a peak of
     // its own: the node may have been over its cap because of others.
-    history_->Record(unit.planned.identity, unit.planned.family, result.peak_memory_bytes(),
-                     absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations,
-                     unit.planned.closure, unit.planned.closure_bytes, unit.planned.parallel);
+    history_->Learn(unit.planned.identity, unit.planned.family, result.peak_memory_bytes(),
+                    absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations,
+                    unit.planned.closure, unit.planned.closure_bytes, unit.planned.parallel);
+    deferred.learnt = true;
     LearnFrom(unit.planned);
   }
   std::string killed =
@@ -572,7 +590,7 @@ absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const st
                                           const WorkerPeer& peer) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(worker_id, peer));
     auto task = tasks_.find(task_id);
     if (task == tasks_.end() || task->second.worker_id != worker_id) {
@@ -590,7 +608,7 @@ absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const st
             deferred);
     Dispatch(now, deferred);
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return absl::OkStatus();
 }
 
@@ -598,7 +616,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
                                           const WorkerPeer& peer) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer));
     auto task_it = tasks_.find(request.task_id());
     if (task_it == tasks_.end() || task_it->second.worker_id != request.worker_id()) {
@@ -627,7 +645,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
       }
     }
     if (task_it->second.cancelled) {
-      EndCancelledTask(request.task_id(), result, worker->peer.authenticated);
+      EndCancelledTask(request.task_id(), result, worker->peer.authenticated, deferred);
     } else if (result.outcome() == v1::TASK_FAILED_TO_START ||
                result.outcome() == v1::TASK_CANCELLED) {
       // Nobody cancelled it (a stopping worker deregisters instead of
@@ -668,9 +686,10 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
       if (build_it != builds_.end()) {
         const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
         if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
-          history_->Record(planned.identity, planned.family, result.peak_memory_bytes(),
-                           absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
-                           planned.closure, planned.closure_bytes, planned.parallel);
+          history_->Learn(planned.identity, planned.family, result.peak_memory_bytes(),
+                          absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
+                          planned.closure, planned.closure_bytes, planned.parallel);
+          deferred.learnt = true;
           LearnFrom(planned);
         }
         FinishUnit(build_it->second, task->unit_index, result, false, deferred,
@@ -679,7 +698,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
     }
     Dispatch(now, deferred);
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return absl::OkStatus();
 }
 
@@ -693,7 +712,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   if (cached) ++build.cached;
   cacheable = cacheable && unit.planned.cacheable;
   if (ok && !cached && cacheable && record_result_) {
-    record_result_(unit.planned.action_digest, result);
+    deferred.results.emplace_back(unit.planned.action_digest, result);
   }
   if (ok && !cached && cacheable && cross_check_ && options_.cross_check_rate > 0 &&
       absl::Bernoulli(random_, std::min(1.0, options_.cross_check_rate))) {
@@ -790,7 +809,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
   Deferred deferred;
   std::string id;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     int eligible = 0;
     std::vector<std::string> others;
     for (const auto& [worker_id, worker] : workers_) {
@@ -847,7 +866,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
       AdmitUnits(id, 0, std::move(cached), now, deferred);
     }
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return id;
 }
 
@@ -860,7 +879,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
   std::vector<UnitState> held = HoldAll(std::move(units), cached);
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     auto it = builds_.find(build_id);
     if (it == builds_.end()) {
       return absl::NotFoundError(
@@ -906,7 +925,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
       AdmitUnits(build_id, first, std::move(cached), now, deferred);
     }
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return absl::OkStatus();
 }
 
@@ -1107,7 +1126,7 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
   // The build's state goes after the lock: a build of 100,000 units takes
   // a while to free, and leases and status would wait for it.
   std::map<std::string, BuildState>::node_type ended;
-  absl::MutexLock lock(&mu_);
+  LockedSection lock(this);
   auto build = builds_.find(build_id);
   if (build == builds_.end()) return 0;
   int running = 0;
@@ -1132,7 +1151,7 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
 }
 
 void BuildScheduler::EndCancelledTask(const std::string& task_id, const v1::TaskResult& result,
-                                      bool cacheable) {
+                                      bool cacheable, Deferred& deferred) {
   std::optional<TaskState> task = EndTask(task_id);
   if (!task || !task->cancelled) return;
   const TaskState::Cancelled& cancelled = *task->cancelled;
@@ -1148,7 +1167,7 @@ void BuildScheduler::EndCancelledTask(const std::string& task_id, const v1::Task
     }
   }
   // Finished before the cancel reached it: the next build gets it cached.
-  record_result_(cancelled.action_digest, result);
+  deferred.results.emplace_back(cancelled.action_digest, result);
 }
 
 std::vector<int> BuildScheduler::TakeQueuedUnits(const std::string& build_id) {
@@ -1226,7 +1245,7 @@ void BuildScheduler::FailStrandedBuilds(absl::Time now, Deferred& deferred) {
 void BuildScheduler::Tick(absl::Time now) {
   Deferred deferred;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     std::vector<std::string> silent;
     for (const auto& [id, worker] : workers_) {
       if (now - worker.last_heartbeat > options_.heartbeat_timeout) {
@@ -1259,11 +1278,11 @@ void BuildScheduler::Tick(absl::Time now) {
     }
     Dispatch(now, deferred);
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
 }
 
 ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) const {
-  absl::MutexLock lock(&mu_);
+  LockedSection lock(this);
   ClusterCapacity capacity;
   for (const auto& [id, worker] : workers_) {
     if (worker.info.toolchain().digest() != toolchain_digest) continue;
@@ -1282,7 +1301,7 @@ ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) co
 
 int BuildScheduler::PeersWith(const std::string& toolchain_digest,
                               const std::set<std::string>& excluding) const {
-  absl::MutexLock lock(&mu_);
+  LockedSection lock(this);
   std::set<std::string> peers;
   for (const auto& [id, worker] : workers_) {
     if (worker.info.toolchain().digest() == toolchain_digest &&
@@ -1298,7 +1317,7 @@ int BuildScheduler::DropWorkersOf(const std::string& peer, const std::string& re
   Deferred deferred;
   int dropped = 0;
   {
-    LockedSection lock(&mu_, deferred);
+    LockedSection lock(this, &deferred);
     std::vector<std::string> ids;
     for (const auto& [id, worker] : workers_) {
       if (worker.peer.name == peer) ids.push_back(id);
@@ -1307,12 +1326,12 @@ int BuildScheduler::DropWorkersOf(const std::string& peer, const std::string& re
     dropped = ids.size();
     Dispatch(now, deferred);
   }
-  deferred.Run(cross_check_);
+  RunDeferred(deferred);
   return dropped;
 }
 
 v1::ClusterStatus BuildScheduler::Status(absl::Time now) const {
-  absl::MutexLock lock(&mu_);
+  LockedSection lock(this);
   v1::ClusterStatus status;
   for (const auto& [id, worker] : workers_) {
     auto* out = status.add_workers();
@@ -1388,7 +1407,7 @@ void BuildScheduler::KeepRecord(BuildState& build, const std::string& outcome) {
 }
 
 std::optional<v1::BuildRecord> BuildScheduler::BuildRecordOf(const std::string& build_id) const {
-  absl::MutexLock lock(&mu_);
+  LockedSection lock(this);
   auto build = builds_.find(build_id);
   if (build != builds_.end() && build->second.log) {
     return RecordOf(build->second, "running", /*with_spans=*/true);

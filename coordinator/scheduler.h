@@ -4,6 +4,7 @@
 // silent. Thread-safe; time is passed in, so tests need no sleeps.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
@@ -210,7 +211,8 @@ class BuildScheduler {
   // re-queueing its units elsewhere; returns how many. For a revocation.
   int DropWorkersOf(const std::string& peer, const std::string& reason, absl::Time now);
 
-  // Hands sampled fresh results to `request`, outside the lock. Call before
+  // Hands sampled fresh results to `request`, outside the lock, after they
+  // entered the result cache. Call before
   // the first build.
   void SetCrossCheck(CrossCheckRequest request) { cross_check_ = std::move(request); }
   // Status lists the revocations in `revocations` (may be null). Call before
@@ -292,28 +294,39 @@ class BuildScheduler {
     absl::Time deadline;
     LeaseCallback callback;
   };
-  // Work to do once the lock is released.
+  // Work to do once the lock is released: nothing that waits for a disk or
+  // another service runs under it.
   struct Deferred {
     std::vector<std::pair<BuildEventSink, v1::BuildEvent>> events;
     std::vector<std::pair<LeaseCallback, std::optional<v1::Task>>> leases;
+    // Results to enter the result cache (a file written and synced each).
+    std::vector<std::pair<std::string, v1::TaskResult>> results;
+    // Runs were learnt: the history has lines to append.
+    bool learnt = false;
     std::vector<CrossCheckCandidate> cross_checks;
     // Delivers the build events; called while mu_ is still held, so the
     // events of one build reach its client in the order they happened.
     void DeliverEvents();
-    // Answers the lease requests and hands over the cross-checks, after
-    // mu_ is released.
-    void Run(const CrossCheckRequest& cross_check = nullptr);
   };
-  // Holds mu_ for one public call and delivers the call's events before
-  // releasing it.
+  // Answers the lease requests, records the results and the history, then
+  // hands over the cross-checks (which may forget a recorded result), after
+  // mu_ is released.
+  void RunDeferred(Deferred& deferred);
+  // Holds mu_ for one public call, delivers the call's events (if any)
+  // before releasing it, and counts how long it held it
+  // (SchedulerMetrics::LockHeld).
   class LockedSection {
    public:
-    LockedSection(absl::Mutex* mu, Deferred& deferred) : lock_(mu), deferred_(deferred) {}
-    ~LockedSection() { deferred_.DeliverEvents(); }
+    explicit LockedSection(const BuildScheduler* scheduler, Deferred* deferred = nullptr);
+    ~LockedSection();
+    LockedSection(const LockedSection&) = delete;
+    LockedSection& operator=(const LockedSection&) = delete;
 
    private:
     absl::MutexLock lock_;
-    Deferred& deferred_;
+    Deferred* const deferred_;
+    SchedulerMetrics& metrics_;
+    const std::chrono::steady_clock::time_point locked_at_;
   };
 
   // A planned unit as the scheduler holds it: its CompileUnit serialized
@@ -404,8 +417,8 @@ class BuildScheduler {
                   Deferred& deferred, bool count_as_loss = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a cancelled task on its worker's report; a compile that finished
   // anyway enters the result cache if it is whole and `cacheable`.
-  void EndCancelledTask(const std::string& task_id, const v1::TaskResult& result, bool cacheable)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndCancelledTask(const std::string& task_id, const v1::TaskResult& result, bool cacheable,
+                        Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a build's units from the queue; returns their indexes.
   std::vector<int> TakeQueuedUnits(const std::string& build_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the queued units of builds that have had no worker with their

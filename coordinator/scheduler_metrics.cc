@@ -4,6 +4,7 @@
 #include <prometheus/gauge.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <map>
 #include <string>
@@ -72,6 +73,39 @@ SchedulerMetrics::SchedulerMetrics(std::shared_ptr<prometheus::Registry> registr
                            "clients that ran it report it")
                        .Register(r)
                        .Add({}, DurationBuckets());
+  prometheus::Histogram::BucketBoundaries hold_bounds;
+  for (double bound = 1e-6; bound < 2; bound *= 2) hold_bounds.push_back(bound);
+  lock_hold_seconds_ = &prometheus::BuildHistogram()
+                            .Name("distcc_cuda_scheduler_lock_hold_seconds")
+                            .Help(
+                                "How long each call held the scheduler's lock, which every "
+                                "lease, heartbeat, report and status call waits for")
+                            .Register(r)
+                            .Add({}, hold_bounds);
+}
+
+void SchedulerMetrics::LockHeld(absl::Duration held) {
+  lock_hold_seconds_->Observe(absl::ToDoubleSeconds(held));
+}
+
+absl::Duration SchedulerMetrics::LockHoldQuantile(double quantile) const {
+  const prometheus::ClientMetric collected = lock_hold_seconds_->Collect();
+  const prometheus::ClientMetric::Histogram& histogram = collected.histogram;
+  if (histogram.sample_count == 0) return absl::ZeroDuration();
+  const double rank = quantile * static_cast<double>(histogram.sample_count);
+  double lower_bound = 0;
+  uint64_t below = 0;
+  for (const prometheus::ClientMetric::Bucket& bucket : histogram.bucket) {
+    if (static_cast<double>(bucket.cumulative_count) >= rank) {
+      const uint64_t in_bucket = bucket.cumulative_count - below;
+      const double upper = std::isinf(bucket.upper_bound) ? lower_bound * 2 : bucket.upper_bound;
+      const double share = in_bucket == 0 ? 1 : (rank - below) / static_cast<double>(in_bucket);
+      return absl::Seconds(lower_bound + share * (upper - lower_bound));
+    }
+    below = bucket.cumulative_count;
+    lower_bound = bucket.upper_bound;
+  }
+  return absl::Seconds(lower_bound);
 }
 
 void SchedulerMetrics::ScansReported(const google::protobuf::RepeatedField<int64_t>& scan_micros,

@@ -36,6 +36,13 @@ class SchedulerMetrics {
   // A client's dependency scans, in microseconds, as it reports them: each
   // clamped to [0, 1 h]; none counted if there are more than `most`.
   void ScansReported(const google::protobuf::RepeatedField<int64_t>& scan_micros, int64_t most);
+  // How long one call held the scheduler's lock (every lease, heartbeat and
+  // report waits behind it).
+  void LockHeld(absl::Duration held);
+  // The `quantile` (0 to 1) of the lock hold times so far, read from the
+  // histogram's buckets (interpolated within one; each bucket spans a factor
+  // of two); zero before the first.
+  absl::Duration LockHoldQuantile(double quantile) const;
 
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
@@ -52,6 +59,7 @@ class SchedulerMetrics {
   prometheus::Histogram* queue_seconds_;
   prometheus::Histogram* peak_prediction_ratio_;
   prometheus::Histogram* scan_seconds_;
+  prometheus::Histogram* lock_hold_seconds_;
 };
 
 // The cluster at one moment, as gauges: distcc_cuda_workers_connected,

@@ -164,6 +164,23 @@ TEST(PeakHistoryTest, SurvivesReopeningAndSkipsATornLine) {
   EXPECT_EQ(demand.peak_bytes, 735 * kMiB) << "700 MiB measured, plus the 5% margin";
 }
 
+TEST(PeakHistoryTest, ALearntRunPredictsAtOnceAndReachesTheFileWhenWritten) {
+  std::string path = testing::NewTempDir("history-") + "/history.tsv";
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open(path, {});
+  ASSERT_TRUE(history.ok());
+  (*history)->Learn("unit-a", "family-1", 700 * kMiB, absl::Seconds(12));
+  (*history)->Learn("unit-b", "family-1", 900 * kMiB, absl::Seconds(14));
+  EXPECT_EQ((*history)->Predict("unit-a", "family-1", 1).source, "history");
+  absl::StatusOr<std::string> before = ReadFile(path);
+  EXPECT_TRUE(!before.ok() || before->empty()) << "written before WritePending: " << *before;
+  (*history)->WritePending();
+  (*history)->WritePending();  // nothing more to write
+  absl::StatusOr<std::unique_ptr<PeakHistory>> reopened = PeakHistory::Open(path, {});
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->samples(), 2u) << "each run once, in the order learnt";
+  EXPECT_EQ((*reopened)->Predict("unit-b", "family-1", 1).peak_bytes, 945 * kMiB);
+}
+
 TEST(UnitKeysTest, IdentityIgnoresNothingButFamilyIgnoresTheSource) {
   v1::CompileUnit a;
   for (const char* arg : {"-O3", "-c", "a.cu", "-o", "a.o"}) a.add_arguments(arg);

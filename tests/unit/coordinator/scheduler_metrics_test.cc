@@ -60,5 +60,19 @@ TEST(SchedulerMetricsTest, ScanTimesAClientReportsAreClampedOrDropped) {
   EXPECT_EQ(scraped->Value("distcc_cuda_scan_duration_seconds_bucket{le=\"0.01\"}"), 1);
 }
 
+TEST(SchedulerMetricsTest, LockHoldQuantilesFallInTheBucketsOfWhatWasHeld) {
+  SchedulerMetrics metrics;
+  EXPECT_EQ(metrics.LockHoldQuantile(0.5), absl::ZeroDuration()) << "nothing held yet";
+  // 98 short holds of 10 us and two of 50 ms.
+  for (int i = 0; i < 98; ++i) metrics.LockHeld(absl::Microseconds(10));
+  for (int i = 0; i < 2; ++i) metrics.LockHeld(absl::Milliseconds(50));
+  const absl::Duration median = metrics.LockHoldQuantile(0.5);
+  EXPECT_GE(median, absl::Microseconds(8));
+  EXPECT_LE(median, absl::Microseconds(16)) << "the bucket of 10 us spans 8 to 16";
+  const absl::Duration p99 = metrics.LockHoldQuantile(0.99);
+  EXPECT_GE(p99, absl::Microseconds(32768));
+  EXPECT_LE(p99, absl::Microseconds(65536)) << "the bucket of 50 ms spans 32.8 to 65.5 ms";
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator

@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/ids.h"
 
@@ -1343,6 +1346,53 @@ TEST_F(SchedulerTest, AResultThatFinishedDespiteTheCancelEntersTheCache) {
   recorded_.clear();
   ASSERT_TRUE(Report(worker, *again, Completed(2)).ok());
   EXPECT_TRUE(recorded_.empty());
+}
+
+// The result cache writes a file and syncs it: that must not happen while
+// the scheduler's lock is held, where every lease and heartbeat waits.
+TEST(SchedulerLockTest, AResultIsRecordedAfterTheLockIsReleased) {
+  std::unique_ptr<PeakHistory> history = *PeakHistory::Open("", {});
+  BuildScheduler* self = nullptr;
+  std::vector<bool> lock_was_free;
+  // Kept until the report returns: a future's end waits for its thread.
+  std::vector<std::future<void>> status_calls;
+  BuildScheduler scheduler(
+      SchedulerOptions{},
+      [&](const std::string&, const v1::TaskResult&) {
+        // Another thread asks for the status while the result is recorded;
+        // it answers within a bounded wait only if the lock is free.
+        status_calls.push_back(std::async(std::launch::async, [&] { self->Status(kStart); }));
+        lock_was_free.push_back(status_calls.back().wait_for(std::chrono::seconds(5)) ==
+                                std::future_status::ready);
+      },
+      history.get());
+  self = &scheduler;
+  v1::RegisterWorkerRequest request;
+  request.set_name("w1");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(8 * kGiB);
+  request.set_slots(1);
+  absl::StatusOr<std::string> worker = scheduler.RegisterWorker(request, kStart);
+  ASSERT_TRUE(worker.ok());
+  ASSERT_TRUE(scheduler
+                  .SubmitBuild(
+                      "test", Toolchain("13.0"), Units(1), {}, [](const v1::BuildEvent&) {}, kStart)
+                  .ok());
+  std::optional<v1::Task> task;
+  ASSERT_TRUE(
+      scheduler
+          .RequestLease(
+              *worker, kStart, [&](std::optional<v1::Task> t) { task = std::move(t); }, kStart)
+          .ok());
+  ASSERT_TRUE(task);
+  v1::ReportResultRequest report;
+  report.set_worker_id(*worker);
+  report.set_task_id(task->task_id());
+  *report.mutable_result() = Completed(0);
+  report.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
+  EXPECT_TRUE(scheduler.ReportResult(report, kStart).ok());
+  for (std::future<void>& call : status_calls) call.wait();
+  EXPECT_THAT(lock_was_free, ::testing::ElementsAre(true));
 }
 
 TEST_F(SchedulerTest, ACancelledTaskTheWorkerNeverStartedIsFreedAfterTwoHeartbeats) {
