@@ -14,6 +14,7 @@
 #include "common/terminal_text.h"
 #include "common/toolchain.h"
 #include "coordinator/ids.h"
+#include "coordinator/retry_ladder.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
@@ -377,8 +378,8 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
-    unit.leased_at = absl::Now();
-    metrics_->UnitLeased(absl::Now() - unit.queued_at);
+    unit.leased_at = Now();
+    metrics_->UnitLeased(Now() - unit.queued_at);
     std::string task_id = NewId('t', epoch_);
     tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation, false, std::nullopt};
     worker.tasks.insert(task_id);
@@ -396,7 +397,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     started->set_worker_name(worker.info.name());
     started->set_attempt(unit.attempts);
     started->set_reserved_bytes(*reservation);
-    started->set_leased_unix_micros(absl::ToUnixMicros(absl::Now()));
+    started->set_leased_unix_micros(absl::ToUnixMicros(Now()));
     deferred.events.emplace_back(build.sink, std::move(event));
     return task;
   }
@@ -456,7 +457,7 @@ void BuildScheduler::Requeue(const std::string& task_id, const std::string& reas
   spdlog::warn("re-queueing unit {}: {}", name, reason);
   metrics_->UnitRequeued();
   unit.phase = UnitPhase::kQueued;
-  unit.queued_at = absl::Now();
+  unit.queued_at = Now();
   queue_.emplace_front(build.id, task->unit_index);
   v1::BuildEvent event;
   event.mutable_unit_requeued()->set_unit_name(name);
@@ -493,19 +494,10 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
     deferred.learnt = true;
     LearnFrom(unit.planned);
   }
-  std::string killed =
+  const std::string killed =
       absl::StrCat("killed for memory on ", worker.info.name(), " at ",
                    FormatByteSize(result.peak_memory_bytes()), " (reserved ",
                    FormatByteSize(task.reserved_bytes), ", cap ", FormatByteSize(cap), ")");
-  int64_t largest_cap = 0;
-  for (const auto& [id, other] : workers_) {
-    if (other.info.toolchain().digest() == build.toolchain_digest) {
-      largest_cap = std::max(largest_cap, other.info.memory_cap_bytes());
-    }
-  }
-  // The ladder: a larger reservation; then the whole of a worker; then a
-  // worker with a larger cap; then give up, naming the peak and the caps.
-  std::string next;
   if (!options_.memory_admission) {
     // A static job limit has no answer to a memory kill: the build fails, as
     // it would under ninja -j.
@@ -515,48 +507,78 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
     FinishUnit(build, task.unit_index, failed, false, deferred);
     return;
   }
-  if (unit.memory_kills == 1 && unit.peak_seen * 5 / 4 < cap - AdmissionHeadroom(cap)) {
-    unit.reservation_floor = unit.peak_seen * 5 / 4;
-    next = absl::StrCat("retrying with ", FormatByteSize(unit.reservation_floor), " reserved");
-  } else if (!unit.alone) {
-    unit.alone = true;
-    next = "retrying alone on a worker";
-  } else if (largest_cap > std::max(cap, unit.needs_cap_above)) {
-    unit.needs_cap_above = std::max(cap, unit.needs_cap_above);
-    next = absl::StrCat("retrying on a worker with a cap above ", FormatByteSize(cap));
-  } else {
-    if (unit.planned.split) {
-      // Fewer instantiations per unit: the halves may fit where it did not.
-      absl::StatusOr<std::vector<PlannedUnit>> parts = unit.planned.split();
-      bool unique = parts.ok();
-      for (size_t i = 0; unique && i < parts->size(); ++i) {
-        for (const UnitState& other : build.units) {
-          unique = unique && other.planned.unit.name() != (*parts)[i].unit.name();
-        }
-      }
-      if (parts.ok() && parts->size() > 1 && unique) {
-        std::string why =
-            (*parts)[0].unit.has_architecture_part()
-                ? absl::StrCat(killed, "; no worker has more memory, so its ", parts->size(),
-                               " targets compile as units of their own")
-                : absl::StrCat(killed, "; no worker has more memory, so its ",
-                               unit.planned.instantiations, " instantiations are split");
-        SplitUnit(task_id, std::move(*parts), why, deferred);
-        return;
-      }
-      if (!parts.ok()) spdlog::warn("cannot split unit {}: {}", name, parts.status().ToString());
-    }
-    EndTask(task_id);
-    v1::TaskResult failed = result;
-    failed.set_error_message(absl::StrCat(
-        "unit ", name, " peaked at ", FormatByteSize(unit.peak_seen),
-        ", above what every worker can give it (largest cap ", FormatByteSize(largest_cap),
-        "); split it (fewer instantiations or architectures per unit, lower --threads) or add "
-        "a worker with more memory"));
-    FinishUnit(build, task.unit_index, failed, false, deferred);
-    return;
+  MemoryKill kill{unit.memory_kills,
+                  unit.peak_seen,
+                  cap,
+                  LargestCap(build.toolchain_digest),
+                  unit.alone,
+                  unit.needs_cap_above,
+                  static_cast<bool>(unit.planned.split)};
+  const RetryStep step = NextRetry(kill);
+  switch (step.rung) {
+    case RetryRung::kReserveMore:
+      unit.reservation_floor = step.reservation_floor;
+      break;
+    case RetryRung::kRunAlone:
+      unit.alone = true;
+      break;
+    case RetryRung::kLargerWorker:
+      unit.needs_cap_above = step.needs_cap_above;
+      break;
+    case RetryRung::kSplit:
+      if (SplitAfterMemoryKill(task_id, killed, deferred)) return;
+      [[fallthrough]];
+    case RetryRung::kGiveUp:
+      EndTask(task_id);
+      v1::TaskResult failed = result;
+      failed.set_error_message(absl::StrCat(
+          "unit ", name, " peaked at ", FormatByteSize(unit.peak_seen),
+          ", above what every worker can give it (largest cap ", FormatByteSize(kill.largest_cap),
+          "); split it (fewer instantiations or architectures per unit, lower --threads) or add "
+          "a worker with more memory"));
+      FinishUnit(build, task.unit_index, failed, false, deferred);
+      return;
   }
-  Requeue(task_id, absl::StrCat(killed, "; ", next), deferred, /*count_as_loss=*/false);
+  Requeue(task_id, absl::StrCat(killed, "; ", DescribeRetry(step, cap)), deferred,
+          /*count_as_loss=*/false);
+}
+
+bool BuildScheduler::SplitAfterMemoryKill(const std::string& task_id, const std::string& killed,
+                                          Deferred& deferred) {
+  const TaskState& task = tasks_.at(task_id);
+  BuildState& build = builds_.at(task.build_id);
+  const UnitState& unit = build.units[task.unit_index];
+  // Fewer instantiations per unit: the halves may fit where it did not.
+  absl::StatusOr<std::vector<PlannedUnit>> parts = unit.planned.split();
+  if (!parts.ok()) {
+    spdlog::warn("cannot split unit {}: {}", unit.planned.unit.name(), parts.status().ToString());
+    return false;
+  }
+  if (parts->size() <= 1) return false;
+  for (const PlannedUnit& part : *parts) {
+    for (const UnitState& other : build.units) {
+      if (other.planned.unit.name() == part.unit.name()) return false;
+    }
+  }
+  std::string why = (*parts)[0].unit.has_architecture_part()
+                        ? absl::StrCat(killed, "; no worker has more memory, so its ",
+                                       parts->size(), " targets compile as units of their own")
+                        : absl::StrCat(killed, "; no worker has more memory, so its ",
+                                       unit.planned.instantiations, " instantiations are split");
+  SplitUnit(task_id, std::move(*parts), why, deferred);
+  return true;
+}
+
+absl::Time BuildScheduler::Now() const { return options_.clock(); }
+
+int64_t BuildScheduler::LargestCap(const std::string& toolchain_digest) const {
+  int64_t largest = 0;
+  for (const auto& [id, worker] : workers_) {
+    if (worker.info.toolchain().digest() == toolchain_digest) {
+      largest = std::max(largest, worker.info.memory_cap_bytes());
+    }
+  }
+  return largest;
 }
 
 std::string BuildScheduler::OutputsDiffer(const v1::TaskResult& result,
@@ -726,7 +748,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   metrics_->UnitFinished(result, cached, unit.planned.demand.peak_bytes);
   if (build.log) {
     build.log->UnitEnded(unit_index, result, cached, !ok,
-                         cached ? absl::InfinitePast() : unit.leased_at, absl::Now(),
+                         cached ? absl::InfinitePast() : unit.leased_at, Now(),
                          unit.planned.demand.peak_bytes, unit.attempts);
   }
   v1::BuildEvent event;
@@ -741,7 +763,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   unit.planned.split = nullptr;
   finished->set_predicted_peak_bytes(unit.planned.demand.peak_bytes);
   finished->set_prediction_source(unit.planned.demand.source);
-  finished->set_finished_unix_micros(absl::ToUnixMicros(absl::Now()));
+  finished->set_finished_unix_micros(absl::ToUnixMicros(Now()));
   deferred.events.emplace_back(build.sink, std::move(event));
   --build.remaining;
   EndBuildIfDone(build, deferred);
@@ -839,7 +861,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     build.sink = std::move(sink);
     build.remaining = count;
     build.open = more_to_come;
-    build.log.emplace(id, build_name, absl::Now());
+    build.log.emplace(id, build_name, Now());
     if (eligible == 0 && starting_up) {
       build.stranded_since = now;
       build.stranded_reason = "the coordinator has just started and no worker had registered yet";
@@ -911,7 +933,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
     }
     for (std::string& note : notes) added.mutable_units_added()->add_notes(std::move(note));
     if (last) added.mutable_units_added()->set_last(true);
-    added.mutable_units_added()->set_added_unix_micros(absl::ToUnixMicros(absl::Now()));
+    added.mutable_units_added()->set_added_unix_micros(absl::ToUnixMicros(Now()));
     deferred.events.emplace_back(build.sink, std::move(added));
     const size_t first = build.units.size() - count;
     build.remaining += static_cast<int>(count);
@@ -1083,7 +1105,7 @@ void BuildScheduler::PlaceMovedUnits() {
 
 void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
   std::vector<std::pair<std::string, int>> fresh;
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   std::vector<UnitState>& held = builds_.at(build_id).units;
   for (int index : units) {
     held[index].queued_at = now;
@@ -1402,7 +1424,7 @@ v1::BuildRecord BuildScheduler::RecordOf(const BuildState& build, const std::str
 void BuildScheduler::KeepRecord(BuildState& build, const std::string& outcome) {
   if (!build.log) return;
   recent_builds_.Add(
-      build.log->Finish(outcome, static_cast<int>(build.units.size()) - build.splits, absl::Now(),
+      build.log->Finish(outcome, static_cast<int>(build.units.size()) - build.splits, Now(),
                         [&build](int index) { return build.units[index].planned.unit.name(); }));
 }
 

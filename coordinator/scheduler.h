@@ -18,6 +18,7 @@
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/digest.h"
 #include "coordinator/build_records.h"
@@ -73,6 +74,10 @@ struct SchedulerOptions {
   // The share of freshly compiled units (0 to 1) whose result is handed to
   // the cross-check (SetCrossCheck) to be compiled again by another worker.
   double cross_check_rate = 0;
+  // The wall clock of the times it keeps for people (leases, ends, build
+  // records), of its ids' epoch and of its start; the times that drive its
+  // decisions (heartbeats, deadlines) are passed to each call as `now`.
+  std::function<absl::Time()> clock = absl::Now;
 };
 
 // A unit ready to schedule: the key of its cached result, the keys of its
@@ -239,7 +244,7 @@ class BuildScheduler {
     bool split = false;                           // replaced by smaller units
     bool moving = false;                          // LearnFrom is moving it in the queue
     std::set<std::string> refused_by = {};        // workers whose reports for it were refused
-    absl::Time queued_at = absl::Now();           // when it last joined the queue (for metrics)
+    absl::Time queued_at = absl::InfinitePast();  // when it last joined the queue (for metrics)
     absl::Time leased_at = absl::InfinitePast();  // its last lease, by the wall clock
   };
   struct BuildState {
@@ -373,6 +378,15 @@ class BuildScheduler {
   // The memory retry ladder for a unit its worker's cap stopped.
   void RetryAfterMemoryKill(const std::string& task_id, const v1::TaskResult& result,
                             Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ladder's split rung: replaces the killed task's unit by smaller
+  // units, if it splits into several with names new to its build; false
+  // otherwise (the unit fails).
+  bool SplitAfterMemoryKill(const std::string& task_id, const std::string& killed,
+                            Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // options_.clock's time.
+  absl::Time Now() const;
+  // The largest cap of the workers with toolchain `toolchain_digest`.
+  int64_t LargestCap(const std::string& toolchain_digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces a killed task's unit by `parts` (the ladder's last rung).
   void SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
                  const std::string& reason, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -439,8 +453,8 @@ class BuildScheduler {
 
   const SchedulerOptions options_;
   // Carried by every id this scheduler hands out.
-  const int64_t epoch_ = absl::ToUnixSeconds(absl::Now());
-  const absl::Time created_ = absl::Now();
+  const int64_t epoch_ = absl::ToUnixSeconds(options_.clock());
+  const absl::Time created_ = options_.clock();
   const ResultRecorder record_result_;
   const ResultLookup lookup_result_;
   PeakHistory* const history_;

@@ -1348,6 +1348,37 @@ TEST_F(SchedulerTest, AResultThatFinishedDespiteTheCancelEntersTheCache) {
   EXPECT_TRUE(recorded_.empty());
 }
 
+// For tests of a scheduler of their own: a worker of one slot and 8 GiB
+// with toolchain 13.0, a lease answered at once, a compiled unit's report.
+absl::StatusOr<std::string> RegisterOneSlotWorker(BuildScheduler& scheduler) {
+  v1::RegisterWorkerRequest request;
+  request.set_name("w1");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(8 * kGiB);
+  request.set_slots(1);
+  return scheduler.RegisterWorker(request, kStart);
+}
+
+std::optional<v1::Task> LeaseAtOnce(BuildScheduler& scheduler, const std::string& worker) {
+  std::optional<v1::Task> task;
+  EXPECT_TRUE(
+      scheduler
+          .RequestLease(
+              worker, kStart, [&](std::optional<v1::Task> t) { task = std::move(t); }, kStart)
+          .ok());
+  return task;
+}
+
+absl::Status ReportCompiled(BuildScheduler& scheduler, const std::string& worker,
+                            const v1::Task& task, absl::Time now) {
+  v1::ReportResultRequest report;
+  report.set_worker_id(worker);
+  report.set_task_id(task.task_id());
+  *report.mutable_result() = Completed(0);
+  report.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
+  return scheduler.ReportResult(report, now);
+}
+
 // The result cache writes a file and syncs it: that must not happen while
 // the scheduler's lock is held, where every lease and heartbeat waits.
 TEST(SchedulerLockTest, AResultIsRecordedAfterTheLockIsReleased) {
@@ -1367,32 +1398,47 @@ TEST(SchedulerLockTest, AResultIsRecordedAfterTheLockIsReleased) {
       },
       history.get());
   self = &scheduler;
-  v1::RegisterWorkerRequest request;
-  request.set_name("w1");
-  *request.mutable_toolchain() = Toolchain("13.0");
-  request.set_memory_cap_bytes(8 * kGiB);
-  request.set_slots(1);
-  absl::StatusOr<std::string> worker = scheduler.RegisterWorker(request, kStart);
+  absl::StatusOr<std::string> worker = RegisterOneSlotWorker(scheduler);
   ASSERT_TRUE(worker.ok());
   ASSERT_TRUE(scheduler
                   .SubmitBuild(
                       "test", Toolchain("13.0"), Units(1), {}, [](const v1::BuildEvent&) {}, kStart)
                   .ok());
-  std::optional<v1::Task> task;
-  ASSERT_TRUE(
-      scheduler
-          .RequestLease(
-              *worker, kStart, [&](std::optional<v1::Task> t) { task = std::move(t); }, kStart)
-          .ok());
+  std::optional<v1::Task> task = LeaseAtOnce(scheduler, *worker);
   ASSERT_TRUE(task);
-  v1::ReportResultRequest report;
-  report.set_worker_id(*worker);
-  report.set_task_id(task->task_id());
-  *report.mutable_result() = Completed(0);
-  report.mutable_result()->set_toolchain_digest(Toolchain("13.0").digest());
-  EXPECT_TRUE(scheduler.ReportResult(report, kStart).ok());
+  EXPECT_TRUE(ReportCompiled(scheduler, *worker, *task, kStart).ok());
   for (std::future<void>& call : status_calls) call.wait();
   EXPECT_THAT(lock_was_free, ::testing::ElementsAre(true));
+}
+
+TEST(SchedulerClockTest, TheTimesKeptForPeopleComeFromItsClock) {
+  absl::Time wall = kStart + absl::Hours(1);
+  SchedulerOptions options;
+  options.clock = [&wall] { return wall; };
+  BuildScheduler scheduler(options, nullptr);
+  absl::StatusOr<std::string> worker = RegisterOneSlotWorker(scheduler);
+  ASSERT_TRUE(worker.ok());
+  std::vector<v1::BuildEvent> events;
+  absl::StatusOr<std::string> build = scheduler.SubmitBuild(
+      "test", Toolchain("13.0"), Units(1), {},
+      [&events](v1::BuildEvent event) { events.push_back(std::move(event)); }, kStart);
+  ASSERT_TRUE(build.ok());
+  std::optional<v1::Task> task = LeaseAtOnce(scheduler, *worker);
+  ASSERT_TRUE(task);
+  wall += absl::Seconds(5);
+  ASSERT_TRUE(ReportCompiled(scheduler, *worker, *task, kStart + absl::Seconds(5)).ok());
+  int64_t leased = 0, finished = 0;
+  for (const v1::BuildEvent& event : events) {
+    if (event.has_unit_started()) leased = event.unit_started().leased_unix_micros();
+    if (event.has_unit_finished()) finished = event.unit_finished().finished_unix_micros();
+  }
+  EXPECT_EQ(leased, absl::ToUnixMicros(kStart + absl::Hours(1)));
+  EXPECT_EQ(finished, absl::ToUnixMicros(kStart + absl::Hours(1) + absl::Seconds(5)));
+  std::optional<v1::BuildRecord> record = scheduler.BuildRecordOf(*build);
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->started_unix_micros(), absl::ToUnixMicros(kStart + absl::Hours(1)));
+  EXPECT_EQ(record->finished_unix_micros(),
+            absl::ToUnixMicros(kStart + absl::Hours(1) + absl::Seconds(5)));
 }
 
 TEST_F(SchedulerTest, ACancelledTaskTheWorkerNeverStartedIsFreedAfterTwoHeartbeats) {
