@@ -25,6 +25,7 @@
 #include "coordinator/memory_model.h"
 #include "coordinator/revocations.h"
 #include "coordinator/scheduler_metrics.h"
+#include "coordinator/worker_registry.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
 
@@ -43,15 +44,6 @@ using LeaseCallback = std::function<void(std::optional<v1::Task>)>;
 using ResultRecorder = std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
 // Finds a stored result by action digest (for units made during a build).
 using ResultLookup = std::function<std::optional<v1::TaskResult>(const std::string& action_digest)>;
-
-// Who is on the other end of a worker call, as the coordinator's access
-// control established it (the name in its certificate, or "local").
-struct WorkerPeer {
-  std::string name = "local";
-  // Authenticated workers' results enter the result cache; others' (a
-  // coordinator started with --insecure) are used for their build only.
-  bool authenticated = true;
-};
 
 struct SchedulerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -114,15 +106,6 @@ struct CrossCheckCandidate {
   v1::TaskResult result;  // what its producer reported
 };
 using CrossCheckRequest = std::function<void(CrossCheckCandidate)>;
-
-// What the workers that can take a build offer, for choosing unit sizes.
-struct ClusterCapacity {
-  int64_t smallest_usable_cap = 0;  // cap less headroom of the smallest worker
-  int total_slots = 0;
-  // The least usable memory per slot of any worker: a unit predicted above
-  // it leaves slots idle there, because memory runs out first.
-  int64_t smallest_memory_per_slot = 0;
-};
 
 class BuildScheduler {
  public:
@@ -285,15 +268,6 @@ class BuildScheduler {
     };
     std::optional<Cancelled> cancelled;
   };
-  struct WorkerState {
-    v1::RegisterWorkerRequest info;
-    WorkerPeer peer;
-    absl::Time last_heartbeat;
-    std::set<std::string> tasks;
-    int64_t reserved_bytes = 0;
-    int64_t completed = 0;
-    int64_t memory_used_bytes = 0;  // at its last heartbeat
-  };
   struct ParkedLease {
     std::string worker_id;
     absl::Time deadline;
@@ -385,8 +359,6 @@ class BuildScheduler {
                             Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // options_.clock's time.
   absl::Time Now() const;
-  // The largest cap of the workers with toolchain `toolchain_digest`.
-  int64_t LargestCap(const std::string& toolchain_digest) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces a killed task's unit by `parts` (the ladder's last rung).
   void SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
                  const std::string& reason, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -443,13 +415,6 @@ class BuildScheduler {
   // compile must report exactly the declared outputs, with digests), or "".
   std::string OutputsDiffer(const v1::TaskResult& result, const TaskState& task) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The worker `worker_id` if `peer` registered it: NOT_FOUND or
-  // PERMISSION_DENIED otherwise.
-  absl::StatusOr<WorkerState*> WorkerOf(const std::string& worker_id, const WorkerPeer& peer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<const WorkerState*> WorkerOf(const std::string& worker_id,
-                                              const WorkerPeer& peer) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   // Carried by every id this scheduler hands out.
@@ -463,7 +428,7 @@ class BuildScheduler {
   const WorkerRevocations* revocations_ = nullptr;
   mutable absl::Mutex mu_;
   absl::BitGen random_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);
   // (build id, unit index): re-queued units first, then longest predicted

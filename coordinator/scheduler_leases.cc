@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scheduler's leases: memory admission and backfilling, handing a
+// worker its next unit, parked lease requests, and taking units back from
+// leases that ended without a result (a lost worker, a failed start).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "coordinator/ids.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::coordinator {
+
+std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
+                                                 const WorkerState& worker) const {
+  const WorkerLoad load = worker.Load();
+  if (!options_.memory_admission) {
+    return load.running < load.slots ? std::optional<int64_t>(0) : std::nullopt;
+  }
+  if (unit.needs_cap_above > 0 && load.cap_bytes <= unit.needs_cap_above) return std::nullopt;
+  if (unit.alone) {
+    // The whole worker, and only when nothing else runs there.
+    if (load.running > 0) return std::nullopt;
+    return ReservationOn(load, load.cap_bytes);
+  }
+  int64_t reservation =
+      ReservationOn(load, std::max(unit.planned.demand.peak_bytes, unit.reservation_floor));
+  if (!Admits(load, reservation)) return std::nullopt;
+  return reservation;
+}
+
+std::optional<BuildScheduler::BackfillWindow> BuildScheduler::WindowFor(const UnitState& head,
+                                                                        const WorkerState& worker,
+                                                                        absl::Time now) const {
+  int64_t cap = worker.info.memory_cap_bytes();
+  if (!options_.memory_admission || head.alone ||
+      (head.needs_cap_above > 0 && cap <= head.needs_cap_above)) {
+    return std::nullopt;
+  }
+  const WorkerLoad load = worker.Load();
+  int64_t need =
+      ReservationOn(load, std::max(head.planned.demand.peak_bytes, head.reservation_floor));
+  int64_t usable = cap - AdmissionHeadroom(cap);
+  // The running units in the order their predicted ends free their memory.
+  std::vector<std::pair<absl::Time, int64_t>> ends;
+  for (const std::string& task_id : worker.tasks) {
+    const TaskState& task = tasks_.at(task_id);
+    auto build = builds_.find(task.build_id);
+    absl::Duration wall = build == builds_.end()
+                              ? absl::ZeroDuration()
+                              : build->second.units[task.unit_index].planned.demand.wall;
+    ends.emplace_back(std::max(now, task.leased_at + wall), task.reserved_bytes);
+  }
+  std::sort(ends.begin(), ends.end());
+  int64_t reserved = worker.reserved_bytes;
+  for (const auto& [end, bytes] : ends) {
+    reserved -= bytes;
+    if (usable - reserved >= need) return BackfillWindow{end, usable - reserved - need};
+  }
+  return std::nullopt;
+}
+
+std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
+                                                    Deferred& deferred) {
+  WorkerState& worker = *workers_.Find(worker_id);
+  if (static_cast<int>(worker.tasks.size()) >= worker.info.slots()) return std::nullopt;
+  PlaceMovedUnits();
+  // The first unit in priority order that fits what the worker has left.
+  // When the first unit of all has to wait for memory here, smaller units
+  // fill in behind it only if they end before it could start, or leave it
+  // room (EASY backfilling): a large unit is not starved by small ones.
+  bool first = true;
+  std::optional<BackfillWindow> window;
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    BuildState& build = builds_.at(it->first);
+    if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
+    int index = it->second;
+    UnitState& unit = build.units[index];
+    if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
+      continue;
+    }
+    std::optional<int64_t> reservation = Admission(unit, worker);
+    if (first) {
+      first = false;
+      if (!reservation) window = WindowFor(unit, worker, now);
+    }
+    if (!reservation) continue;
+    if (window && now + unit.planned.demand.wall > window->start &&
+        *reservation > window->leftover_bytes) {
+      continue;
+    }
+    queue_.erase(it);
+    unit.phase = UnitPhase::kRunning;
+    ++unit.attempts;
+    unit.leased_at = Now();
+    metrics_->UnitLeased(Now() - unit.queued_at);
+    std::string task_id = NewId('t', epoch_);
+    tasks_[task_id] = TaskState{build.id, index, worker_id, now, *reservation, false, std::nullopt};
+    worker.tasks.insert(task_id);
+    worker.reserved_bytes += *reservation;
+    build.workers_used.insert(worker.info.name());
+    v1::Task task;
+    task.set_task_id(task_id);
+    task.set_build_id(build.id);
+    *task.mutable_unit() = WholeUnit(unit);
+    task.set_timeout_ms(absl::ToInt64Milliseconds(options_.task_timeout));
+    task.set_reserved_bytes(*reservation);
+    v1::BuildEvent event;
+    auto* started = event.mutable_unit_started();
+    started->set_unit_name(unit.planned.unit.name());
+    started->set_worker_name(worker.info.name());
+    started->set_attempt(unit.attempts);
+    started->set_reserved_bytes(*reservation);
+    started->set_leased_unix_micros(absl::ToUnixMicros(Now()));
+    deferred.events.emplace_back(build.sink, std::move(event));
+    return task;
+  }
+  return std::nullopt;
+}
+
+void BuildScheduler::Dispatch(absl::Time now, Deferred& deferred) {
+  for (auto it = parked_.begin(); it != parked_.end() && !queue_.empty();) {
+    if (workers_.Find(it->worker_id) == nullptr) {
+      deferred.leases.emplace_back(std::move(it->callback), std::nullopt);
+      it = parked_.erase(it);
+      continue;
+    }
+    std::optional<v1::Task> task = TakeTaskFor(it->worker_id, now, deferred);
+    if (task) {
+      deferred.leases.emplace_back(std::move(it->callback), std::move(task));
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::optional<BuildScheduler::TaskState> BuildScheduler::EndTask(const std::string& task_id) {
+  auto task_it = tasks_.find(task_id);
+  if (task_it == tasks_.end()) return std::nullopt;
+  TaskState task = task_it->second;
+  tasks_.erase(task_it);
+  if (WorkerState* worker = workers_.Find(task.worker_id); worker != nullptr) {
+    worker->tasks.erase(task_id);
+    worker->reserved_bytes -= task.reserved_bytes;
+  }
+  return task;
+}
+
+void BuildScheduler::Requeue(const std::string& task_id, const std::string& reason,
+                             Deferred& deferred, bool count_as_loss) {
+  std::optional<TaskState> task = EndTask(task_id);
+  if (!task) return;
+  auto build_it = builds_.find(task->build_id);
+  if (build_it == builds_.end()) return;
+  BuildState& build = build_it->second;
+  UnitState& unit = build.units[task->unit_index];
+  const std::string& name = unit.planned.unit.name();
+  const WorkerState* worker = workers_.Find(task->worker_id);
+  LogFields fields{{"build", build.id},
+                   {"unit", name},
+                   {"worker", worker != nullptr ? worker->info.name() : ""}};
+  if (count_as_loss && ++unit.losses >= options_.max_attempts) {
+    v1::TaskResult result;
+    result.set_outcome(v1::TASK_FAILED_TO_START);
+    result.set_error_message(absl::StrCat("unit ", name, " was lost ", unit.losses,
+                                          " times (last: ", reason, "); giving up"));
+    FinishUnit(build, task->unit_index, result, false, deferred);
+    return;
+  }
+  spdlog::warn("re-queueing unit {}: {}", name, reason);
+  metrics_->UnitRequeued();
+  unit.phase = UnitPhase::kQueued;
+  unit.queued_at = Now();
+  queue_.emplace_front(build.id, task->unit_index);
+  v1::BuildEvent event;
+  event.mutable_unit_requeued()->set_unit_name(name);
+  event.mutable_unit_requeued()->set_reason(reason);
+  event.mutable_unit_requeued()->set_new_reservation_bytes(
+      std::max(unit.planned.demand.peak_bytes, unit.reservation_floor));
+  deferred.events.emplace_back(build.sink, std::move(event));
+}
+
+void BuildScheduler::DropWorker(const std::string& worker_id, const std::string& reason,
+                                absl::Time now, Deferred& deferred, bool count_as_loss) {
+  const WorkerState* worker = workers_.Find(worker_id);
+  if (worker == nullptr) return;
+  const std::string name = worker->info.name();
+  LogFields fields{{"worker", name}};
+  // A worker that says it stops is news, not trouble.
+  if (count_as_loss) {
+    spdlog::warn("worker {} dropped: {}", worker_id, reason);
+  } else {
+    spdlog::info("worker {} {}", worker_id, reason);
+  }
+  const std::set<std::string> tasks = worker->tasks;
+  for (const std::string& task_id : tasks) {
+    Requeue(task_id, absl::StrCat("worker ", name, " ", reason), deferred, count_as_loss);
+  }
+  workers_.Remove(worker_id);
+  // A build whose toolchain no connected worker has any more waits a grace
+  // period for one to come back (a worker that was only paused registers
+  // again), then fails rather than leave the client waiting.
+  for (auto& [build_id, build] : builds_) {
+    if (!workers_.Serves(build.toolchain_digest) && !build.stranded_since) {
+      build.stranded_since = now;
+      build.stranded_reason = absl::StrCat("the last, ", name, ", ", reason);
+    }
+  }
+}
+
+}  // namespace distcc_cuda::coordinator

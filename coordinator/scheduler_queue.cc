@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// The scheduler's queue: longest predicted first, merged as parts arrive,
+// and reordered as the first runs of a family never built before teach the
+// units still waiting (history relearning).
+#include <algorithm>
+
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::coordinator {
+
+void BuildScheduler::WaitForHistory(const std::string& build_id, int unit_index) {
+  if (history_ == nullptr) return;
+  const PlannedUnit& planned = builds_.at(build_id).units[unit_index].planned;
+  const PredictionBasis basis = planned.demand.basis;
+  if (!planned.closure.empty() && basis < PredictionBasis::kSameClosure) {
+    waiting_[planned.closure].units.emplace_back(build_id, unit_index);
+  }
+  if (basis < PredictionBasis::kSimilarUnits) {
+    waiting_[planned.family].units.emplace_back(build_id, unit_index);
+  }
+}
+
+void BuildScheduler::StopWaitingForHistory(const std::string& build_id) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    std::vector<std::pair<std::string, int>>& units = it->second.units;
+    units.erase(std::remove_if(units.begin(), units.end(),
+                               [&](const auto& entry) { return entry.first == build_id; }),
+                units.end());
+    it = units.empty() ? waiting_.erase(it) : std::next(it);
+  }
+}
+
+void BuildScheduler::LearnFrom(const PlannedUnit& measured) {
+  const std::pair<const std::string*, PredictionBasis> keys[] = {
+      {&measured.closure, PredictionBasis::kSameClosure},
+      {&measured.family, PredictionBasis::kSimilarUnits}};
+  for (const auto& [key, level] : keys) {
+    auto waiting = waiting_.find(*key);
+    if (key->empty() || waiting == waiting_.end()) continue;
+    const int runs = ++waiting->second.measured;
+    if ((runs & (runs - 1)) != 0) continue;  // on the 1st, 2nd, 4th, ... run
+    // The same for every unit of one instantiation: asked once.
+    std::optional<UnitDemand> one = history_->PredictFromGroup(*key, level, 1);
+    if (!one) continue;
+    int repredicted = 0;
+    std::vector<std::pair<std::string, int>> still;
+    for (const auto& [build_id, index] : waiting->second.units) {
+      auto build = builds_.find(build_id);
+      if (build == builds_.end()) continue;
+      UnitState& unit = build->second.units[index];
+      PlannedUnit& planned = unit.planned;
+      // Running or done units keep what they reserved; a unit predicted
+      // from something closer to it (its own runs, its closure family's
+      // once its family waits) keeps that. For the rest this group is what
+      // Predict would find.
+      if (unit.phase != UnitPhase::kQueued || unit.split || planned.demand.basis > level) continue;
+      const absl::Duration before = planned.demand.wall;
+      planned.demand = planned.instantiations <= 1
+                           ? *one
+                           : *history_->PredictFromGroup(*key, level, planned.instantiations);
+      // A unit moves when its predicted time changed by more than a second
+      // and a fifth: the order is coarse, and moving costs a pass over the queue.
+      const absl::Duration change = absl::AbsDuration(planned.demand.wall - before);
+      if (change > std::max(absl::Seconds(1), before / 5) && !unit.moving) {
+        unit.moving = true;
+        moving_.emplace_back(build_id, index);
+      }
+      ++repredicted;
+      still.emplace_back(build_id, index);
+    }
+    if (repredicted > 0) {
+      spdlog::info("{} queued units predicted again from {} measured run{} of {} {}", repredicted,
+                   runs, runs == 1 ? "" : "s",
+                   level == PredictionBasis::kSameClosure ? "units with the same headers as"
+                                                          : "units similar to",
+                   measured.unit.name());
+    }
+    // Later runs refine the quantile; after kRelearnRuns it has settled.
+    if (still.empty() || runs >= kRelearnRuns) {
+      waiting_.erase(waiting);
+    } else {
+      waiting->second.units = std::move(still);
+    }
+  }
+}
+
+void BuildScheduler::PlaceMovedUnits() {
+  if (moving_.empty()) return;
+  // Only what is in the queue moves (a queued unit is there unless its
+  // build is being taken out of it).
+  std::deque<std::pair<std::string, int>> kept;
+  std::vector<std::pair<std::string, int>> moving;
+  for (auto& entry : queue_) {
+    if (builds_.at(entry.first).units[entry.second].moving) {
+      moving.push_back(entry);
+    } else {
+      kept.push_back(entry);
+    }
+  }
+  for (const auto& [build_id, index] : moving_) {
+    if (auto build = builds_.find(build_id); build != builds_.end()) {
+      build->second.units[index].moving = false;
+    }
+  }
+  moving_.clear();
+  queue_ = std::move(kept);
+  MergeIntoQueue(std::move(moving));
+}
+
+void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
+  std::vector<std::pair<std::string, int>> fresh;
+  const absl::Time now = Now();
+  std::vector<UnitState>& held = builds_.at(build_id).units;
+  for (int index : units) {
+    held[index].queued_at = now;
+    fresh.emplace_back(build_id, index);
+    WaitForHistory(build_id, index);
+  }
+  MergeIntoQueue(std::move(fresh));
+}
+
+void BuildScheduler::MergeIntoQueue(std::vector<std::pair<std::string, int>> fresh) {
+  // Each entry with its predicted wall, looked up once (a build's lookup
+  // per comparison made sorting 100,000 units take a third of a second).
+  using Keyed = std::pair<absl::Duration, std::pair<std::string, int>>;
+  auto keyed = [this](std::pair<std::string, int> entry) {
+    const absl::Duration wall = builds_.at(entry.first).units[entry.second].planned.demand.wall;
+    return Keyed(wall, std::move(entry));
+  };
+  std::vector<Keyed> arriving;
+  arriving.reserve(fresh.size());
+  for (auto& entry : fresh) arriving.push_back(keyed(std::move(entry)));
+  std::vector<Keyed> queued;
+  queued.reserve(queue_.size());
+  for (auto& entry : queue_) queued.push_back(keyed(std::move(entry)));
+  auto longer = [](const Keyed& a, const Keyed& b) { return a.first > b.first; };
+  // Longest first; among equal predictions, what came first stays first.
+  std::stable_sort(arriving.begin(), arriving.end(), longer);
+  std::deque<std::pair<std::string, int>> merged;
+  auto next = queued.begin();
+  for (Keyed& entry : arriving) {
+    for (; next != queued.end() && !longer(entry, *next); ++next) {
+      merged.push_back(std::move(next->second));
+    }
+    merged.push_back(std::move(entry.second));
+  }
+  for (; next != queued.end(); ++next) merged.push_back(std::move(next->second));
+  queue_ = std::move(merged);
+}
+
+std::vector<int> BuildScheduler::TakeQueuedUnits(const std::string& build_id) {
+  // One pass: erasing each from the middle of the queue was quadratic.
+  std::vector<int> taken;
+  std::deque<std::pair<std::string, int>> kept;
+  for (auto& entry : queue_) {
+    if (entry.first == build_id) {
+      taken.push_back(entry.second);
+    } else {
+      kept.push_back(std::move(entry));
+    }
+  }
+  queue_ = std::move(kept);
+  return taken;
+}
+
+}  // namespace distcc_cuda::coordinator
