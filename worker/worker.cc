@@ -23,6 +23,7 @@
 #include "common/tls_credentials.h"
 #include "common/toolchain.h"
 #include "spdlog/spdlog.h"
+#include "worker/task_result.h"
 
 namespace distcc_cuda::worker {
 namespace fs = std::filesystem;
@@ -32,14 +33,6 @@ constexpr absl::Duration kLeaseWait = absl::Seconds(5);
 
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
-}
-
-v1::TaskResult FailedToStart(const std::string& message) {
-  v1::TaskResult result;
-  result.set_outcome(v1::TASK_FAILED_TO_START);
-  result.set_exit_code(-1);
-  result.set_error_message(message);
-  return result;
 }
 
 // `path` is a folder (made if missing), not a link, owned by this process's
@@ -501,48 +494,26 @@ std::string Worker::sandbox_description() const {
                       unit_root_.empty() ? "their task folders' paths" : unit_root_);
 }
 
-namespace {
-
-// What a stream of nvcc's output brings back: at most `limit` bytes, and a
-// line saying how much was cut.
-std::string Capped(std::string text, int64_t limit, bool truncated) {
-  if (!truncated && static_cast<int64_t>(text.size()) <= limit) return text;
-  if (static_cast<int64_t>(text.size()) > limit) text.resize(limit);
-  return absl::StrCat(text, "\n[distcc-cuda: output cut at ", FormatByteSize(limit),
-                      "; the worker's --max-output limit]\n");
+Worker::MaterializedTask::~MaterializedTask() {
+  tree.reset();
+  if (!keep && !folder.empty()) RemoveAll(folder).IgnoreError();
 }
 
-}  // namespace
-
-namespace {
-
-v1::TaskResult Cancelled(const CancelToken& cancel) {
-  v1::TaskResult result;
-  result.set_outcome(v1::TASK_CANCELLED);
-  result.set_exit_code(-1);
-  result.set_error_message(absl::StrCat("cancelled: ", cancel.reason()));
-  return result;
-}
-
-}  // namespace
-
-v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
-  if (cancel.cancelled()) return Cancelled(cancel);
-  RefreshToolchainIfChanged();
+std::optional<v1::TaskResult> Worker::Materialize(const v1::Task& task, const CancelToken& cancel,
+                                                  MaterializedTask& out) {
   // A unit names the headers it shares with others as a tree: its files
   // are listed here, from folders kept in the cache, before any check.
-  v1::CompileUnit unit = task.unit();
+  out.unit = task.unit();
   const absl::Time inputs_start = absl::Now();
-  absl::Status expanded = ExpandUnitInputs(unit, [this](const Digest& digest) {
+  absl::Status expanded = ExpandUnitInputs(out.unit, [this](const Digest& digest) {
     return cas_client_->FetchThroughStore(digest, *cache_);
   });
   if (!expanded.ok()) {
     return FailedToStart(absl::StrCat("cannot read the unit's input tree: ", expanded.message()));
   }
-  std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
   // The same checks as the client's and the coordinator's, with this
   // worker's own toolkit as the system folder it allows.
-  absl::Status valid = ValidateCompileUnit(unit, SystemIncludePrefixes(toolkit_root_));
+  absl::Status valid = ValidateCompileUnit(out.unit, SystemIncludePrefixes(toolkit_root_));
   if (!valid.ok()) {
     v1::TaskResult result = FailedToStart(std::string(valid.message()));
     result.set_outcome(v1::TASK_REJECTED);
@@ -550,17 +521,18 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
   }
   absl::StatusOr<std::string> task_dir = MakeTempDirectory(tasks_dir_, "task-");
   if (!task_dir.ok()) return FailedToStart(std::string(task_dir.status().message()));
-  auto cleanup = [&] {
-    if (!options_.keep_sandboxes) RemoveAll(*task_dir).IgnoreError();
-  };
+  out.folder = *task_dir;
+  out.keep = options_.keep_sandboxes;
   // The unit's inputs stay in the cache until they are copied into its tree.
   std::vector<Digest> inputs;
-  for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
-  std::unique_ptr<CasPin> pin = cache_->Pin(inputs);
+  for (const v1::InputFile& input : out.unit.inputs()) {
+    inputs.push_back(FromProto(input.digest()));
+  }
+  out.pin = cache_->Pin(inputs);
   // The input tree, as the client's workspace root: copies of the stored
   // blobs, read-only to the compile.
   absl::StatusOr<TaskTree> prepared = TaskTree::Prepare(
-      unit, *task_dir, sandbox_.get(),
+      out.unit, out.folder, sandbox_.get(),
       [this](const v1::InputFile& input, const std::string& destination) -> absl::Status {
         Digest digest = FromProto(input.digest());
         RETURN_IF_ERROR(cas_client_->DownloadToStore(digest, *cache_));
@@ -572,148 +544,108 @@ v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) 
         }
         return placed;
       });
-  if (!prepared.ok() || cancel.cancelled()) {
-    cleanup();
-    if (cancel.cancelled()) return Cancelled(cancel);
-    return FailedToStart(std::string(prepared.status().message()));
-  }
+  if (cancel.cancelled()) return Cancelled(cancel.reason());
+  if (!prepared.ok()) return FailedToStart(std::string(prepared.status().message()));
+  out.tree.emplace(*std::move(prepared));
   metrics_->InputsReady(absl::Now() - inputs_start);
-  const std::string& tree = prepared->tree();
-  const std::string& cwd = prepared->working_directory();
+  return std::nullopt;
+}
+
+absl::StatusOr<ProcessSpec> Worker::PlaceProcess(ProcessSpec spec,
+                                                 const MaterializedTask& materialized) const {
+  const TaskTree& tree = *materialized.tree;
+  if (sandbox_ != nullptr) {
+    // Inside, the tree is at the client's own workspace root: nvcc sees the
+    // paths of a local build.
+    return sandbox_->Wrap(spec, tree.ForSandbox());
+  }
+  const v1::CompileUnit& unit = materialized.unit;
+  std::string unit_root = unit_root_;
+  if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {
+    // Removed by a /tmp cleaner, or replaced by someone else's link.
+    spdlog::warn("{} is not a folder of this worker's own; unit {} compiles at its task path",
+                 unit_root, unit.name());
+    unit_root.clear();
+  }
+  spec.working_directory = tree.working_directory();
+  if (!unit_root.empty()) {
+    spec.working_directory =
+        unit.working_directory().empty() ? unit_root : unit_root + "/" + unit.working_directory();
+    spec.binds = {{tree.tree(), unit_root}};
+    // The same process ids on every worker and in every part of a split
+    // unit: nvcc names internal device entities after them.
+    spec.new_pid_namespace = true;
+  }
+  return spec;
+}
+
+std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
+    const v1::Task& task, const MaterializedTask& materialized, const CancelToken& cancel) {
   absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
       memory_cap_->StartTask(task.task_id(), task.reserved_bytes());
-  if (!scope.ok()) {
-    cleanup();
-    return FailedToStart(std::string(scope.status().message()));
-  }
+  if (!scope.ok()) return FailedToStart(std::string(scope.status().message()));
   ProcessSpec spec;
   // The unit runs under the node's cap from its first instruction.
   (*scope)->PrepareProcess(spec);
   spec.argv.push_back(options_.nvcc_path);
-  spec.argv.insert(spec.argv.end(), arguments.begin(), arguments.end());
+  spec.argv.insert(spec.argv.end(), materialized.unit.arguments().begin(),
+                   materialized.unit.arguments().end());
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
   spec.output_limit_bytes = static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0));
   // Kills the unit's process group at once; the cgroup's leftovers go when
   // the memory scope finishes below.
   spec.cancel = &cancel;
-  absl::StatusOr<ProcessSpec> run_spec = spec;
-  if (sandbox_ != nullptr) {
-    // Inside, the tree is at the client's own workspace root: nvcc sees the
-    // paths of a local build.
-    run_spec = sandbox_->Wrap(spec, prepared->ForSandbox());
-  } else {
-    std::string unit_root = unit_root_;
-    if (!unit_root.empty() && !IsOwnDirectory(unit_root)) {
-      // Removed by a /tmp cleaner, or replaced by someone else's link.
-      spdlog::warn("{} is not a folder of this worker's own; unit {} compiles at its task path",
-                   unit_root, unit.name());
-      unit_root.clear();
-    }
-    run_spec->working_directory = cwd;
-    if (!unit_root.empty()) {
-      run_spec->working_directory =
-          unit.working_directory().empty() ? unit_root : unit_root + "/" + unit.working_directory();
-      run_spec->binds = {{tree, unit_root}};
-      // The same process ids on every worker and in every part of a split
-      // unit: nvcc names internal device entities after them.
-      run_spec->new_pid_namespace = true;
-    }
-  }
+  absl::StatusOr<ProcessSpec> placed = PlaceProcess(std::move(spec), materialized);
   absl::StatusOr<ProcessResult> run =
-      run_spec.ok() ? RunProcess(*run_spec) : absl::StatusOr<ProcessResult>(run_spec.status());
+      placed.ok() ? RunProcess(*placed) : absl::StatusOr<ProcessResult>(placed.status());
   if (!run.ok()) {
-    cleanup();
     return FailedToStart(
         absl::StrCat("cannot run ", options_.nvcc_path, ": ", run.status().message()));
   }
   // Finish reports Attach's failure too: the unit was killed before it ran.
   absl::StatusOr<TaskMemoryUsage> usage = (*scope)->Finish();
   scope->reset();
-  if (run->cancelled) {
-    cleanup();
-    return Cancelled(cancel);
+  if (run->cancelled) return Cancelled(cancel.reason());
+  if (!usage.ok()) return FailedToStart(absl::StrCat("memory cap: ", usage.status().message()));
+  if (sandbox_ != nullptr) {
+    // nvcc never ran: not a compile error, the unit is re-queued (and fails
+    // after a few such losses).
+    if (std::optional<std::string> why = SandboxNeverBuilt(*run)) return FailedToStart(*why);
   }
-  if (!usage.ok()) {
-    cleanup();
-    return FailedToStart(absl::StrCat("memory cap: ", usage.status().message()));
+  return CompileRun{*std::move(run), *usage};
+}
+
+v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
+  if (cancel.cancelled()) return Cancelled(cancel.reason());
+  RefreshToolchainIfChanged();
+  MaterializedTask materialized;
+  if (std::optional<v1::TaskResult> ended = Materialize(task, cancel, materialized)) {
+    return *ended;
   }
-  if (sandbox_ != nullptr && run->exit_code == 1 && absl::StartsWith(run->stderr_text, "bwrap: ")) {
-    // bwrap could not build the sandbox: nvcc never ran. Not a compile
-    // error: the unit is re-queued (and fails after a few such losses).
-    cleanup();
-    return FailedToStart(absl::StrCat("the sandbox could not be built: ",
-                                      absl::StripAsciiWhitespace(run->stderr_text)));
-  }
-  v1::TaskResult result;
-  result.set_outcome(run->timed_out ? v1::TASK_TIMED_OUT : v1::TASK_COMPLETED);
-  result.set_exit_code(run->exit_code);
-  result.set_stdout_text(
-      Capped(run->stdout_text, options_.max_output_bytes,
-             run->output_truncated &&
-                 static_cast<int64_t>(run->stdout_text.size()) >= options_.max_output_bytes));
-  result.set_stderr_text(
-      Capped(run->stderr_text, options_.max_output_bytes,
-             run->output_truncated &&
-                 static_cast<int64_t>(run->stderr_text.size()) >= options_.max_output_bytes));
-  result.set_wall_time_ms(absl::ToInt64Milliseconds(run->wall_time));
-  result.set_cpu_time_ms(absl::ToInt64Milliseconds(run->user_cpu_time + run->system_cpu_time));
-  // The watchdog samples; rusage has the largest single process exactly.
-  result.set_peak_memory_bytes(std::max(usage->peak_bytes, run->peak_rss_bytes));
-  if (usage->killed_for_memory) {
-    result.set_outcome(v1::TASK_KILLED_FOR_MEMORY);
-    result.set_error_message(absl::StrCat("killed for memory at ",
-                                          FormatByteSize(result.peak_memory_bytes()), " (reserved ",
-                                          FormatByteSize(task.reserved_bytes()), ", cap ",
-                                          FormatByteSize(memory_cap_->cap_bytes()), ")"));
-    cleanup();
+  std::variant<CompileRun, v1::TaskResult> compiled = RunCompile(task, materialized, cancel);
+  if (auto* ended = std::get_if<v1::TaskResult>(&compiled)) return *ended;
+  const CompileRun& run = std::get<CompileRun>(compiled);
+  v1::TaskResult result = ResultOfRun(
+      run.process, run.usage,
+      RunLimits{options_.max_output_bytes, task.reserved_bytes(), memory_cap_->cap_bytes()});
+  if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) return result;
+  result.set_worker_name(options_.name);
+  if (run.process.exit_code != 0) return result;
+  absl::StatusOr<CollectedOutputs> outputs =
+      CollectOutputs(*materialized.tree, materialized.unit, materialized.folder, result);
+  if (!outputs.ok()) return FailedToStart(std::string(outputs.status().message()));
+  if (!outputs->refused.empty()) {
+    result.set_exit_code(-1);
+    result.set_outcome(v1::TASK_COMPLETED);
+    result.set_error_message(outputs->refused);
     return result;
   }
-  result.set_worker_name(options_.name);
-  if (run->exit_code != 0) {
-    result.set_error_message(DescribeTermination(*run));
-  } else {
-    std::vector<BlobSource> uploads;
-    // Read back from the task's tree without following any link: the
-    // compile may have rearranged its own tree (as the sandbox user) to
-    // point an output's folder at a file of this machine. The copies live
-    // where the compile never could reach.
-    const std::string collected = *task_dir + "/outputs";
-    absl::Status made = MakeDirectories(collected);
-    if (made.ok() && chmod(collected.c_str(), 0700) != 0) {
-      made = absl::ErrnoToStatus(errno, "cannot make the outputs folder private");
-    }
-    for (size_t i = 0; made.ok() && i < static_cast<size_t>(unit.output_paths_size()); ++i) {
-      const std::string& output = unit.output_paths(i);
-      std::string path = absl::StrCat(collected, "/", i);
-      absl::Status copied = prepared->CollectOutput(static_cast<int>(i), path);
-      absl::StatusOr<Digest> digest = copied.ok() ? DigestOfFile(path) : copied;
-      if (!digest.ok()) {
-        result.set_exit_code(-1);
-        result.set_outcome(v1::TASK_COMPLETED);
-        result.set_error_message(
-            absl::StrCat("nvcc exited 0 but its output ", output,
-                         " is not a file the compile wrote: ", digest.status().message()));
-        cleanup();
-        return result;
-      }
-      auto* out = result.add_outputs();
-      out->set_path(output);
-      *out->mutable_digest() = ToProto(*digest);
-      uploads.push_back(BlobSource{*digest, path, ""});
-    }
-    if (!made.ok()) {
-      cleanup();
-      return FailedToStart(std::string(made.message()));
-    }
-    const absl::Time upload_start = absl::Now();
-    absl::StatusOr<int> uploaded = cas_client_->UploadMissing(uploads);
-    metrics_->OutputsUploaded(absl::Now() - upload_start);
-    if (!uploaded.ok()) {
-      cleanup();
-      return FailedToStart(absl::StrCat("cannot upload outputs: ", uploaded.status().message()));
-    }
+  const absl::Time upload_start = absl::Now();
+  absl::StatusOr<int> uploaded = cas_client_->UploadMissing(outputs->uploads);
+  metrics_->OutputsUploaded(absl::Now() - upload_start);
+  if (!uploaded.ok()) {
+    return FailedToStart(absl::StrCat("cannot upload outputs: ", uploaded.status().message()));
   }
-  cleanup();
   return result;
 }
 

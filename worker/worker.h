@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,7 @@
 #include "common/http_server.h"
 #include "common/memory_cap.h"
 #include "common/sandbox.h"
+#include "common/subprocess.h"
 #include "common/task_tree.h"
 #include "common/tls_credentials.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
@@ -121,8 +123,41 @@ class Worker {
   WorkerGauges Gauges() const;
   void HeartbeatLoop();
   void SlotLoop(int slot);
-  // Runs one task and returns its result; never throws away a finished result.
+  // Runs one task and returns its result; never throws away a finished
+  // result. Its stages: Materialize, RunCompile, then (task_result.h)
+  // ResultOfRun and CollectOutputs, and the upload.
   v1::TaskResult RunTask(const v1::Task& task, const CancelToken& cancel);
+  // A task's unit laid out in a folder of its own, removed with it (unless
+  // --keep-sandboxes); its inputs pinned in the cache until then.
+  struct MaterializedTask {
+    ~MaterializedTask();
+    v1::CompileUnit unit;  // its tree's files listed
+    std::string folder;
+    bool keep = false;
+    std::unique_ptr<CasPin> pin;
+    std::optional<TaskTree> tree;
+  };
+  // Lists the unit's input tree, checks it as the client and coordinator
+  // did, and lays out its inputs from the cache (fetching what it lacks).
+  // Returns the task's result when it ends here (refused, could not start,
+  // cancelled).
+  std::optional<v1::TaskResult> Materialize(const v1::Task& task, const CancelToken& cancel,
+                                            MaterializedTask& out);
+  // How nvcc ran, in the sandbox under the node's cap.
+  struct CompileRun {
+    ProcessResult process;
+    TaskMemoryUsage usage;
+  };
+  // Runs the unit's nvcc; the task's result instead when it ends without a
+  // compile (could not start, cancelled, the sandbox not built).
+  std::variant<CompileRun, v1::TaskResult> RunCompile(const v1::Task& task,
+                                                      const MaterializedTask& materialized,
+                                                      const CancelToken& cancel);
+  // The process that runs `spec` for the unit: in the sandbox at the
+  // client's workspace root, or (without one) at the unit root or its task
+  // path.
+  absl::StatusOr<ProcessSpec> PlaceProcess(ProcessSpec spec,
+                                           const MaterializedTask& materialized) const;
   absl::Status Report(const v1::Task& task, const v1::TaskResult& result);
   // Fingerprints the toolchain again if its files changed since the last
   // look (someone upgraded CUDA under a running worker): results then carry
