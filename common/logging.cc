@@ -129,6 +129,14 @@ LogFields::LogFields(std::initializer_list<std::pair<const char*, std::string>> 
   fields_in_scope.insert(fields_in_scope.end(), fields.begin(), fields.end());
 }
 
+LogFields::LogFields(const LogFieldList& fields) : previous_size_(fields_in_scope.size()) {
+  fields_in_scope.insert(fields_in_scope.end(), fields.begin(), fields.end());
+}
+
 LogFields::~LogFields() { fields_in_scope.resize(previous_size_); }
+
+LogFieldList FieldsInScope() {
+  return LogFieldList(fields_in_scope.begin(), fields_in_scope.end());
+}
 
 }  // namespace distcc_cuda

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -35,9 +36,12 @@ void LogFatal(const std::string& program, absl::string_view message);
 // (only the JSON format shows them): {"build", id}, {"unit", name},
 // {"worker", name}, {"task", id}. Scopes nest; an inner field of the same
 // name wins. Empty values are left out.
+using LogFieldList = std::vector<std::pair<const char*, std::string>>;
 class LogFields {
  public:
   LogFields(std::initializer_list<std::pair<const char*, std::string>> fields);
+  // The fields of a line logged later (FieldsInScope when it was made).
+  explicit LogFields(const LogFieldList& fields);
   ~LogFields();
   LogFields(const LogFields&) = delete;
   LogFields& operator=(const LogFields&) = delete;
@@ -45,5 +49,9 @@ class LogFields {
  private:
   size_t previous_size_;
 };
+
+// The fields of the LogFields in scope on this thread, for a line written
+// later, elsewhere, with them (a scope of LogFields(fields)).
+LogFieldList FieldsInScope();
 
 }  // namespace distcc_cuda

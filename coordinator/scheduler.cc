@@ -33,6 +33,14 @@ void BuildScheduler::RunDeferred(Deferred& deferred) {
     }
   }
   if (deferred.learnt && history_ != nullptr) history_->WritePending();
+  for (const Deferred::LogLine& line : deferred.logs) {
+    LogFields fields(line.fields);
+    if (line.warning) {
+      spdlog::warn("{}", line.message);
+    } else {
+      spdlog::info("{}", line.message);
+    }
+  }
   if (cross_check_) {
     for (CrossCheckCandidate& candidate : deferred.cross_checks) cross_check_(std::move(candidate));
   }

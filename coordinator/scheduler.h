@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/digest.h"
+#include "common/logging.h"
 #include "coordinator/build_records.h"
 #include "coordinator/memory_model.h"
 #include "coordinator/revocations.h"
@@ -283,13 +284,23 @@ class BuildScheduler {
     // Runs were learnt: the history has lines to append.
     bool learnt = false;
     std::vector<CrossCheckCandidate> cross_checks;
+    // Log lines (spdlog writes to stderr as it is called), each with the
+    // LogFields in scope when it was made.
+    struct LogLine {
+      bool warning = false;
+      LogFieldList fields;
+      std::string message;
+    };
+    std::vector<LogLine> logs;
+    void Info(std::string message) { logs.push_back({false, FieldsInScope(), std::move(message)}); }
+    void Warn(std::string message) { logs.push_back({true, FieldsInScope(), std::move(message)}); }
     // Delivers the build events; called while mu_ is still held, so the
     // events of one build reach its client in the order they happened.
     void DeliverEvents();
   };
-  // Answers the lease requests, records the results and the history, then
-  // hands over the cross-checks (which may forget a recorded result), after
-  // mu_ is released.
+  // Answers the lease requests, records the results and the history,
+  // writes the log lines, then hands over the cross-checks (which may forget
+  // a recorded result), after mu_ is released.
   void RunDeferred(Deferred& deferred);
   // Holds mu_ for one public call, delivers the call's events (if any)
   // before releasing it, and counts how long it held it
@@ -376,7 +387,8 @@ class BuildScheduler {
   // of them finish, in this build; those whose predicted time changed move
   // to their place in the longest-first order (PlaceMovedUnits, before the
   // next lease: many runs of one round of reports reorder the queue once).
-  void LearnFrom(const PlannedUnit& measured) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LearnFrom(const PlannedUnit& measured, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlaceMovedUnits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts units in priority order (longest predicted wall time first) and
   // notes those waiting for history.

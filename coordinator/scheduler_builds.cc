@@ -10,7 +10,7 @@
 #include "common/toolchain.h"
 #include "coordinator/ids.h"
 #include "coordinator/scheduler.h"
-#include "spdlog/spdlog.h"
+#include "spdlog/fmt/fmt.h"
 
 namespace distcc_cuda::coordinator {
 
@@ -119,9 +119,9 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
     build.units = std::move(held);
     deferred.events.emplace_back(build.sink, std::move(accepted));
     LogFields fields{{"build", id}};
-    spdlog::info("build {} ('{}'): {} units, {} cached, {} eligible workers{}", id, build_name,
-                 build.units.size(), cached.size(), eligible,
-                 build.open ? "; more units follow" : "");
+    deferred.Info(fmt::format("build {} ('{}'): {} units, {} cached, {} eligible workers{}", id,
+                              build_name, build.units.size(), cached.size(), eligible,
+                              build.open ? "; more units follow" : ""));
     if (build.units.empty() && !build.open) {
       v1::BuildEvent done;
       done.mutable_finished()->set_success(true);
@@ -184,8 +184,8 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
     build.remaining += static_cast<int>(count);
     if (last) build.open = false;
     LogFields fields{{"build", build_id}};
-    spdlog::info("build {}: {} units added, {} cached{}", build_id, count, cached.size(),
-                 last ? "; its last part" : "");
+    deferred.Info(fmt::format("build {}: {} units added, {} cached{}", build_id, count,
+                              cached.size(), last ? "; its last part" : ""));
     if (count == 0) {
       EndBuildIfDone(build, deferred);
     } else {
@@ -279,8 +279,8 @@ bool BuildScheduler::EndBuildIfDone(BuildState& build, Deferred& deferred) {
   metrics_->BuildFinished(build.failed == 0);
   KeepRecord(build, build.failed == 0 ? "succeeded" : "failed");
   LogFields fields{{"build", build.id}};
-  spdlog::info("build {} finished: {} units, {} failed, {} cached", build.id, build.units.size(),
-               build.failed, build.cached);
+  deferred.Info(fmt::format("build {} finished: {} units, {} failed, {} cached", build.id,
+                            build.units.size(), build.failed, build.cached));
   StopWaitingForHistory(build.id);
   builds_.erase(build.id);
   return true;
@@ -290,27 +290,32 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
   // The build's state goes after the lock: a build of 100,000 units takes
   // a while to free, and leases and status would wait for it.
   std::map<std::string, BuildState>::node_type ended;
-  LockedSection lock(this);
-  auto build = builds_.find(build_id);
-  if (build == builds_.end()) return 0;
+  Deferred deferred;
   int running = 0;
-  for (auto& [task_id, task] : tasks_) {
-    if (task.build_id != build_id || task.cancelled) continue;
-    const v1::CompileUnit& unit = build->second.units[task.unit_index].planned.unit;
-    task.cancelled = TaskState::Cancelled{
-        build->second.units[task.unit_index].planned.action_digest, build->second.toolchain_digest,
-        std::vector<std::string>(unit.output_paths().begin(), unit.output_paths().end())};
-    ++running;
+  {
+    LockedSection lock(this, &deferred);
+    auto build = builds_.find(build_id);
+    if (build == builds_.end()) return 0;
+    for (auto& [task_id, task] : tasks_) {
+      if (task.build_id != build_id || task.cancelled) continue;
+      const PlannedUnit& planned = build->second.units[task.unit_index].planned;
+      task.cancelled =
+          TaskState::Cancelled{planned.action_digest, build->second.toolchain_digest,
+                               std::vector<std::string>(planned.unit.output_paths().begin(),
+                                                        planned.unit.output_paths().end())};
+      ++running;
+    }
+    std::vector<int> queued = TakeQueuedUnits(build_id);
+    LogFields fields{{"build", build_id}};
+    deferred.Warn(
+        fmt::format("build {} cancelled: its client went away or cancelled it; {} queued units "
+                    "dropped, {} running units being stopped on their workers",
+                    build_id, queued.size(), running));
+    StopWaitingForHistory(build_id);
+    KeepRecord(build->second, "cancelled");
+    ended = builds_.extract(build);
   }
-  std::vector<int> queued = TakeQueuedUnits(build_id);
-  LogFields fields{{"build", build_id}};
-  spdlog::warn(
-      "build {} cancelled: its client went away or cancelled it; {} queued units dropped, "
-      "{} running units being stopped on their workers",
-      build_id, queued.size(), running);
-  StopWaitingForHistory(build_id);
-  KeepRecord(build->second, "cancelled");
-  ended = builds_.extract(build);
+  RunDeferred(deferred);
   return running;
 }
 

@@ -8,7 +8,7 @@
 #include "common/logging.h"
 #include "coordinator/ids.h"
 #include "coordinator/scheduler.h"
-#include "spdlog/spdlog.h"
+#include "spdlog/fmt/fmt.h"
 
 namespace distcc_cuda::coordinator {
 
@@ -169,7 +169,7 @@ void BuildScheduler::Requeue(const std::string& task_id, const std::string& reas
     FinishUnit(build, task->unit_index, result, false, deferred);
     return;
   }
-  spdlog::warn("re-queueing unit {}: {}", name, reason);
+  deferred.Warn(fmt::format("re-queueing unit {}: {}", name, reason));
   metrics_->UnitRequeued();
   unit.phase = UnitPhase::kQueued;
   unit.queued_at = Now();
@@ -190,9 +190,9 @@ void BuildScheduler::DropWorker(const std::string& worker_id, const std::string&
   LogFields fields{{"worker", name}};
   // A worker that says it stops is news, not trouble.
   if (count_as_loss) {
-    spdlog::warn("worker {} dropped: {}", worker_id, reason);
+    deferred.Warn(fmt::format("worker {} dropped: {}", worker_id, reason));
   } else {
-    spdlog::info("worker {} {}", worker_id, reason);
+    deferred.Info(fmt::format("worker {} {}", worker_id, reason));
   }
   const std::set<std::string> tasks = worker->tasks;
   for (const std::string& task_id : tasks) {

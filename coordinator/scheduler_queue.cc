@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "coordinator/scheduler.h"
-#include "spdlog/spdlog.h"
+#include "spdlog/fmt/fmt.h"
 
 namespace distcc_cuda::coordinator {
 
@@ -31,7 +31,7 @@ void BuildScheduler::StopWaitingForHistory(const std::string& build_id) {
   }
 }
 
-void BuildScheduler::LearnFrom(const PlannedUnit& measured) {
+void BuildScheduler::LearnFrom(const PlannedUnit& measured, Deferred& deferred) {
   const std::pair<const std::string*, PredictionBasis> keys[] = {
       {&measured.closure, PredictionBasis::kSameClosure},
       {&measured.family, PredictionBasis::kSimilarUnits}};
@@ -70,11 +70,12 @@ void BuildScheduler::LearnFrom(const PlannedUnit& measured) {
       still.emplace_back(build_id, index);
     }
     if (repredicted > 0) {
-      spdlog::info("{} queued units predicted again from {} measured run{} of {} {}", repredicted,
-                   runs, runs == 1 ? "" : "s",
-                   level == PredictionBasis::kSameClosure ? "units with the same headers as"
-                                                          : "units similar to",
-                   measured.unit.name());
+      deferred.Info(fmt::format("{} queued units predicted again from {} measured run{} of {} {}",
+                                repredicted, runs, runs == 1 ? "" : "s",
+                                level == PredictionBasis::kSameClosure
+                                    ? "units with the same headers as"
+                                    : "units similar to",
+                                measured.unit.name()));
     }
     // Later runs refine the quantile; after kRelearnRuns it has settled.
     if (still.empty() || runs >= kRelearnRuns) {

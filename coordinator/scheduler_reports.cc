@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "coordinator/retry_ladder.h"
 #include "coordinator/scheduler.h"
-#include "spdlog/spdlog.h"
+#include "spdlog/fmt/fmt.h"
 
 namespace distcc_cuda::coordinator {
 
@@ -95,7 +95,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
                           absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
                           planned.closure, planned.closure_bytes, planned.parallel);
           deferred.learnt = true;
-          LearnFrom(planned);
+          LearnFrom(planned, deferred);
         }
         FinishUnit(build_it->second, task->unit_index, result, false, deferred,
                    /*cacheable=*/worker->peer.authenticated);
@@ -122,8 +122,8 @@ absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const st
     if (auto build = builds_.find(task->second.build_id); build != builds_.end()) {
       build->second.units[task->second.unit_index].refused_by.insert(worker_id);
     }
-    spdlog::warn("refused the report of worker {} ({}) for task {}: {}", worker->info.name(),
-                 worker->peer.name, task_id, why);
+    deferred.Warn(fmt::format("refused the report of worker {} ({}) for task {}: {}",
+                              worker->info.name(), worker->peer.name, task_id, why));
     Requeue(task_id,
             absl::StrCat("the report of worker ", worker->info.name(), " was refused (", why,
                          "); the unit runs elsewhere"),
@@ -185,7 +185,7 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
                     absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations,
                     unit.planned.closure, unit.planned.closure_bytes, unit.planned.parallel);
     deferred.learnt = true;
-    LearnFrom(unit.planned);
+    LearnFrom(unit.planned, deferred);
   }
   const std::string killed =
       absl::StrCat("killed for memory on ", worker.info.name(), " at ",
@@ -244,7 +244,8 @@ bool BuildScheduler::SplitAfterMemoryKill(const std::string& task_id, const std:
   // Fewer instantiations per unit: the halves may fit where it did not.
   absl::StatusOr<std::vector<PlannedUnit>> parts = unit.planned.split();
   if (!parts.ok()) {
-    spdlog::warn("cannot split unit {}: {}", unit.planned.unit.name(), parts.status().ToString());
+    deferred.Warn(fmt::format("cannot split unit {}: {}", unit.planned.unit.name(),
+                              parts.status().ToString()));
     return false;
   }
   if (parts->size() <= 1) return false;
@@ -276,8 +277,8 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
   auto* split = event.mutable_unit_split();
   split->set_unit_name(old.planned.unit.name());
   split->set_reason(reason);
-  spdlog::warn("splitting unit {} into {} units: {}", old.planned.unit.name(), parts.size(),
-               reason);
+  deferred.Warn(fmt::format("splitting unit {} into {} units: {}", old.planned.unit.name(),
+                            parts.size(), reason));
   // What the parent taught: a half needs at least its share of the peak
   // seen, and the parent already failed alone on the largest worker.
   int64_t peak_seen = old.peak_seen;

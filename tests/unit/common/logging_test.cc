@@ -45,5 +45,29 @@ TEST_F(TextLogsTest, WhatAPeerSentCannotClearTheScreenOrForgeALine) {
   EXPECT_THAT(text, HasSubstr("[info]"));
 }
 
+// A line written later, elsewhere (the scheduler's after its lock), carries
+// the fields that were in scope when it was made.
+TEST_F(TextLogsTest, ALineLoggedLaterCarriesTheFieldsInScopeWhenItWasMade) {
+  ASSERT_TRUE(UseLogFormat("json", "test").ok());
+  LogFieldList saved;
+  {
+    LogFields build{{"build", "b-1"}};
+    LogFields unit{{"unit", "kern_1"}, {"worker", "w-a"}};
+    saved = FieldsInScope();
+  }
+  EXPECT_EQ(FieldsInScope().size(), 0u) << "the scopes ended";
+  {
+    LogFields later(saved);
+    spdlog::warn("re-queueing unit kern_1");
+  }
+  spdlog::info("no fields");
+  const std::string text = out_.str();
+  const std::string first = text.substr(0, text.find('\n'));
+  EXPECT_THAT(first, HasSubstr("\"build\":\"b-1\""));
+  EXPECT_THAT(first, HasSubstr("\"unit\":\"kern_1\""));
+  EXPECT_THAT(first, HasSubstr("\"worker\":\"w-a\""));
+  EXPECT_THAT(text.substr(first.size() + 1), Not(HasSubstr("b-1")));
+}
+
 }  // namespace
 }  // namespace distcc_cuda

@@ -5,10 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <future>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "coordinator/ids.h"
+#include "spdlog/sinks/base_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -1379,36 +1384,92 @@ absl::Status ReportCompiled(BuildScheduler& scheduler, const std::string& worker
   return scheduler.ReportResult(report, now);
 }
 
+// Asks, from another thread, for a scheduler's status each time it is
+// called: answered within a bounded wait only if the scheduler's lock is
+// free, which it records.
+class LockProbe {
+ public:
+  void Watch(BuildScheduler* scheduler) { scheduler_ = scheduler; }
+  void operator()() {
+    calls_.push_back(std::async(std::launch::async, [this] { scheduler_->Status(kStart); }));
+    lock_was_free_.push_back(calls_.back().wait_for(std::chrono::seconds(5)) ==
+                             std::future_status::ready);
+  }
+  // Once the scheduler's call returned: every asked status answered.
+  const std::vector<bool>& LockWasFree() {
+    for (std::future<void>& call : calls_) call.wait();
+    return lock_was_free_;
+  }
+
+ private:
+  BuildScheduler* scheduler_ = nullptr;
+  std::vector<std::future<void>> calls_;  // kept: a future's end waits for its thread
+  std::vector<bool> lock_was_free_;
+};
+
+// A scheduler with one one-slot worker and a build of one unit, leased.
+struct OneLeasedUnit {
+  std::string worker;
+  v1::Task task;
+};
+absl::StatusOr<OneLeasedUnit> LeaseOneUnit(BuildScheduler& scheduler) {
+  ASSIGN_OR_RETURN(std::string worker, RegisterOneSlotWorker(scheduler));
+  RETURN_IF_ERROR(
+      scheduler
+          .SubmitBuild(
+              "test", Toolchain("13.0"), Units(1), {}, [](const v1::BuildEvent&) {}, kStart)
+          .status());
+  std::optional<v1::Task> task = LeaseAtOnce(scheduler, worker);
+  if (!task) return absl::InternalError("no lease");
+  return OneLeasedUnit{worker, *task};
+}
+
 // The result cache writes a file and syncs it: that must not happen while
 // the scheduler's lock is held, where every lease and heartbeat waits.
 TEST(SchedulerLockTest, AResultIsRecordedAfterTheLockIsReleased) {
   std::unique_ptr<PeakHistory> history = *PeakHistory::Open("", {});
-  BuildScheduler* self = nullptr;
-  std::vector<bool> lock_was_free;
-  // Kept until the report returns: a future's end waits for its thread.
-  std::vector<std::future<void>> status_calls;
+  LockProbe probe;
   BuildScheduler scheduler(
-      SchedulerOptions{},
-      [&](const std::string&, const v1::TaskResult&) {
-        // Another thread asks for the status while the result is recorded;
-        // it answers within a bounded wait only if the lock is free.
-        status_calls.push_back(std::async(std::launch::async, [&] { self->Status(kStart); }));
-        lock_was_free.push_back(status_calls.back().wait_for(std::chrono::seconds(5)) ==
-                                std::future_status::ready);
-      },
+      SchedulerOptions{}, [&probe](const std::string&, const v1::TaskResult&) { probe(); },
       history.get());
-  self = &scheduler;
-  absl::StatusOr<std::string> worker = RegisterOneSlotWorker(scheduler);
-  ASSERT_TRUE(worker.ok());
-  ASSERT_TRUE(scheduler
-                  .SubmitBuild(
-                      "test", Toolchain("13.0"), Units(1), {}, [](const v1::BuildEvent&) {}, kStart)
-                  .ok());
-  std::optional<v1::Task> task = LeaseAtOnce(scheduler, *worker);
-  ASSERT_TRUE(task);
-  EXPECT_TRUE(ReportCompiled(scheduler, *worker, *task, kStart).ok());
-  for (std::future<void>& call : status_calls) call.wait();
-  EXPECT_THAT(lock_was_free, ::testing::ElementsAre(true));
+  probe.Watch(&scheduler);
+  absl::StatusOr<OneLeasedUnit> leased = LeaseOneUnit(scheduler);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  EXPECT_TRUE(ReportCompiled(scheduler, leased->worker, leased->task, kStart).ok());
+  EXPECT_THAT(probe.LockWasFree(), ::testing::ElementsAre(true));
+}
+
+// A sink that calls `probe` for each line it is given.
+class ProbingSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit ProbingSink(std::function<void()> probe) : probe_(std::move(probe)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg&) override { probe_(); }
+  void flush_() override {}
+
+ private:
+  std::function<void()> probe_;
+};
+
+// spdlog writes to stderr as it is called: not while the scheduler's lock is
+// held.
+TEST(SchedulerLockTest, LogLinesAreWrittenAfterTheLockIsReleased) {
+  BuildScheduler scheduler(SchedulerOptions{}, nullptr);
+  absl::StatusOr<OneLeasedUnit> leased = LeaseOneUnit(scheduler);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  LockProbe probe;
+  probe.Watch(&scheduler);
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "probe", std::make_shared<ProbingSink>([&probe] { probe(); })));
+  // The worker stops: it is dropped and its unit re-queued, a line each;
+  // then the build is cancelled, one more.
+  EXPECT_TRUE(scheduler.DeregisterWorker(leased->worker, kStart).ok());
+  scheduler.CancelBuild(scheduler.Status(kStart).builds(0).build_id());
+  spdlog::set_default_logger(previous);
+  EXPECT_GE(probe.LockWasFree().size(), 3u);
+  EXPECT_THAT(probe.LockWasFree(), ::testing::Each(true));
 }
 
 TEST(SchedulerClockTest, TheTimesKeptForPeopleComeFromItsClock) {
