@@ -1020,8 +1020,9 @@ TEST_F(ClusterTest, WorkerWhoseNvccIsReplacedRegistersAgainAndItsUnitsRunElsewhe
   }
   ASSERT_TRUE(started) << status_text();
   // CUDA is upgraded under the running worker; another worker keeps the old.
-  std::filesystem::copy_file(testing::FakeNvccWithRelease(root_ + "/new", "13.1"), upgraded_nvcc,
-                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(testing::InstallExecutable(testing::FakeNvccWithRelease(root_ + "/new", "13.1"),
+                                         upgraded_nvcc)
+                  .ok());
   AddWorker("steady", testing::FakeNvccWithRelease(root_ + "/steady", "13.0"));
   ASSERT_EQ(build.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   absl::Status status = build.get();
@@ -1122,8 +1123,8 @@ TEST_F(ClusterTest, AnIdleWorkerRegistersAgainWhenItsToolkitBreaksAndIsMended) {
   std::filesystem::permissions(nvcc + ".partial", std::filesystem::perms::owner_all);
   std::filesystem::rename(nvcc + ".partial", nvcc);
   EXPECT_TRUE(status_shows("[unusable too]"));
-  std::filesystem::copy_file(testing::FakeNvccWithRelease(root_ + "/new", "13.1"), nvcc,
-                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(
+      testing::InstallExecutable(testing::FakeNvccWithRelease(root_ + "/new", "13.1"), nvcc).ok());
   EXPECT_TRUE(status_shows("nvcc 13.1"));
   std::ostringstream status;
   ASSERT_TRUE(client::RunStatus(coordinator_->address(), absl::Seconds(5), status).ok());

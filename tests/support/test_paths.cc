@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/files.h"
+#include "common/status.h"
+#include "common/subprocess.h"
 
 namespace distcc_cuda::testing {
 
@@ -24,32 +26,48 @@ std::string BinaryPath(const std::string& name) {
 
 std::string FakeNvccPath() { return std::string(DISTCC_BINARY_DIR) + "/tests/fake_nvcc"; }
 
+absl::Status InstallExecutable(const std::string& source, const std::string& destination) {
+  ProcessSpec install;
+  install.argv = {"install", "-D", "-m", "0755", source, destination};
+  ASSIGN_OR_RETURN(ProcessResult ran, RunProcess(install));
+  if (ran.exit_code != 0) {
+    return absl::InternalError(absl::StrCat("install ", destination, ": ", ran.stderr_text));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Writes `text` as the executable `path`, through InstallExecutable.
+absl::Status WriteExecutable(const std::string& path, const std::string& text) {
+  const std::string draft = path + ".draft";
+  RETURN_IF_ERROR(WriteFileAtomically(draft, text));
+  RETURN_IF_ERROR(InstallExecutable(draft, path));
+  std::filesystem::remove(draft);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 std::string FakeNvccWithRelease(const std::string& dir, const std::string& release) {
   std::string bin = dir + "/cuda-" + release + "/bin";
   std::string nvcc = bin + "/nvcc";
   // The fake compiler lives inside the toolkit, as a real toolkit's programs
   // do: a worker's sandbox holds the toolkit and nothing beside it.
-  absl::StatusOr<std::string> fake = ReadFile(FakeNvccPath());
-  absl::Status written = fake.ok() ? WriteFileAtomically(bin + "/fake_nvcc", *fake) : fake.status();
+  absl::Status written = InstallExecutable(FakeNvccPath(), bin + "/fake_nvcc");
   if (written.ok()) {
-    written =
-        WriteFileAtomically(nvcc, absl::StrCat("#!/bin/sh\nFAKE_NVCC_RELEASE=", release,
-                                               " exec \"$(dirname \"$0\")/fake_nvcc\" \"$@\"\n"));
+    written = WriteExecutable(nvcc, absl::StrCat("#!/bin/sh\nFAKE_NVCC_RELEASE=", release,
+                                                 " exec \"$(dirname \"$0\")/fake_nvcc\" \"$@\"\n"));
   }
-  if (!written.ok() || chmod(nvcc.c_str(), 0755) != 0 ||
-      chmod((bin + "/fake_nvcc").c_str(), 0755) != 0) {
-    ADD_FAILURE() << "cannot write " << nvcc << ": " << written;
-  }
+  if (!written.ok()) ADD_FAILURE() << "cannot write " << nvcc << ": " << written;
   return nvcc;
 }
 
 std::string WriteNvccWrapper(const std::string& path, const std::string& nvcc,
                              const std::string& before) {
   absl::Status written =
-      WriteFileAtomically(path, absl::StrCat("#!/bin/sh\n", before, "exec ", nvcc, " \"$@\"\n"));
-  if (!written.ok() || chmod(path.c_str(), 0755) != 0) {
-    ADD_FAILURE() << "cannot write " << path << ": " << written;
-  }
+      WriteExecutable(path, absl::StrCat("#!/bin/sh\n", before, "exec ", nvcc, " \"$@\"\n"));
+  if (!written.ok()) ADD_FAILURE() << "cannot write " << path << ": " << written;
   return path;
 }
 

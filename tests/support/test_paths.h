@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace distcc_cuda::testing {
 
 // The repository root.
@@ -13,6 +15,12 @@ std::string SourceDir();
 std::string BinaryPath(const std::string& name);
 // build/tests/fake_nvcc, the fake compiler.
 std::string FakeNvccPath();
+// Copies `source` to the executable `destination` (made with its folders,
+// mode 0755) in a process of its own: a file this process opened for
+// writing would be inherited, still open, by a child another thread starts
+// at that moment, and the file could not be executed ("Text file busy")
+// until that child executes its own program.
+absl::Status InstallExecutable(const std::string& source, const std::string& destination);
 // A toolkit folder in `dir` whose bin/nvcc is the fake compiler reporting
 // `release` (a script around it): a second toolchain with its own
 // fingerprint. Returns the path of that bin/nvcc.
