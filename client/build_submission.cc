@@ -226,7 +226,12 @@ BuildSubmission::Figures BuildSubmission::figures() const {
   return figures_;
 }
 
-void BuildSubmission::Fail(const absl::Status& status) {
+void BuildSubmission::Fail(const absl::Status& failed) {
+  // A coordinator without AddUnits or a content store (one of an older
+  // release) says UNIMPLEMENTED to whichever call reaches it first: the
+  // part's upload or the part.
+  const absl::Status status =
+      absl::IsUnimplemented(failed) ? OlderCoordinatorError(settings_.address) : failed;
   {
     absl::MutexLock lock(&mu_);
     if (!error_.ok() || stop_) return;
