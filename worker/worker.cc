@@ -7,10 +7,8 @@
 
 #include <filesystem>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
 #include "common/digest.h"
 #include "common/files.h"
 #include "common/input_tree.h"
