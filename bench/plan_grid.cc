@@ -28,8 +28,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/cas_store.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/store/cas_store.h"
 #include "coordinator/build_planner.h"
 
 ABSL_FLAG(int, side, 316, "values on each of the grid's two axes");

@@ -20,7 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "common/subprocess.h"
+#include "common/process/subprocess.h"
 
 ABSL_FLAG(int, heap_mb, 1000, "memory the caller holds (touched), in MiB");
 ABSL_FLAG(int, runs, 200, "programs started by each method");

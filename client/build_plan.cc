@@ -10,11 +10,11 @@
 #include "client/compile_commands.h"
 #include "client/kernel_manifest.h"
 #include "client/unit_request.h"
-#include "common/files.h"
-#include "common/forwarded_flags.h"
-#include "common/gpu_targets.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/forwarded_flags.h"
+#include "common/nvcc/gpu_targets.h"
+#include "common/nvcc/nvcc_args.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/build_command.h"
+#include "client/build_options.h"
 #include "client/link_step.h"
 #include "distcc_cuda/v1/build.pb.h"
 

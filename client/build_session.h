@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/cancellation.h"
-#include "common/gpu_targets.h"
-#include "common/tls_credentials.h"
+#include "common/base/cancellation.h"
+#include "common/nvcc/gpu_targets.h"
+#include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
 

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/dependency_scan.h"
-#include "common/files.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/nvcc_args.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;

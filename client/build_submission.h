@@ -24,7 +24,7 @@
 #include "client/build_plan.h"
 #include "client/scan_cache.h"
 #include "client/unit_request.h"
-#include "common/cas_client.h"
+#include "common/store/cas_client.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 
 namespace distcc_cuda::client {

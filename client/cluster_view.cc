@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/byte_size.h"
-#include "common/terminal_text.h"
+#include "common/base/byte_size.h"
+#include "common/base/terminal_text.h"
 
 namespace distcc_cuda::client {
 namespace {

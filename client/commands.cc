@@ -8,12 +8,12 @@
 #include "absl/strings/str_replace.h"
 #include "client/cluster_view.h"
 #include "client/coordinator_text.h"
-#include "common/byte_size.h"
-#include "common/fatbin.h"
-#include "common/status.h"
-#include "common/terminal_text.h"
-#include "common/tls_credentials.h"
-#include "common/toolchain.h"
+#include "common/base/byte_size.h"
+#include "common/base/status.h"
+#include "common/base/terminal_text.h"
+#include "common/nvcc/fatbin.h"
+#include "common/nvcc/toolchain.h"
+#include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 
 namespace distcc_cuda::client {

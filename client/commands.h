@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/tls_credentials.h"
+#include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
 

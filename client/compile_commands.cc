@@ -5,9 +5,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/nvcc_args.h"
 #include "nlohmann/json.hpp"
 
 namespace distcc_cuda::client {

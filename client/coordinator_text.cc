@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/terminal_text.h"
+#include "common/base/terminal_text.h"
 
 namespace distcc_cuda::client {
 namespace {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the client prints of a coordinator's answers, made safe for the
-// user's terminal where it arrives (common/terminal_text.h): names, reasons,
+// user's terminal where it arrives (common/base/terminal_text.h): names, reasons,
 // notes and messages. nvcc's own output (a unit's stdout and stderr) is
 // the exception: it reaches the user byte for byte, as a local nvcc's would.
 #pragma once

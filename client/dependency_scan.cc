@@ -7,10 +7,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
-#include "common/status.h"
-#include "common/subprocess.h"
-#include "common/toolchain.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/toolchain.h"
+#include "common/process/subprocess.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;

@@ -4,11 +4,11 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "common/cas_store.h"
-#include "common/certificates.h"
-#include "common/host_resources.h"
-#include "common/memory_cap.h"
-#include "common/status.h"
+#include "common/base/host_resources.h"
+#include "common/base/status.h"
+#include "common/process/memory_cap.h"
+#include "common/store/cas_store.h"
+#include "common/transport/certificates.h"
 
 namespace distcc_cuda::client {
 

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/tls_credentials.h"
+#include "common/transport/tls_credentials.h"
 #include "coordinator/coordinator.h"
 #include "worker/worker.h"
 

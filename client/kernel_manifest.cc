@@ -8,10 +8,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/files.h"
-#include "common/instantiation.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/instantiation.h"
+#include "common/nvcc/nvcc_args.h"
 #include "toml++/toml.h"
 
 namespace distcc_cuda::client {

@@ -15,9 +15,9 @@
 #include "client/embedded_cluster.h"
 #include "client/remote_compile.h"
 #include "client/scan_cache.h"
-#include "common/files.h"
-#include "common/nvcc_args.h"
-#include "common/tls_credentials.h"
+#include "common/base/files.h"
+#include "common/nvcc/nvcc_args.h"
+#include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/launcher.grpc.pb.h"
 
 namespace distcc_cuda::client {

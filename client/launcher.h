@@ -11,38 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/launcher_call.h"
 
 namespace distcc_cuda::client {
-
-// One nvcc call of a build tool.
-struct LauncherCall {
-  std::string nvcc;                    // absolute path of the real nvcc
-  std::vector<std::string> arguments;  // without nvcc itself
-  std::string working_directory;       // absolute
-};
-
-// A call that can compile on a worker, and what the caller expects here.
-struct RemoteCompilePlan {
-  std::string name;                // the unit's name: the source's file name, made safe
-  std::vector<std::string> flags;  // without -c/-dc, -o, the source and dependency options
-  std::string action;              // "-c", or "" for -dc (which stays in `flags`)
-  std::string source;              // as given
-  std::string output;              // the -o value, as given
-  // The dependency file a -MD/-MMD compile writes (as given, or the
-  // output's path with .d), and the arguments that make nvcc's dependency
-  // pass write exactly that file; both empty without -MD/-MMD.
-  std::string dependency_file;
-  std::vector<std::string> dependency_arguments;
-  bool nonsystem_dependencies = false;  // -MMD: the file leaves system headers out
-};
-
-// Where a call runs: remote with a plan, or here with the reason why.
-struct LauncherDecision {
-  bool remote = false;
-  RemoteCompilePlan plan;    // when remote
-  std::string local_reason;  // when not: "a link", "-E preprocesses", ...
-  std::string what;          // for people: the source's or output's file name
-};
 
 // Decides from the arguments alone; nothing runs.
 LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments);

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 
 namespace distcc_cuda::client {
 namespace {

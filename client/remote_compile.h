@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/launcher.h"
-#include "common/cancellation.h"
+#include "client/launcher_call.h"
+#include "common/base/cancellation.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/launcher.pb.h"
 

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/unit_request.h"
-#include "common/digest.h"
-#include "common/files.h"
+#include "common/base/files.h"
+#include "common/store/digest.h"
 #include "distcc_cuda/v1/scan_cache.pb.h"
 
 namespace distcc_cuda::client {

@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/digest.h"
+#include "common/store/digest.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::v1 {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "common/files.h"
+#include "common/base/files.h"
 #include "nlohmann/json.hpp"
 
 namespace distcc_cuda::client {

@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "common/digest.h"
-#include "common/files.h"
-#include "common/forwarded_flags.h"
-#include "common/input_tree.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/forwarded_flags.h"
+#include "common/nvcc/nvcc_args.h"
+#include "common/store/digest.h"
+#include "common/store/input_tree.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;

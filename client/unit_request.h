@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/cas_client.h"
-#include "common/nvcc_args.h"
+#include "common/nvcc/nvcc_args.h"
+#include "common/store/cas_client.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
@@ -97,7 +97,7 @@ absl::StatusOr<int> UploadWorkspace(CasClient& cas, const WorkspaceFiles& files)
 inline constexpr int64_t kInlineBuildBytes = 1 << 20;
 bool PackLargeBuild(v1::AddUnitsRequest& request, WorkspaceFiles& files);
 
-// Sends `inputs` as the tree they make (common/input_tree.h): sets `root`,
+// Sends `inputs` as the tree they make (common/store/input_tree.h): sets `root`,
 // adds the tree's folders to `files` and leaves in `inputs` only the file
 // at `own_path` (the unit's source; "": none). A header every unit includes
 // is then described once per build, not once per unit, and units that

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/cas_client.h"
+#include "common/store/cas_client.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {

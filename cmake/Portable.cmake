@@ -60,7 +60,7 @@ if(NOT prometheus_cpp_POPULATED)
 endif()
 
 # civetweb is one C file; its own CMake build drags in far more than the
-# HTTP server common/http_server.cc uses (plain HTTP on loopback or a
+# HTTP server common/transport/http_server.cc uses (plain HTTP on loopback or a
 # listed address, no TLS, no CGI, no files served).
 FetchContent_GetProperties(civetweb)
 if(NOT civetweb_POPULATED)

@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/certificates.h"
-#include "common/listen_address.h"
+#include "common/transport/certificates.h"
+#include "common/transport/listen_address.h"
 #include "coordinator/revocations.h"
 
 namespace grpc {

@@ -4,8 +4,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/nvcc/nvcc_args.h"
 
 namespace distcc_cuda::coordinator {
 

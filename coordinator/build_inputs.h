@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/cas_store.h"
-#include "common/digest.h"
-#include "common/input_tree.h"
-#include "coordinator/build_planner.h"
+#include "common/store/cas_store.h"
+#include "common/store/digest.h"
+#include "common/store/input_tree.h"
+#include "coordinator/build_limits.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {

@@ -7,12 +7,12 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
-#include "common/files.h"
-#include "common/input_tree.h"
-#include "common/instantiation.h"
-#include "common/nvcc_args.h"
-#include "common/status.h"
+#include "common/base/byte_size.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/instantiation.h"
+#include "common/nvcc/nvcc_args.h"
+#include "common/store/input_tree.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/result_cache.h"
 #include "spdlog/spdlog.h"

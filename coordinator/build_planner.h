@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/cas_store.h"
+#include "common/store/cas_store.h"
 #include "coordinator/build_request.h"
 #include "coordinator/scheduler.h"
 #include "distcc_cuda/v1/build.pb.h"

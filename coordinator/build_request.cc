@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/instantiation.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/nvcc/instantiation.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/request_cost.h"
 

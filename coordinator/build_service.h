@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/bounded_executor.h"
-#include "common/cas_store.h"
+#include "common/base/bounded_executor.h"
+#include "common/store/cas_store.h"
 #include "coordinator/access_control.h"
 #include "coordinator/build_planner.h"
 #include "coordinator/memory_release.h"

@@ -4,9 +4,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
-#include "common/cas_client.h"
-#include "common/status.h"
+#include "common/base/byte_size.h"
+#include "common/base/status.h"
+#include "common/store/cas_client.h"
 #include "coordinator/request_cost.h"
 
 namespace distcc_cuda::coordinator {

@@ -2,7 +2,7 @@
 // The ContentStore service over the coordinator's on-disk CAS.
 #pragma once
 
-#include "common/cas_store.h"
+#include "common/store/cas_store.h"
 #include "coordinator/access_control.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
 

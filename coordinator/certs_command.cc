@@ -8,8 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/certificates.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/transport/certificates.h"
 
 namespace distcc_cuda::coordinator {
 

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
-#include "common/terminal_text.h"
+#include "common/base/status.h"
+#include "common/base/terminal_text.h"
 
 namespace distcc_cuda::coordinator {
 namespace {

@@ -4,11 +4,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/cas_client.h"
-#include "common/cas_store.h"
-#include "common/files.h"
-#include "common/metrics.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/store/cas_client.h"
+#include "common/store/cas_store.h"
+#include "common/transport/metrics.h"
 #include "coordinator/build_service.h"
 #include "coordinator/cas_service.h"
 #include "coordinator/dashboard.h"

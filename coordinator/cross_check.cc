@@ -4,7 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {

@@ -20,8 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/bounded_executor.h"
-#include "common/cas_store.h"
+#include "common/base/bounded_executor.h"
+#include "common/store/cas_store.h"
 #include "coordinator/scheduler.h"
 
 namespace distcc_cuda::coordinator {

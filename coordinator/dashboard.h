@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "common/http_server.h"
+#include "common/transport/http_server.h"
 #include "coordinator/scheduler.h"
 
 namespace distcc_cuda::coordinator {

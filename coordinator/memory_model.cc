@@ -11,9 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/digest.h"
-#include "common/files.h"
-#include "common/nvcc_args.h"
+#include "common/base/files.h"
+#include "common/nvcc/nvcc_args.h"
+#include "common/store/digest.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/nvcc_args.h"
+#include "common/nvcc/nvcc_args.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {

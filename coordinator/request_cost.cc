@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
-#include "common/message_cost.h"
+#include "common/base/byte_size.h"
+#include "common/transport/message_cost.h"
 
 namespace distcc_cuda::coordinator {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a client's request may cost the coordinator to parse, judged from
-// its bytes before it is parsed (common/message_cost): FindMissingBlobs and
+// its bytes before it is parsed (common/transport/message_cost): FindMissingBlobs and
 // BatchUpdateBlobs arrive as raw bytes, and a build's plan blob (how a
 // client sends a large part) is read as bytes, so that a small message of
 // many empty elements is refused without ever becoming hundreds of
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/build_planner.h"
+#include "coordinator/build_limits.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/byte_buffer.h"
 

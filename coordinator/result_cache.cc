@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
+#include "common/base/files.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {

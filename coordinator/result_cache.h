@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "common/cas_store.h"
-#include "common/digest.h"
+#include "common/store/cas_store.h"
+#include "common/store/digest.h"
 #include "coordinator/revocations.h"
 #include "distcc_cuda/v1/build.pb.h"
 

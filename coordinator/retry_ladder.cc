@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 #include "coordinator/memory_model.h"
 
 namespace distcc_cuda::coordinator {

@@ -12,9 +12,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/certificates.h"
-#include "common/files.h"
-#include "common/terminal_text.h"
+#include "common/base/files.h"
+#include "common/base/terminal_text.h"
+#include "common/transport/certificates.h"
 
 namespace distcc_cuda::coordinator {
 namespace {

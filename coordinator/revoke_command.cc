@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/files.h"
+#include "common/base/files.h"
 #include "coordinator/revocations.h"
 
 namespace distcc_cuda::coordinator {

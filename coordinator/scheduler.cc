@@ -11,9 +11,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status.h"
-#include "common/toolchain.h"
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/nvcc/toolchain.h"
 #include "coordinator/ids.h"
 #include "spdlog/spdlog.h"
 

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/logging.h"
-#include "common/toolchain.h"
+#include "common/base/logging.h"
+#include "common/nvcc/toolchain.h"
 #include "coordinator/ids.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/fmt/fmt.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "coordinator/ids.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/fmt/fmt.h"

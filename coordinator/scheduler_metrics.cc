@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "common/metrics.h"
+#include "common/transport/metrics.h"
 
 namespace distcc_cuda::coordinator {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/terminal_text.h"
+#include "common/base/terminal_text.h"
 #include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {

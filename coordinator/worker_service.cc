@@ -7,10 +7,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
-#include "common/digest.h"
-#include "common/status.h"
-#include "common/terminal_text.h"
+#include "common/base/byte_size.h"
+#include "common/base/status.h"
+#include "common/base/terminal_text.h"
+#include "common/store/digest.h"
 #include "coordinator/request_cost.h"
 
 namespace distcc_cuda::coordinator {

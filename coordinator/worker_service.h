@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "common/cas_store.h"
+#include "common/store/cas_store.h"
 #include "coordinator/access_control.h"
 #include "coordinator/scheduler.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"

@@ -9,7 +9,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
-#include "common/config_file.h"
+#include "common/base/config_file.h"
 #include "fuzz/fuzz_check.h"
 
 // ConfigFileArguments checks keys against the flags linked into the program;

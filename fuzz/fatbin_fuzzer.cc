@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/compile_identity.h"
-#include "common/fatbin.h"
+#include "common/nvcc/compile_identity.h"
+#include "common/nvcc/fatbin.h"
 #include "fuzz/fuzz_check.h"
 
 namespace distcc_cuda::fuzz {

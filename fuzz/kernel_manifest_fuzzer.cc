@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/kernel_manifest.h"
-#include "common/files.h"
-#include "common/instantiation.h"
-#include "common/nvcc_args.h"
+#include "common/base/files.h"
+#include "common/nvcc/instantiation.h"
+#include "common/nvcc/nvcc_args.h"
 #include "fuzz/fuzz_check.h"
 
 namespace distcc_cuda::fuzz {

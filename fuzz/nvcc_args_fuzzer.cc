@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/nvcc_args.h"
+#include "common/nvcc/nvcc_args.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "fuzz/fuzz_check.h"
 

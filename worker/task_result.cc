@@ -9,10 +9,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
-#include "common/digest.h"
-#include "common/files.h"
-#include "common/status.h"
+#include "common/base/byte_size.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/store/digest.h"
 
 namespace distcc_cuda::worker {
 

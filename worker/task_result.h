@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/cas_client.h"
-#include "common/memory_cap.h"
-#include "common/subprocess.h"
-#include "common/task_tree.h"
+#include "common/process/memory_cap.h"
+#include "common/process/subprocess.h"
+#include "common/process/task_tree.h"
+#include "common/store/cas_client.h"
 #include "distcc_cuda/v1/worker.pb.h"
 
 namespace distcc_cuda::worker {

@@ -16,16 +16,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/cancellation.h"
-#include "common/cas_client.h"
-#include "common/cas_store.h"
-#include "common/files.h"
-#include "common/http_server.h"
-#include "common/memory_cap.h"
-#include "common/sandbox.h"
-#include "common/subprocess.h"
-#include "common/task_tree.h"
-#include "common/tls_credentials.h"
+#include "common/base/cancellation.h"
+#include "common/base/files.h"
+#include "common/process/memory_cap.h"
+#include "common/process/sandbox.h"
+#include "common/process/subprocess.h"
+#include "common/process/task_tree.h"
+#include "common/store/cas_client.h"
+#include "common/store/cas_store.h"
+#include "common/transport/http_server.h"
+#include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
 #include "worker/worker_metrics.h"
 
@@ -46,7 +46,7 @@ struct WorkerOptions {
   // namespace per task) where the kernel allows it, so objects do not depend
   // on which worker or sandbox compiled them.
   bool stable_compile_path = true;
-  // Run every compile in a bubblewrap sandbox (common/sandbox.h). False only
+  // Run every compile in a bubblewrap sandbox (common/process/sandbox.h). False only
   // with --insecure-no-sandbox: nvcc then runs with the worker's own rights.
   bool sandbox = true;
   SandboxOptions sandbox_options;  // bwrap and the user; toolkit_root is set from nvcc_path

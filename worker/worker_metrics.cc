@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "common/metrics.h"
+#include "common/transport/metrics.h"
 
 namespace distcc_cuda::worker {
 namespace {

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/files.h"
+#include "common/base/files.h"
 #include "tests/support/background_process.h"
 #include "tests/support/process_tree.h"
 #include "tests/support/test_paths.h"

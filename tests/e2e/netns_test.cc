@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/certificates.h"
-#include "common/fatbin.h"
-#include "common/files.h"
-#include "common/status.h"
-#include "common/subprocess.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/nvcc/fatbin.h"
+#include "common/process/subprocess.h"
+#include "common/transport/certificates.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_paths.h"
 

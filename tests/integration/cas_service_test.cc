@@ -7,8 +7,8 @@
 #include <cctype>
 #include <filesystem>
 
-#include "common/cas_client.h"
-#include "common/files.h"
+#include "common/base/files.h"
+#include "common/store/cas_client.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/test_paths.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/version.h"
+#include "common/base/version.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_paths.h"
 

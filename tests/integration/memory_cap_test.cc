@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/build_command.h"
 #include "client/commands.h"
-#include "common/files.h"
+#include "common/base/files.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/files.h"
+#include "common/base/files.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
-#include "common/subprocess.h"
+#include "common/base/files.h"
+#include "common/process/subprocess.h"
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/test_paths.h"
 

@@ -12,9 +12,9 @@
 
 #include "client/build_command.h"
 #include "client/commands.h"
-#include "common/certificates.h"
-#include "common/files.h"
-#include "common/tls_credentials.h"
+#include "common/base/files.h"
+#include "common/transport/certificates.h"
+#include "common/transport/tls_credentials.h"
 #include "coordinator/coordinator.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
+#include "common/base/files.h"
 
 namespace distcc_cuda::testing {
 

@@ -2,7 +2,7 @@
 #include "tests/support/chrome_trace.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
+#include "common/base/files.h"
 #include "nlohmann/json.hpp"
 
 namespace distcc_cuda::testing {

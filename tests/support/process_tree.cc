@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/files.h"
+#include "common/base/files.h"
 
 namespace distcc_cuda::testing {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/certificates.h"
-#include "common/tls_credentials.h"
+#include "common/transport/certificates.h"
+#include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::testing {
 

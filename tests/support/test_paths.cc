@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/files.h"
-#include "common/status.h"
-#include "common/subprocess.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/process/subprocess.h"
 
 namespace distcc_cuda::testing {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/files.h"
+#include "common/base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_paths.h"

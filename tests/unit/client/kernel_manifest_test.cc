@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
-#include "common/instantiation.h"
+#include "common/base/files.h"
+#include "common/nvcc/instantiation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_paths.h"

@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "client/build_session.h"
-#include "common/files.h"
+#include "common/base/files.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::client {

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/cas_client.h"
-#include "common/digest.h"
-#include "common/files.h"
-#include "common/nvcc_args.h"
+#include "common/base/files.h"
+#include "common/nvcc/nvcc_args.h"
+#include "common/store/cas_client.h"
+#include "common/store/digest.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::client {

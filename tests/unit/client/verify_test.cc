@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include "common/files.h"
+#include "common/base/files.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
 #include "tests/support/test_paths.h"
 

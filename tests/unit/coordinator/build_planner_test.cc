@@ -10,9 +10,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/files.h"
-#include "common/input_tree.h"
-#include "common/instantiation.h"
+#include "common/base/files.h"
+#include "common/nvcc/instantiation.h"
+#include "common/store/input_tree.h"
 #include "coordinator/build_inputs.h"
 #include "coordinator/result_cache.h"
 #include "tests/support/test_paths.h"

@@ -8,8 +8,8 @@
 
 #include <sstream>
 
-#include "common/certificates.h"
-#include "common/files.h"
+#include "common/base/files.h"
+#include "common/transport/certificates.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::coordinator {

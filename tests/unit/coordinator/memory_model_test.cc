@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "common/files.h"
+#include "common/base/files.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::coordinator {

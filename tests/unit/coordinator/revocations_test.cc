@@ -4,7 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/files.h"
+#include "common/base/files.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::coordinator {

@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "coordinator/ids.h"
 #include "spdlog/sinks/base_sink.h"
 #include "spdlog/spdlog.h"

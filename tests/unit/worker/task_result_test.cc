@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <string>
 
-#include "common/digest.h"
-#include "common/files.h"
-#include "common/status.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+#include "common/store/digest.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::worker {
