@@ -292,6 +292,118 @@ std::string DescribeWaitStatus(int status) {
   return "ended";
 }
 
+// The folder of a session's socket, which only this user can open;
+// removed with what it holds.
+struct SessionFolder {
+  std::string path;
+  ~SessionFolder() {
+    std::error_code ignored;
+    if (!path.empty()) fs::remove_all(path, ignored);
+  }
+};
+
+absl::Status MakeSessionFolder(SessionFolder& folder) {
+  std::string path = absl::StrCat(fs::temp_directory_path().string(), "/distcc-cuda-XXXXXX");
+  if (mkdtemp(path.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a folder for the session under ",
+                                            fs::temp_directory_path().string(), ": ",
+                                            strerror(errno)));
+  }
+  folder.path = path;
+  return absl::OkStatus();
+}
+
+// Starts the command (StartCommand); on a live terminal its output comes
+// through `display`, above the status line, copied by `forwarders` until
+// the pipes close or `ended`.
+absl::StatusOr<pid_t> StartShownCommand(
+    const std::vector<std::string>& command,
+    const std::vector<std::pair<std::string, std::string>>& environment, ProgressDisplay& display,
+    const absl::Notification& ended, std::vector<std::thread>& forwarders) {
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  if (display.live() && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
+    return absl::InternalError(absl::StrCat("pipe2 failed: ", strerror(errno)));
+  }
+  absl::StatusOr<pid_t> child = StartCommand(command, environment, out_pipe[1], err_pipe[1]);
+  for (int fd : {out_pipe[1], err_pipe[1]}) {
+    if (fd >= 0) close(fd);
+  }
+  if (!child.ok()) {
+    for (int fd : {out_pipe[0], err_pipe[0]}) {
+      if (fd >= 0) close(fd);
+    }
+    return child.status();
+  }
+  if (display.live()) {
+    forwarders.emplace_back(ForwardLines, out_pipe[0], std::ref(display), true, std::cref(ended));
+    forwarders.emplace_back(ForwardLines, err_pipe[0], std::ref(display), false, std::cref(ended));
+  }
+  return child;
+}
+
+// The status line, from the coordinator's view of the cluster, each second
+// until `ended`; nothing unless the display is live.
+void ShowClusterStatus(const std::shared_ptr<grpc::Channel>& channel, Session& session,
+                       ProgressDisplay& display, const absl::Notification& ended,
+                       absl::Time start) {
+  if (!display.live()) return;
+  auto stub = v1::BuildService::NewStub(channel);
+  while (!ended.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::ClusterStatus cluster;
+    if (!stub->GetClusterStatus(&context, {}, &cluster).ok()) continue;
+    MakePrintable(cluster);
+    SessionTally now = session.tally();
+    display.SetStatus(StatusLine(now.remote + now.cached, absl::Now() - start, cluster));
+  }
+}
+
+// The summary at the end of a session: how the command ended, where its
+// compiles ran, the memory they took, the trace.
+void PrintSessionSummary(const CommandBuildOptions& options, int status, absl::Duration took,
+                         const SessionTally& tally, BuildTrace& trace, std::ostream& out) {
+  int here = 0;
+  std::vector<std::string> reasons;
+  for (const auto& [reason, count] : tally.here) {
+    here += count;
+    reasons.push_back(absl::StrCat(count, " × ", reason));
+  }
+  std::vector<std::string> workers;
+  for (const auto& [worker, count] : tally.per_worker) {
+    workers.push_back(absl::StrCat(worker, ": ", count));
+  }
+  out << "\ndistcc-cuda: `" << absl::StrJoin(options.command, " ") << "` "
+      << DescribeWaitStatus(status) << " after " << Seconds(took) << "\n";
+  out << absl::StrFormat("  units     %d on the cluster (%d compiled, %d cached, %d failed)\n",
+                         tally.remote + tally.cached, tally.remote, tally.cached, tally.failed);
+  if (tally.scans_cached > 0) {
+    out << "  scans     " << tally.scans_cached
+        << " include scans unchanged since the last build, from the scan cache\n";
+  }
+  if (here > 0)
+    out << "  here      " << here << " calls ran nvcc here: " << absl::StrJoin(reasons, "; ")
+        << "\n";
+  if (tally.errors > 0) {
+    out << "  errors    " << tally.errors
+        << " compiles could not run on the cluster (their messages are above)\n";
+  }
+  out << "  workers   " << tally.per_worker.size()
+      << (workers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(workers, ", "), ")")) << "\n";
+  if (tally.remote > 0) {
+    out << "  memory    largest peak " << FormatByteSize(tally.largest_peak) << " ("
+        << tally.largest_name << "); " << tally.predictions.Describe() << "\n";
+  }
+  if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
+  if (!options.trace_path.empty()) {
+    absl::Status written = trace.Write(options.trace_path);
+    out << "  trace     "
+        << (written.ok() ? options.trace_path + " (open it in ui.perfetto.dev)"
+                         : std::string(written.message()))
+        << "\n";
+  }
+}
+
 }  // namespace
 
 int MaxJobsFor(int cluster_slots) { return std::clamp(4 * cluster_slots, 16, 512); }
@@ -313,39 +425,18 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
         "distcc-cuda build -- needs a command, e.g. distcc-cuda build -- pip install "
         "--no-build-isolation .");
   }
-  std::unique_ptr<EmbeddedCluster> embedded;
-  std::string address = options.coordinator_address;
-  int slots = 0;
-  if (address.empty()) {
-    ASSIGN_OR_RETURN(embedded,
-                     EmbeddedCluster::Start(options.state_dir, options.nvcc_path,
-                                            options.embedded_slots, options.embedded_sandbox,
-                                            /*worker_in_background=*/true));
-    address = embedded->address();
-    slots = embedded->slots();
-    out << "distcc-cuda: no --coordinator given; compiling on this machine (" << slots
-        << " slots, memory cap " << FormatByteSize(embedded->memory_cap_bytes()) << ")\n";
-  }
-  ASSIGN_OR_RETURN(
-      std::shared_ptr<grpc::Channel> channel,
-      ConnectToCoordinator(address, embedded.get(), options.tls, options.connect_timeout));
-  if (embedded == nullptr) slots = ClusterSlots(channel);
+  ClusterSettings settings = ClusterSettingsOf(options);
+  settings.worker_in_background = true;
+  ASSIGN_OR_RETURN(ClusterConnection cluster, ConnectToCluster(settings, out));
+  std::unique_ptr<EmbeddedCluster>& embedded = cluster.embedded;
+  const std::string& address = cluster.address;
+  std::shared_ptr<grpc::Channel>& channel = cluster.channel;
+  const int slots = embedded != nullptr ? embedded->slots() : ClusterSlots(channel);
 
   // The session's socket, in a folder only this user can open.
-  std::string folder = absl::StrCat(fs::temp_directory_path().string(), "/distcc-cuda-XXXXXX");
-  if (mkdtemp(folder.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot make a folder for the session under ",
-                                            fs::temp_directory_path().string(), ": ",
-                                            strerror(errno)));
-  }
-  struct RemoveAtExit {
-    std::string folder;
-    ~RemoveAtExit() {
-      std::error_code ignored;
-      fs::remove_all(folder, ignored);
-    }
-  } remove_folder{folder};
-  const std::string session_address = "unix:" + folder + "/session";
+  SessionFolder folder;
+  RETURN_IF_ERROR(MakeSessionFolder(folder));
+  const std::string session_address = "unix:" + folder.path + "/session";
 
   RemoteCompiler compiler(channel, address, UsableCores(), ScanCache::FolderFor(options.state_dir),
                           options.state_dir);
@@ -358,10 +449,7 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   // failing to start, after the command has.
   CancelToken cancel;
   CancelWatch forward_cancel(options.cancel, [&] { cancel.Cancel(options.cancel->reason()); });
-  Session session(compiler, arch, trace, &cancel,
-                  std::getenv("DISTCC_CUDA_FALLBACK") != nullptr &&
-                      std::string(std::getenv("DISTCC_CUDA_FALLBACK")) == "local",
-                  display);
+  Session session(compiler, arch, trace, &cancel, options.fallback_local, display);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(session_address, grpc::InsecureServerCredentials());
   builder.RegisterService(&session);
@@ -376,48 +464,20 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       << "` with the launcher (PYTORCH_NVCC, CMAKE_CUDA_COMPILER_LAUNCHER; MAX_JOBS=" << max_jobs
       << " so that the cluster's " << slots << " slots and memory admission decide what runs)\n"
       << std::flush;
-  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-  if (display.live() && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
-    server->Shutdown();
-    return absl::InternalError(absl::StrCat("pipe2 failed: ", strerror(errno)));
-  }
+  absl::Notification child_ended;
+  std::vector<std::thread> forwarders;
   absl::StatusOr<pid_t> child =
-      StartCommand(options.command,
-                   SessionEnvironment(LauncherPath().empty() ? "distcc-cuda" : LauncherPath(),
-                                      options.nvcc_path, session_address, build_id, max_jobs),
-                   out_pipe[1], err_pipe[1]);
-  for (int fd : {out_pipe[1], err_pipe[1]}) {
-    if (fd >= 0) close(fd);
-  }
+      StartShownCommand(options.command,
+                        SessionEnvironment(LauncherPath().empty() ? "distcc-cuda" : LauncherPath(),
+                                           options.nvcc_path, session_address, build_id, max_jobs),
+                        display, child_ended, forwarders);
   if (!child.ok()) {
-    for (int fd : {out_pipe[0], err_pipe[0]}) {
-      if (fd >= 0) close(fd);
-    }
     server->Shutdown();
     return child.status();
   }
-  absl::Notification child_ended;
-  std::vector<std::thread> forwarders;
-  if (display.live()) {
-    forwarders.emplace_back(ForwardLines, out_pipe[0], std::ref(display), true,
-                            std::cref(child_ended));
-    forwarders.emplace_back(ForwardLines, err_pipe[0], std::ref(display), false,
-                            std::cref(child_ended));
-  }
   // The status line, from the coordinator's view of the cluster, each second.
-  std::thread status_line([&] {
-    if (!display.live()) return;
-    auto stub = v1::BuildService::NewStub(channel);
-    while (!child_ended.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-      v1::ClusterStatus cluster;
-      if (!stub->GetClusterStatus(&context, {}, &cluster).ok()) continue;
-      MakePrintable(cluster);
-      SessionTally now = session.tally();
-      display.SetStatus(StatusLine(now.remote + now.cached, absl::Now() - start, cluster));
-    }
-  });
+  std::thread status_line(ShowClusterStatus, std::cref(channel), std::ref(session),
+                          std::ref(display), std::cref(child_ended), start);
   // A cancel (Ctrl-C reached the command too; SIGTERM only us) stops it;
   // the watch ends at once when the command does.
   std::optional<CancelWatch> stop;
@@ -450,47 +510,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
                                      "` was stopped: ", worker_started.message()));
   }
 
-  SessionTally tally = session.tally();
   ScanCache(ScanCache::FolderFor(options.state_dir), "").Trim(kScanCacheBytes);
-  int here = 0;
-  std::vector<std::string> reasons;
-  for (const auto& [reason, count] : tally.here) {
-    here += count;
-    reasons.push_back(absl::StrCat(count, " × ", reason));
-  }
-  std::vector<std::string> workers;
-  for (const auto& [worker, count] : tally.per_worker) {
-    workers.push_back(absl::StrCat(worker, ": ", count));
-  }
-  out << "\ndistcc-cuda: `" << absl::StrJoin(options.command, " ") << "` "
-      << DescribeWaitStatus(status) << " after " << Seconds(absl::Now() - start) << "\n";
-  out << absl::StrFormat("  units     %d on the cluster (%d compiled, %d cached, %d failed)\n",
-                         tally.remote + tally.cached, tally.remote, tally.cached, tally.failed);
-  if (tally.scans_cached > 0) {
-    out << "  scans     " << tally.scans_cached
-        << " include scans unchanged since the last build, from the scan cache\n";
-  }
-  if (here > 0)
-    out << "  here      " << here << " calls ran nvcc here: " << absl::StrJoin(reasons, "; ")
-        << "\n";
-  if (tally.errors > 0) {
-    out << "  errors    " << tally.errors
-        << " compiles could not run on the cluster (their messages are above)\n";
-  }
-  out << "  workers   " << tally.per_worker.size()
-      << (workers.empty() ? "" : absl::StrCat(" (", absl::StrJoin(workers, ", "), ")")) << "\n";
-  if (tally.remote > 0) {
-    out << "  memory    largest peak " << FormatByteSize(tally.largest_peak) << " ("
-        << tally.largest_name << "); " << tally.predictions.Describe() << "\n";
-  }
-  if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
-  if (!options.trace_path.empty()) {
-    absl::Status written = trace.Write(options.trace_path);
-    out << "  trace     "
-        << (written.ok() ? options.trace_path + " (open it in ui.perfetto.dev)"
-                         : std::string(written.message()))
-        << "\n";
-  }
+  PrintSessionSummary(options, status, absl::Now() - start, session.tally(), trace, out);
   out << std::flush;
   return status;
 }

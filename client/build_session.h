@@ -37,6 +37,9 @@ struct CommandBuildOptions {
   // the session's start, and the first compile waits for it.
   std::shared_future<std::vector<TargetGpu>> target_gpus;
   bool strict_arch = false;
+  // DISTCC_CUDA_FALLBACK=local: a compile the cluster fails runs here
+  // instead of failing (CompileOrRunHere).
+  bool fallback_local = false;
   // Not owned; may be null. Cancelling it (Ctrl-C, SIGTERM) stops the
   // command (SIGTERM) and every compile it has on the cluster.
   const CancelToken* cancel = nullptr;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/byte_size.h"
 #include "common/base/host_resources.h"
 #include "common/base/status.h"
 #include "common/process/memory_cap.h"
@@ -116,6 +117,31 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
                             "--tls-ca)"
                           : " (a coordinator that requires certificates looks the same: pass "
                             "--tls-ca, --tls-cert and --tls-key)"));
+}
+
+absl::StatusOr<ClusterConnection> ConnectToCluster(const ClusterSettings& settings,
+                                                   std::ostream& out) {
+  ClusterConnection cluster;
+  cluster.address = settings.coordinator_address;
+  if (cluster.address.empty()) {
+    ASSIGN_OR_RETURN(
+        cluster.embedded,
+        EmbeddedCluster::Start(settings.state_dir, settings.nvcc_path, settings.embedded_slots,
+                               settings.embedded_sandbox, settings.worker_in_background));
+    cluster.address = cluster.embedded->address();
+    out << "distcc-cuda: no --coordinator given; building on this machine ("
+        << cluster.embedded->slots() << " slots, memory cap "
+        << FormatByteSize(cluster.embedded->memory_cap_bytes()) << ")\n";
+    // A worker starting in the background says how it isolates compiles
+    // only once it has started.
+    if (!settings.embedded_sandbox && !settings.worker_in_background) {
+      out << "distcc-cuda: " << cluster.embedded->sandbox_description() << "\n";
+    }
+  }
+  // The embedded coordinator speaks mutual TLS with certificates of its own.
+  ASSIGN_OR_RETURN(cluster.channel, ConnectToCoordinator(cluster.address, cluster.embedded.get(),
+                                                         settings.tls, settings.connect_timeout));
+  return cluster;
 }
 
 }  // namespace distcc_cuda::client

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 
@@ -74,5 +75,48 @@ class EmbeddedCluster {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
     const std::string& address, const EmbeddedCluster* embedded,
     const std::optional<TlsMaterial>& tls, absl::Duration timeout);
+
+// The cluster a build runs on: the coordinator at an address, or the
+// embedded default this process started because none was given.
+struct ClusterConnection {
+  std::unique_ptr<EmbeddedCluster> embedded;  // null on a cluster
+  std::string address;                        // for messages
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+// How `build PLAN` and `build -- COMMAND` reach their cluster.
+struct ClusterSettings {
+  std::string coordinator_address;  // empty: start the embedded default
+  std::optional<TlsMaterial> tls;   // for coordinator_address
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // The embedded default's (EmbeddedCluster::Start).
+  std::string state_dir;
+  std::string nvcc_path;
+  int embedded_slots = 0;
+  bool embedded_sandbox = true;
+  bool worker_in_background = false;
+};
+
+// The cluster settings of a command's options (BuildOptions,
+// CommandBuildOptions: fields of the same names).
+template <typename Options>
+ClusterSettings ClusterSettingsOf(const Options& options) {
+  ClusterSettings settings;
+  settings.coordinator_address = options.coordinator_address;
+  settings.tls = options.tls;
+  settings.connect_timeout = options.connect_timeout;
+  settings.state_dir = options.state_dir;
+  settings.nvcc_path = options.nvcc_path;
+  settings.embedded_slots = options.embedded_slots;
+  settings.embedded_sandbox = options.embedded_sandbox;
+  return settings;
+}
+
+// Connects first, so that an unreachable coordinator fails in seconds,
+// before any scanning: to the coordinator `settings` name, or to the
+// embedded default started here, saying so (its slots and memory cap) on
+// `out`. ConnectToCoordinator's and EmbeddedCluster::Start's errors.
+absl::StatusOr<ClusterConnection> ConnectToCluster(const ClusterSettings& settings,
+                                                   std::ostream& out);
 
 }  // namespace distcc_cuda::client

@@ -166,6 +166,159 @@ std::string StateDir() {
   return distcc_cuda::client::DefaultStateDir();
 }
 
+// `distcc-cuda status [--watch]`: the cluster as the coordinator at
+// `address` sees it, once or refreshed.
+int StatusCommand(const std::string& coordinator, absl::Duration connect_timeout,
+                  const std::optional<distcc_cuda::TlsMaterial>& tls) {
+  const std::string address = coordinator.empty() ? "127.0.0.1:3633" : coordinator;
+  if (!absl::GetFlag(FLAGS_watch)) {
+    absl::Status status = distcc_cuda::client::RunStatus(address, connect_timeout, std::cout, tls);
+    return status.ok() ? 0 : Fail(status);
+  }
+  distcc_cuda::client::StatusWatchOptions watch;
+  double interval = absl::GetFlag(FLAGS_watch_interval_s);
+  if (!(interval >= 0.05 && interval <= 3600)) {
+    return Fail(
+        absl::InvalidArgumentError("--watch-interval-s must be between 0.05 and 3600 seconds"));
+  }
+  watch.interval = absl::Seconds(interval);
+  watch.frames = std::max(0, absl::GetFlag(FLAGS_watch_frames));
+  watch.terminal = isatty(STDOUT_FILENO) == 1;
+  winsize size;
+  if (watch.terminal && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
+    watch.width = size.ws_col;
+  }
+  absl::Status status =
+      distcc_cuda::client::RunStatusWatch(address, connect_timeout, watch, std::cout, tls);
+  return status.ok() ? 0 : Fail(status);
+}
+
+// --split-architectures: auto, always or never.
+absl::StatusOr<distcc_cuda::v1::ArchitectureSplit> ArchitectureSplitFlag() {
+  const std::string split = absl::GetFlag(FLAGS_split_architectures);
+  if (split == "auto") return distcc_cuda::v1::ARCHITECTURE_SPLIT_AUTO;
+  if (split == "always") return distcc_cuda::v1::ARCHITECTURE_SPLIT_ALWAYS;
+  if (split == "never") return distcc_cuda::v1::ARCHITECTURE_SPLIT_NEVER;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--split-architectures=", split, " is not one of auto, always, never"));
+}
+
+// `distcc-cuda build [FLAGS] -- COMMAND...`: the command's build as one
+// session; exits as the command did (or by its signal).
+int CommandBuildCommand(const std::vector<std::string>& positional, const std::string& coordinator,
+                        absl::Duration connect_timeout,
+                        const std::optional<distcc_cuda::TlsMaterial>& tls) {
+  if (positional.size() < 3) {
+    std::cerr << "distcc-cuda: build -- needs a command after \"--\", e.g. distcc-cuda build "
+                 "-- pip install --no-build-isolation .\n";
+    return 2;
+  }
+  distcc_cuda::client::CommandBuildOptions options;
+  options.command.assign(positional.begin() + 2, positional.end());
+  options.coordinator_address = coordinator;
+  options.tls = tls;
+  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
+  if (!nvcc.ok()) return Fail(nvcc.status());
+  options.nvcc_path = *nvcc;
+  options.state_dir = StateDir();
+  options.embedded_slots = absl::GetFlag(FLAGS_slots);
+  options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
+  options.connect_timeout = connect_timeout;
+  // GPUs named on the command line are checked now; this machine's are
+  // found beside the build's start (nvidia-smi can take a tenth of a
+  // second), before its first compile.
+  if (absl::GetFlag(FLAGS_target_gpus).empty()) {
+    options.target_gpus =
+        std::async(std::launch::async, distcc_cuda::DetectLocalGpus, options.nvcc_path).share();
+  } else {
+    auto gpus = TargetGpus(options.nvcc_path);
+    if (!gpus.ok()) return Fail(gpus.status());
+    std::promise<std::vector<distcc_cuda::TargetGpu>> named;
+    named.set_value(*gpus);
+    options.target_gpus = named.get_future().share();
+  }
+  options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+  options.trace_path = absl::GetFlag(FLAGS_trace);
+  options.fallback_local = Env("DISTCC_CUDA_FALLBACK") == "local";
+  distcc_cuda::CancelToken cancel;
+  const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
+  options.cancel = &cancel;
+  absl::StatusOr<int> status = distcc_cuda::client::RunCommandBuild(options, std::cerr);
+  if (!status.ok()) return Fail(status.status());
+  // A Ctrl-C reaches the command and this process at once; the command may
+  // end before the signal thread has noted it. Die of it all the same.
+  int interrupted = cancelled_by;
+  const bool looks_interrupted =
+      (WIFSIGNALED(*status) && (WTERMSIG(*status) == SIGINT || WTERMSIG(*status) == SIGTERM)) ||
+      (WIFEXITED(*status) &&
+       (WEXITSTATUS(*status) == 128 + SIGINT || WEXITSTATUS(*status) == 128 + SIGTERM));
+  for (int i = 0; interrupted == 0 && looks_interrupted && i < 50; ++i) {
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGINT)) interrupted = SIGINT;
+    if (sigismember(&pending, SIGTERM)) interrupted = SIGTERM;
+    if (interrupted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (interrupted == 0) interrupted = cancelled_by;
+  }
+  if (interrupted != 0) distcc_cuda::ExitBySignal(interrupted);
+  if (WIFSIGNALED(*status)) distcc_cuda::ExitBySignal(WTERMSIG(*status));
+  // The build is over and said so; its state is on disk. Returning would
+  // shut gRPC down and join its threads first: about 10 ms of every
+  // build, measured.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  _exit(WIFEXITED(*status) ? WEXITSTATUS(*status) : 1);
+}
+
+// `distcc-cuda build PLAN`: a kernel manifest or compile_commands.json
+// built and linked.
+int PlanBuildCommand(const std::vector<std::string>& positional, const std::string& coordinator,
+                     absl::Duration connect_timeout,
+                     const std::optional<distcc_cuda::TlsMaterial>& tls) {
+  distcc_cuda::client::BuildOptions options;
+  options.plan_path = positional[2];
+  options.coordinator_address = coordinator;
+  options.output_dir = absl::GetFlag(FLAGS_o);
+  options.library_name = absl::GetFlag(FLAGS_library);
+  options.objects_dir = absl::GetFlag(FLAGS_objects_dir);
+  options.link_command = absl::GetFlag(FLAGS_link_command);
+  auto verify = distcc_cuda::client::ParseVerifySample(absl::GetFlag(FLAGS_verify));
+  if (!verify.ok()) return Fail(verify.status());
+  options.verify_sample = *verify;
+  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
+  if (!nvcc.ok()) return Fail(nvcc.status());
+  options.nvcc_path = *nvcc;
+  options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
+  auto gpus = TargetGpus(options.nvcc_path);
+  if (!gpus.ok()) return Fail(gpus.status());
+  options.target_gpus = *gpus;
+  options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+  options.trace_path = absl::GetFlag(FLAGS_trace);
+  options.state_dir = StateDir();
+  options.embedded_slots = absl::GetFlag(FLAGS_slots);
+  options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
+  auto split = ArchitectureSplitFlag();
+  if (!split.ok()) {
+    std::cerr << "distcc-cuda: " << split.status().message() << "\n";
+    return 2;
+  }
+  options.architecture_split = *split;
+  options.connect_timeout = connect_timeout;
+  options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
+  options.tls = tls;
+  // Ctrl-C or SIGTERM cancels the build (the coordinator stops its units
+  // on the workers); a second one quits at once.
+  distcc_cuda::CancelToken cancel;
+  const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
+  options.cancel = &cancel;
+  absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
+  if (status.code() == absl::StatusCode::kCancelled && cancelled_by != 0) {
+    distcc_cuda::ExitBySignal(cancelled_by);
+  }
+  return status.ok() ? 0 : Fail(status);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,139 +363,13 @@ int main(int argc, char** argv) {
       distcc_cuda::PeerRole::kClient);
   if (!tls.ok()) return Fail(tls.status());
   if (command == "status" && positional.size() == 2) {
-    const std::string address = coordinator.empty() ? "127.0.0.1:3633" : coordinator;
-    if (!absl::GetFlag(FLAGS_watch)) {
-      absl::Status status =
-          distcc_cuda::client::RunStatus(address, connect_timeout, std::cout, *tls);
-      return status.ok() ? 0 : Fail(status);
-    }
-    distcc_cuda::client::StatusWatchOptions watch;
-    double interval = absl::GetFlag(FLAGS_watch_interval_s);
-    if (!(interval >= 0.05 && interval <= 3600)) {
-      return Fail(
-          absl::InvalidArgumentError("--watch-interval-s must be between 0.05 and 3600 seconds"));
-    }
-    watch.interval = absl::Seconds(interval);
-    watch.frames = std::max(0, absl::GetFlag(FLAGS_watch_frames));
-    watch.terminal = isatty(STDOUT_FILENO) == 1;
-    winsize size;
-    if (watch.terminal && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
-      watch.width = size.ws_col;
-    }
-    absl::Status status =
-        distcc_cuda::client::RunStatusWatch(address, connect_timeout, watch, std::cout, *tls);
-    return status.ok() ? 0 : Fail(status);
+    return StatusCommand(coordinator, connect_timeout, *tls);
   }
   if (command == "build" && dashes > 0) {
-    if (positional.size() < 3) {
-      std::cerr << "distcc-cuda: build -- needs a command after \"--\", e.g. distcc-cuda build "
-                   "-- pip install --no-build-isolation .\n";
-      return 2;
-    }
-    distcc_cuda::client::CommandBuildOptions options;
-    options.command.assign(positional.begin() + 2, positional.end());
-    options.coordinator_address = coordinator;
-    options.tls = *tls;
-    auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
-    if (!nvcc.ok()) return Fail(nvcc.status());
-    options.nvcc_path = *nvcc;
-    options.state_dir = StateDir();
-    options.embedded_slots = absl::GetFlag(FLAGS_slots);
-    options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
-    options.connect_timeout = connect_timeout;
-    // GPUs named on the command line are checked now; this machine's are
-    // found beside the build's start (nvidia-smi can take a tenth of a
-    // second), before its first compile.
-    if (absl::GetFlag(FLAGS_target_gpus).empty()) {
-      options.target_gpus =
-          std::async(std::launch::async, distcc_cuda::DetectLocalGpus, options.nvcc_path).share();
-    } else {
-      auto gpus = TargetGpus(options.nvcc_path);
-      if (!gpus.ok()) return Fail(gpus.status());
-      std::promise<std::vector<distcc_cuda::TargetGpu>> named;
-      named.set_value(*gpus);
-      options.target_gpus = named.get_future().share();
-    }
-    options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
-    options.trace_path = absl::GetFlag(FLAGS_trace);
-    distcc_cuda::CancelToken cancel;
-    const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
-    options.cancel = &cancel;
-    absl::StatusOr<int> status = distcc_cuda::client::RunCommandBuild(options, std::cerr);
-    if (!status.ok()) return Fail(status.status());
-    // A Ctrl-C reaches the command and this process at once; the command may
-    // end before the signal thread has noted it. Die of it all the same.
-    int interrupted = cancelled_by;
-    const bool looks_interrupted =
-        (WIFSIGNALED(*status) && (WTERMSIG(*status) == SIGINT || WTERMSIG(*status) == SIGTERM)) ||
-        (WIFEXITED(*status) &&
-         (WEXITSTATUS(*status) == 128 + SIGINT || WEXITSTATUS(*status) == 128 + SIGTERM));
-    for (int i = 0; interrupted == 0 && looks_interrupted && i < 50; ++i) {
-      sigset_t pending;
-      sigpending(&pending);
-      if (sigismember(&pending, SIGINT)) interrupted = SIGINT;
-      if (sigismember(&pending, SIGTERM)) interrupted = SIGTERM;
-      if (interrupted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      if (interrupted == 0) interrupted = cancelled_by;
-    }
-    if (interrupted != 0) distcc_cuda::ExitBySignal(interrupted);
-    if (WIFSIGNALED(*status)) distcc_cuda::ExitBySignal(WTERMSIG(*status));
-    // The build is over and said so; its state is on disk. Returning would
-    // shut gRPC down and join its threads first: about 10 ms of every
-    // build, measured.
-    std::cout.flush();
-    std::cerr.flush();
-    std::fflush(nullptr);
-    _exit(WIFEXITED(*status) ? WEXITSTATUS(*status) : 1);
+    return CommandBuildCommand(positional, coordinator, connect_timeout, *tls);
   }
   if (command == "build" && positional.size() == 3) {
-    distcc_cuda::client::BuildOptions options;
-    options.plan_path = positional[2];
-    options.coordinator_address = coordinator;
-    options.output_dir = absl::GetFlag(FLAGS_o);
-    options.library_name = absl::GetFlag(FLAGS_library);
-    options.objects_dir = absl::GetFlag(FLAGS_objects_dir);
-    options.link_command = absl::GetFlag(FLAGS_link_command);
-    auto verify = distcc_cuda::client::ParseVerifySample(absl::GetFlag(FLAGS_verify));
-    if (!verify.ok()) return Fail(verify.status());
-    options.verify_sample = *verify;
-    auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
-    if (!nvcc.ok()) return Fail(nvcc.status());
-    options.nvcc_path = *nvcc;
-    options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
-    auto gpus = TargetGpus(options.nvcc_path);
-    if (!gpus.ok()) return Fail(gpus.status());
-    options.target_gpus = *gpus;
-    options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
-    options.trace_path = absl::GetFlag(FLAGS_trace);
-    options.state_dir = StateDir();
-    options.embedded_slots = absl::GetFlag(FLAGS_slots);
-    options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
-    const std::string split = absl::GetFlag(FLAGS_split_architectures);
-    if (split == "auto") {
-      options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_AUTO;
-    } else if (split == "always") {
-      options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_ALWAYS;
-    } else if (split == "never") {
-      options.architecture_split = distcc_cuda::v1::ARCHITECTURE_SPLIT_NEVER;
-    } else {
-      std::cerr << "distcc-cuda: --split-architectures=" << split
-                << " is not one of auto, always, never\n";
-      return 2;
-    }
-    options.connect_timeout = connect_timeout;
-    options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
-    options.tls = *tls;
-    // Ctrl-C or SIGTERM cancels the build (the coordinator stops its units
-    // on the workers); a second one quits at once.
-    distcc_cuda::CancelToken cancel;
-    const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
-    options.cancel = &cancel;
-    absl::Status status = distcc_cuda::client::RunBuild(options, std::cout);
-    if (status.code() == absl::StatusCode::kCancelled && cancelled_by != 0) {
-      distcc_cuda::ExitBySignal(cancelled_by);
-    }
-    return status.ok() ? 0 : Fail(status);
+    return PlanBuildCommand(positional, coordinator, connect_timeout, *tls);
   }
   std::cerr << kUsage;
   return 2;

@@ -48,60 +48,39 @@ absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::
   return toolchain;
 }
 
-absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& call,
-                                                            const RemoteCompilePlan& plan,
-                                                            const CancelToken* cancel) {
-  const std::string& directory = call.working_directory;
-  RemoteCompileResult compiled;
-  compiled.asked = absl::Now();
-  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc));
-  RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source));
+namespace {
 
-  // The scan: nvcc's front end, a few at a time, however many calls wait.
-  std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc);
+// A launcher call as the unit it sends: a build request of that one unit,
+// and what making the unit's input tree needs.
+struct LauncherUnit {
+  v1::SubmitBuildRequest request;
+  std::string root;            // the workspace root: every input is below it
+  std::string source_in_tree;  // the source, relative to root
   std::vector<std::string> closure;
-  ScanCache scan_cache(scan_cache_folder_, toolchain.digest());
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* free) { return *free > 0; }, &scans_free_));
-    --scans_free_;
-  }
-  const absl::Time scan_began = absl::Now();
-  absl::Status scanned = [&]() -> absl::Status {
-    if (!plan.dependency_file.empty()) {
-      // The dependency file the caller asked for, written as nvcc writes it.
-      ASSIGN_OR_RETURN(closure,
-                       ScanWritingDependencyFile(call.nvcc, directory, plan.flags, plan.source,
-                                                 plan.dependency_arguments, plan.dependency_file,
-                                                 excluded, &scan_cache));
-      if (!plan.nonsystem_dependencies) return absl::OkStatus();
-    }
-    // -MMD leaves out headers of -isystem folders, which may be ours to ship.
-    ASSIGN_OR_RETURN(closure, ScanInputClosure(call.nvcc, directory, plan.flags, plan.source,
-                                               excluded, &scan_cache));
-    return absl::OkStatus();
-  }();
-  {
-    absl::MutexLock lock(&mu_);
-    ++scans_free_;
-  }
-  RETURN_IF_ERROR(scanned);
-  compiled.scanned = absl::Now();
-  compiled.scan_cached = scan_cache.hits() > 0 && scan_cache.misses() == 0;
-  if (closure.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
-  }
+  std::vector<std::string> system_prefixes;
+  WorkspaceFiles files;
+  bool tree_built = false;  // its inputs are in `files`, ready to upload
 
+  v1::CompileUnit& unit() { return *request.mutable_units(0); }
+};
+
+// The request for `plan`'s unit, whose inputs are `closure` (found by a
+// scan of `scan_time`), with the paths of the unit's flags, source and
+// object made relative to the workspace root.
+absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& plan,
+                             const v1::ToolchainFingerprint& toolchain,
+                             const std::vector<std::string>& excluded, absl::Duration scan_time,
+                             LauncherUnit& launched) {
+  const std::string& directory = call.working_directory;
   std::vector<std::string> anchors = {directory};
-  anchors.insert(anchors.end(), closure.begin(), closure.end());
+  anchors.insert(anchors.end(), launched.closure.begin(), launched.closure.end());
   for (std::string& folder : IncludeFolders(directory, plan.flags, excluded)) {
     anchors.push_back(std::move(folder));
   }
   const std::string root = CommonAncestor(anchors);
-
-  v1::SubmitBuildRequest request;
-  request.add_scan_micros(absl::ToInt64Microseconds(compiled.scanned - scan_began));
+  launched.root = root;
+  v1::SubmitBuildRequest& request = launched.request;
+  request.add_scan_micros(absl::ToInt64Microseconds(scan_time));
   request.set_build_name(absl::StrCat("launcher: ", plan.source));
   request.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
   request.set_workspace_root(root);
@@ -123,109 +102,88 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   }
   unit->add_output_paths(object);
   unit->set_workspace_root(root);
-  std::vector<std::string> system_prefixes = SystemIncludePrefixes();
-  system_prefixes.insert(system_prefixes.end(), excluded.begin(), excluded.end());
-  const std::string source_in_tree = Relative(AbsolutePath(plan.source, directory), root);
-  // The unit's inputs as a tree: every file checked (what it reads, where it
-  // is), hashed (or vouched for by the scan cache), and its folders made.
-  WorkspaceFiles files;
-  files.known_digest = [&](const std::string& path) { return scan_cache.KnownDigest(path); };
-  auto build_tree = [&]() -> absl::Status {
-    RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", plan.name), closure));
-    unit->clear_inputs();
-    unit->clear_input_root();
-    std::set<std::string> seen;
-    for (const std::string& path : closure) {
-      if (!seen.insert(path).second) continue;
-      ASSIGN_OR_RETURN(*unit->add_inputs(), InputFor(path, root, files));
-    }
-    RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
-    RETURN_IF_ERROR(MoveIntoInputTree(*unit->mutable_inputs(), *unit->mutable_input_root(), files,
-                                      source_in_tree));
-    scan_cache.RememberTree(root, source_in_tree, closure, *unit);
-    return absl::OkStatus();
-  };
-  // An unchanged unit's tree is the one built for it last time: it goes by
-  // that root alone, and is built only if the coordinator lacks an input.
-  bool tree_built = false;
-  if (std::optional<v1::CompileUnit> known = scan_cache.FindTree(root, source_in_tree, closure)) {
-    *unit->mutable_input_root() = known->input_root();
-    *unit->mutable_inputs() = known->inputs();
-    RETURN_IF_ERROR(ValidateCompileUnit(*unit, system_prefixes));
-  } else {
-    RETURN_IF_ERROR(build_tree());
-    tree_built = true;
-  }
+  launched.system_prefixes = SystemIncludePrefixes();
+  launched.system_prefixes.insert(launched.system_prefixes.end(), excluded.begin(), excluded.end());
+  launched.source_in_tree = Relative(AbsolutePath(plan.source, directory), root);
+  return absl::OkStatus();
+}
 
-  auto unreachable = [&](const std::string& what) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the coordinator at ", address_, " (", what,
-                     "); check that it runs, or set DISTCC_CUDA_FALLBACK=local to compile here "
-                     "when it cannot be reached"));
-  };
-  CasClient cas(v1::ContentStore::NewStub(channel_));
-  // The unit goes first: a result the coordinator holds needs none of its
-  // inputs, so an unchanged rebuild uploads nothing and asks for nothing.
-  // A coordinator that lacks an input says so (FAILED_PRECONDITION); the
-  // missing ones are uploaded and the unit sent again.
-  struct Submitted {
-    grpc::Status status;
-    std::optional<v1::BuildEvent::UnitFinished> finished;
-    std::string failure;
-  };
-  auto submit = [&]() {
-    Submitted submitted;
-    grpc::ClientContext context;
-    std::optional<CancelWatch> watch;
-    watch.emplace(cancel, [&context] { context.TryCancel(); });
-    auto reader = v1::BuildService::NewStub(channel_)->SubmitBuild(&context, request);
-    v1::BuildEvent event;
-    while (reader->Read(&event)) {
-      MakePrintable(event);
-      if (event.has_unit_started()) {
-        compiled.started = CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
-      } else if (event.has_unit_finished()) {
-        compiled.finished = CoordinatorTimeOrNow(event.unit_finished().finished_unix_micros());
-        submitted.finished = event.unit_finished();
-      } else if (event.has_finished() && !event.finished().success() && !submitted.finished) {
-        submitted.failure = event.finished().message();
-      }
+// The unit's inputs as a tree: every file checked (what it reads, where it
+// is), hashed (or vouched for by the scan cache), and its folders made.
+absl::Status BuildInputTree(LauncherUnit& launched, ScanCache& scan_cache) {
+  v1::CompileUnit& unit = launched.unit();
+  RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", unit.name()), launched.closure));
+  unit.clear_inputs();
+  unit.clear_input_root();
+  std::set<std::string> seen;
+  for (const std::string& path : launched.closure) {
+    if (!seen.insert(path).second) continue;
+    ASSIGN_OR_RETURN(*unit.add_inputs(), InputFor(path, launched.root, launched.files));
+  }
+  RETURN_IF_ERROR(ValidateCompileUnit(unit, launched.system_prefixes));
+  RETURN_IF_ERROR(MoveIntoInputTree(*unit.mutable_inputs(), *unit.mutable_input_root(),
+                                    launched.files, launched.source_in_tree));
+  scan_cache.RememberTree(launched.root, launched.source_in_tree, launched.closure, unit);
+  launched.tree_built = true;
+  return absl::OkStatus();
+}
+
+// An unchanged unit's tree is the one built for it last time: it goes by
+// that root alone, and is built only if the coordinator lacks an input.
+absl::Status UseKnownTreeOrBuild(LauncherUnit& launched, ScanCache& scan_cache) {
+  std::optional<v1::CompileUnit> known =
+      scan_cache.FindTree(launched.root, launched.source_in_tree, launched.closure);
+  if (!known) return BuildInputTree(launched, scan_cache);
+  *launched.unit().mutable_input_root() = known->input_root();
+  *launched.unit().mutable_inputs() = known->inputs();
+  return ValidateCompileUnit(launched.unit(), launched.system_prefixes);
+}
+
+// How one submission of the unit ended.
+struct Submitted {
+  grpc::Status status;
+  std::optional<v1::BuildEvent::UnitFinished> finished;
+  std::string failure;  // the build's message when it ended without the unit
+};
+
+// Submits `request` and follows its events to the end, noting in
+// `compiled` when the unit started and finished. A cancel ends the stream.
+Submitted SubmitOnce(const std::shared_ptr<grpc::Channel>& channel,
+                     const v1::SubmitBuildRequest& request, const CancelToken* cancel,
+                     RemoteCompileResult& compiled) {
+  Submitted submitted;
+  grpc::ClientContext context;
+  std::optional<CancelWatch> watch;
+  watch.emplace(cancel, [&context] { context.TryCancel(); });
+  auto reader = v1::BuildService::NewStub(channel)->SubmitBuild(&context, request);
+  v1::BuildEvent event;
+  while (reader->Read(&event)) {
+    MakePrintable(event);
+    if (event.has_unit_started()) {
+      compiled.started = CoordinatorTimeOrNow(event.unit_started().leased_unix_micros());
+    } else if (event.has_unit_finished()) {
+      compiled.finished = CoordinatorTimeOrNow(event.unit_finished().finished_unix_micros());
+      submitted.finished = event.unit_finished();
+    } else if (event.has_finished() && !event.finished().success() && !submitted.finished) {
+      submitted.failure = event.finished().message();
     }
-    submitted.status = reader->Finish();
-    watch.reset();
-    return submitted;
-  };
-  compiled.uploaded = absl::Now();  // nothing to upload, until the coordinator asks
-  Submitted submitted = submit();
-  if (submitted.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-      !(cancel != nullptr && cancel->cancelled())) {
-    if (!tree_built) RETURN_IF_ERROR(build_tree());
-    absl::StatusOr<int> uploaded = cas.UploadMissing(files.AllBlobs());
-    if (!uploaded.ok()) {
-      if (absl::IsUnavailable(uploaded.status())) {
-        return unreachable(std::string(uploaded.status().message()));
-      }
-      return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
-    }
-    compiled.uploaded = absl::Now();
-    submitted = submit();
   }
-  const grpc::Status& status = submitted.status;
-  const std::optional<v1::BuildEvent::UnitFinished>& finished = submitted.finished;
-  const std::string& failure = submitted.failure;
-  if (cancel != nullptr && cancel->cancelled()) {
-    return absl::CancelledError(absl::StrCat("cancelled: ", cancel->reason()));
+  submitted.status = reader->Finish();
+  watch.reset();
+  return submitted;
+}
+
+// `compiled` filled from the unit's result, or why there is none to use.
+absl::Status TakeResult(const Submitted& submitted, const RemoteCompilePlan& plan,
+                        const v1::ToolchainFingerprint& toolchain, const std::string& address,
+                        RemoteCompileResult& compiled) {
+  if (!submitted.finished) {
+    return absl::AbortedError(absl::StrCat(
+        "the coordinator at ", address, " ended the compile of ", plan.source, " without a result",
+        submitted.failure.empty() ? "" : absl::StrCat(": ", submitted.failure)));
   }
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return unreachable(TerminalSafe(status.error_message()));
-  }
-  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "compiling " + plan.source));
-  if (!finished) {
-    return absl::AbortedError(
-        absl::StrCat("the coordinator at ", address_, " ended the compile of ", plan.source,
-                     " without a result", failure.empty() ? "" : absl::StrCat(": ", failure)));
-  }
-  const v1::TaskResult& result = finished->result();
+  const v1::BuildEvent::UnitFinished& finished = *submitted.finished;
+  const v1::TaskResult& result = finished.result();
   if (result.outcome() != v1::TASK_COMPLETED) {
     return absl::AbortedError(absl::StrCat("the cluster could not compile ", plan.source,
                                            " (worker ", result.worker_name(), ": ",
@@ -240,20 +198,121 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   compiled.stdout_text = result.stdout_text();
   compiled.stderr_text = result.stderr_text();
   compiled.worker = result.worker_name();
-  compiled.cached = finished->cached();
+  compiled.cached = finished.cached();
   compiled.wall_ms = result.wall_time_ms();
   compiled.peak_bytes = result.peak_memory_bytes();
-  compiled.predicted_bytes = finished->predicted_peak_bytes();
-  compiled.prediction_source = finished->prediction_source();
+  compiled.predicted_bytes = finished.predicted_peak_bytes();
+  compiled.prediction_source = finished.prediction_source();
   compiled.toolchain = DescribeToolchain(toolchain);
-  if (compiled.exit_code != 0) return compiled;
-  if (result.outputs_size() != 1) {
+  if (compiled.exit_code == 0 && result.outputs_size() != 1) {
     return absl::AbortedError(absl::StrCat("the compile of ", plan.source, " returned ",
                                            result.outputs_size(), " files, not its object"));
   }
-  absl::Status got = cas.DownloadToFile(FromProto(result.outputs(0).digest()),
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
+    const LauncherCall& call, const RemoteCompilePlan& plan,
+    const std::vector<std::string>& excluded, ScanCache& scan_cache, absl::Duration& scan_time) {
+  // nvcc's front end, a few at a time, however many calls wait.
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* free) { return *free > 0; }, &scans_free_));
+    --scans_free_;
+  }
+  const absl::Time began = absl::Now();
+  const std::string& directory = call.working_directory;
+  std::vector<std::string> closure;
+  absl::Status scanned = [&]() -> absl::Status {
+    if (!plan.dependency_file.empty()) {
+      // The dependency file the caller asked for, written as nvcc writes it.
+      ASSIGN_OR_RETURN(closure,
+                       ScanWritingDependencyFile(call.nvcc, directory, plan.flags, plan.source,
+                                                 plan.dependency_arguments, plan.dependency_file,
+                                                 excluded, &scan_cache));
+      if (!plan.nonsystem_dependencies) return absl::OkStatus();
+    }
+    // -MMD leaves out headers of -isystem folders, which may be ours to ship.
+    ASSIGN_OR_RETURN(closure, ScanInputClosure(call.nvcc, directory, plan.flags, plan.source,
+                                               excluded, &scan_cache));
+    return absl::OkStatus();
+  }();
+  {
+    absl::MutexLock lock(&mu_);
+    ++scans_free_;
+  }
+  scan_time = absl::Now() - began;
+  RETURN_IF_ERROR(scanned);
+  if (closure.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
+  }
+  return closure;
+}
+
+absl::Status RemoteCompiler::Unreachable(const std::string& what) const {
+  return absl::UnavailableError(
+      absl::StrCat("cannot reach the coordinator at ", address_, " (", what,
+                   "); check that it runs, or set DISTCC_CUDA_FALLBACK=local to compile here "
+                   "when it cannot be reached"));
+}
+
+absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& call,
+                                                            const RemoteCompilePlan& plan,
+                                                            const CancelToken* cancel) {
+  const std::string& directory = call.working_directory;
+  RemoteCompileResult compiled;
+  compiled.asked = absl::Now();
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc));
+  RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source));
+
+  const std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc);
+  ScanCache scan_cache(scan_cache_folder_, toolchain.digest());
+  LauncherUnit launched;
+  absl::Duration scan_time;
+  ASSIGN_OR_RETURN(launched.closure, ScanClosure(call, plan, excluded, scan_cache, scan_time));
+  compiled.scanned = absl::Now();
+  compiled.scan_cached = scan_cache.hits() > 0 && scan_cache.misses() == 0;
+  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, launched));
+  launched.files.known_digest = [&](const std::string& path) {
+    return scan_cache.KnownDigest(path);
+  };
+  RETURN_IF_ERROR(UseKnownTreeOrBuild(launched, scan_cache));
+
+  // The unit goes first: a result the coordinator holds needs none of its
+  // inputs, so an unchanged rebuild uploads nothing and asks for nothing.
+  // A coordinator that lacks an input says so (FAILED_PRECONDITION); the
+  // missing ones are uploaded and the unit sent again.
+  CasClient cas(v1::ContentStore::NewStub(channel_));
+  compiled.uploaded = absl::Now();  // nothing to upload, until the coordinator asks
+  Submitted submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
+  const bool cancelled = cancel != nullptr && cancel->cancelled();
+  if (submitted.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !cancelled) {
+    if (!launched.tree_built) RETURN_IF_ERROR(BuildInputTree(launched, scan_cache));
+    absl::StatusOr<int> uploaded = cas.UploadMissing(launched.files.AllBlobs());
+    if (!uploaded.ok()) {
+      if (absl::IsUnavailable(uploaded.status())) {
+        return Unreachable(std::string(uploaded.status().message()));
+      }
+      return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
+    }
+    compiled.uploaded = absl::Now();
+    submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
+  }
+  if (cancel != nullptr && cancel->cancelled()) {
+    return absl::CancelledError(absl::StrCat("cancelled: ", cancel->reason()));
+  }
+  if (submitted.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return Unreachable(TerminalSafe(submitted.status.error_message()));
+  }
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(submitted.status), "compiling " + plan.source));
+  RETURN_IF_ERROR(TakeResult(submitted, plan, toolchain, address_, compiled));
+  if (compiled.exit_code != 0) return compiled;
+  absl::Status got = cas.DownloadToFile(FromProto(submitted.finished->result().outputs(0).digest()),
                                         AbsolutePath(plan.output, directory));
-  if (absl::IsUnavailable(got)) return unreachable(std::string(got.message()));
+  if (absl::IsUnavailable(got)) return Unreachable(std::string(got.message()));
   RETURN_IF_ERROR(Annotate(got, "downloading the object of " + plan.source));
   compiled.downloaded = absl::Now();
   return compiled;

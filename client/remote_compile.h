@@ -11,11 +11,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/launcher_call.h"
+#include "client/scan_cache.h"
 #include "common/base/cancellation.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/launcher.pb.h"
@@ -70,6 +72,17 @@ class RemoteCompiler {
 
  private:
   absl::StatusOr<v1::ToolchainFingerprint> ToolchainOf(const std::string& nvcc);
+  // The files `call` reads, from nvcc's dependency pass (or the scan
+  // cache), at most scan_slots at once; writes the dependency file the call
+  // asked for; `scan_time` is how long that took once a slot was free.
+  // INVALID_ARGUMENT when nvcc names none.
+  absl::StatusOr<std::vector<std::string>> ScanClosure(const LauncherCall& call,
+                                                       const RemoteCompilePlan& plan,
+                                                       const std::vector<std::string>& excluded,
+                                                       ScanCache& scan_cache,
+                                                       absl::Duration& scan_time);
+  // UNAVAILABLE for a coordinator that cannot be reached (`what` says how).
+  absl::Status Unreachable(const std::string& what) const;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::string address_;

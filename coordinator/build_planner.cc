@@ -499,6 +499,60 @@ std::optional<std::vector<PlannedUnit>> PlanCachedBuild(const v1::SubmitBuildReq
   return planned;
 }
 
+// How many instantiations of `set` (expanded to `points`) each of its units
+// compiles, when the set does not say: as many as fit the smallest usable
+// cap given what one is predicted to take, spread over today's slots; a
+// grouping remembered from an earlier build is kept while it fits (or its
+// units are cached) and regrouped only when none of its units was built.
+absl::StatusOr<int> ChooseGrouping(const v1::SubmitBuildRequest& request,
+                                   const v1::InstantiationSet& set,
+                                   const std::vector<GeneratedUnit>& points,
+                                   const PeakHistory* history, const ClusterCapacity& capacity,
+                                   UnitSizeChoices* choices, BuildInputs& trees,
+                                   const IsCached& is_cached, std::vector<std::string>* notes) {
+  const std::string& toolchain = request.toolchain().digest();
+  std::vector<std::string> set_arguments(set.arguments().begin(), set.arguments().end());
+  // What one instantiation of this set costs, as a unit of its own.
+  v1::CompileUnit one;
+  one.set_working_directory(set.directory());
+  for (const std::string& argument : set_arguments) one.add_arguments(argument);
+  std::string family = UnitFamily(toolchain, one, absl::StrCat("set:", set.name()));
+  int64_t peak = Predict(history, "", family, ParallelCompilations(set_arguments), 1).peak_bytes;
+  std::string key = absl::StrCat(family, "/", points.size());
+  const int today = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
+                                                capacity.total_slots);
+  auto size_for_today = [&] {
+    // With no worker there is nothing to size for: do not remember.
+    if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, today);
+    return today;
+  };
+  std::optional<int> remembered = choices != nullptr ? choices->Find(key) : std::nullopt;
+  if (!remembered) return size_for_today();
+  const int kept = *remembered;
+  const int fits = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
+                                               /*total_slots=*/1);
+  bool keep = kept == 1 || kept <= fits;
+  if (!keep && is_cached) {
+    // Predicted not to fit any more, but units of that size are in the
+    // cache: they compiled, so they fit, and they are not thrown away.
+    ASSIGN_OR_RETURN(keep, KeptGroupingBuilt(set, request.workspace_root(), toolchain, points, kept,
+                                             trees.trees(), choices, is_cached));
+  }
+  if (!keep) return size_for_today();
+  ASSIGN_OR_RETURN(bool regroup, RegroupPays(set, request.workspace_root(), toolchain, points, kept,
+                                             today, trees.trees(), choices, is_cached));
+  if (!regroup) return kept;
+  std::string note = absl::StrCat(
+      "set ", set.name(), ": regrouped from ", kept, " to ", today, " instantiations per unit (",
+      UnitsOf(points.size(), today), " units instead of ", UnitsOf(points.size(), kept),
+      "; one instantiation is now predicted at ", FormatByteSize(peak),
+      "); none of its units was cached, so nothing built before is lost");
+  spdlog::info("{}", note);
+  if (notes != nullptr) notes->push_back(std::move(note));
+  choices->Remember(key, today);
+  return today;
+}
+
 absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     const v1::SubmitBuildRequest& request, CasStore& cas, const PeakHistory* history,
     const ClusterCapacity& capacity, UnitSizeChoices* choices, const BuildLimits& limits,
@@ -525,52 +579,10 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
   std::vector<std::pair<GeneratedUnit, std::shared_ptr<const SplitContext>>> groups(units.size());
   for (const v1::InstantiationSet& set : request.instantiation_sets()) {
     ASSIGN_OR_RETURN(std::vector<GeneratedUnit> points, ExpandInstantiationSet(set));
-    std::vector<std::string> set_arguments(set.arguments().begin(), set.arguments().end());
     int per_unit = set.instantiations_per_unit();
     if (per_unit <= 0) {
-      // What one instantiation of this set costs, as a unit of its own.
-      v1::CompileUnit one;
-      one.set_working_directory(set.directory());
-      for (const std::string& argument : set_arguments) one.add_arguments(argument);
-      std::string family = UnitFamily(toolchain, one, absl::StrCat("set:", set.name()));
-      int64_t peak =
-          Predict(history, "", family, ParallelCompilations(set_arguments), 1).peak_bytes;
-      std::string key = absl::StrCat(family, "/", points.size());
-      std::optional<int> kept = choices != nullptr ? choices->Find(key) : std::nullopt;
-      int fits = ChooseInstantiationsPerUnit(points.size(), peak, capacity.smallest_usable_cap,
-                                             /*total_slots=*/1);
-      const int today = ChooseInstantiationsPerUnit(
-          points.size(), peak, capacity.smallest_usable_cap, capacity.total_slots);
-      bool keep = kept && (*kept == 1 || *kept <= fits);
-      if (kept && !keep && is_cached) {
-        // Predicted not to fit any more, but units of that size are in the
-        // cache: they compiled, so they fit, and they are not thrown away.
-        ASSIGN_OR_RETURN(keep, KeptGroupingBuilt(set, request.workspace_root(), toolchain, points,
-                                                 *kept, trees.trees(), choices, is_cached));
-      }
-      if (keep) {
-        per_unit = *kept;
-        ASSIGN_OR_RETURN(bool regroup,
-                         RegroupPays(set, request.workspace_root(), toolchain, points, *kept, today,
-                                     trees.trees(), choices, is_cached));
-        if (regroup) {
-          std::string note =
-              absl::StrCat("set ", set.name(), ": regrouped from ", *kept, " to ", today,
-                           " instantiations per unit (", UnitsOf(points.size(), today),
-                           " units instead of ", UnitsOf(points.size(), *kept),
-                           "; one instantiation is now predicted at ", FormatByteSize(peak),
-                           "); none of its units was cached, so nothing built before "
-                           "is lost");
-          spdlog::info("{}", note);
-          if (notes != nullptr) notes->push_back(std::move(note));
-          per_unit = today;
-          choices->Remember(key, per_unit);
-        }
-      } else {
-        per_unit = today;
-        // With no worker there is nothing to size for: do not remember.
-        if (choices != nullptr && capacity.total_slots > 0) choices->Remember(key, per_unit);
-      }
+      ASSIGN_OR_RETURN(per_unit, ChooseGrouping(request, set, points, history, capacity, choices,
+                                                trees, is_cached, notes));
     }
     std::vector<GeneratedUnit> generated = GroupInstantiations(set, std::move(points), per_unit);
     auto context = std::make_shared<const SplitContext>(

@@ -130,23 +130,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use or not local?); choose another --listen address"));
   }
-  if (!options.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(
-        coordinator->metrics_server_,
-        ServeMetrics(options.metrics_listen, options.http_reachable, registry,
-                     {[self] { return ClusterMetrics(self->scheduler_->Status(absl::Now())); },
-                      [self] { return StoreMetrics(*self->cas_); }}));
-    spdlog::info("coordinator metrics at {}/metrics", coordinator->metrics_server_->url());
-  }
-  if (!options.http_listen.empty()) {
-    HttpServerOptions http;
-    http.listen_address = options.http_listen;
-    http.reachable = options.http_reachable;
-    http.purpose = "dashboard";
-    http.routes = DashboardRoutes(self->scheduler_.get());
-    ASSIGN_OR_RETURN(coordinator->dashboard_server_, HttpServer::Start(std::move(http)));
-    spdlog::info("coordinator dashboard at {}/", coordinator->dashboard_server_->url());
-  }
+  RETURN_IF_ERROR(coordinator->StartHttpServers(registry));
   coordinator->ticker_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
       self->scheduler_->Tick(absl::Now());
@@ -154,15 +138,40 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       self->memory_release_.ReleaseIfDue(absl::Now());
     }
   });
-  spdlog::info("coordinator serves {} (state in {}; {})", coordinator->address(), state,
+  coordinator->SayHowItServes(mode, state);
+  return coordinator;
+}
+
+absl::Status Coordinator::StartHttpServers(std::shared_ptr<prometheus::Registry> registry) {
+  if (!options_.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(
+        metrics_server_,
+        ServeMetrics(options_.metrics_listen, options_.http_reachable, registry,
+                     {[this] { return ClusterMetrics(scheduler_->Status(absl::Now())); },
+                      [this] { return StoreMetrics(*cas_); }}));
+    spdlog::info("coordinator metrics at {}/metrics", metrics_server_->url());
+  }
+  if (!options_.http_listen.empty()) {
+    HttpServerOptions http;
+    http.listen_address = options_.http_listen;
+    http.reachable = options_.http_reachable;
+    http.purpose = "dashboard";
+    http.routes = DashboardRoutes(scheduler_.get());
+    ASSIGN_OR_RETURN(dashboard_server_, HttpServer::Start(std::move(http)));
+    spdlog::info("coordinator dashboard at {}/", dashboard_server_->url());
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::SayHowItServes(AccessControl::Mode mode, const std::string& state) const {
+  spdlog::info("coordinator serves {} (state in {}; {})", address(), state,
                mode == AccessControl::Mode::kMutualTls    ? "mutual TLS"
-               : options.in_process                       ? "this process only"
+               : options_.in_process                      ? "this process only"
                : mode == AccessControl::Mode::kLocalTrust ? "no TLS, loopback only"
                                                           : "INSECURE");
   if (mode == AccessControl::Mode::kInsecure) {
-    std::string bound =
-        absl::StrCat(options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
-                     coordinator->port_);
+    std::string bound = absl::StrCat(
+        options_.listen_address.substr(0, options_.listen_address.rfind(':')), ":", port_);
     spdlog::warn(
         "INSECURE: no TLS on {}: anyone who can reach {} can submit builds, read sources and "
         "register workers, and no worker's result enters the result cache (none is "
@@ -170,7 +179,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         "pass --tls-ca, --tls-cert and --tls-key instead of --insecure",
         bound, bound);
   }
-  return coordinator;
 }
 
 void Coordinator::Revoke(const std::string& name, const std::string& reason) {

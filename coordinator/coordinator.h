@@ -4,6 +4,8 @@
 // and tests all start it through Coordinator::Start.
 #pragma once
 
+#include <prometheus/registry.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +99,12 @@ class Coordinator {
 
  private:
   Coordinator() = default;
+
+  // Start's last steps: the metrics endpoint and the dashboard, where
+  // options_ asks for them (registry: the coordinator's metrics); the log
+  // line that says how it serves, with a warning when that is insecure.
+  absl::Status StartHttpServers(std::shared_ptr<prometheus::Registry> registry);
+  void SayHowItServes(AccessControl::Mode mode, const std::string& state) const;
 
   // Revokes the worker identity `name` for `reason` and acts on it.
   void Revoke(const std::string& name, const std::string& reason);

@@ -189,83 +189,23 @@ absl::StatusOr<std::vector<std::string>> SandboxMountArguments(
   return out;
 }
 
+namespace {
+
+constexpr char kInstallBubblewrap[] =
+    "install bubblewrap (apt-get install bubblewrap), or start the worker with "
+    "--insecure-no-sandbox to compile without one";
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
     const SandboxOptions& options, const std::string& nvcc,
     const std::vector<std::string>& task_roots) {
   std::unique_ptr<Sandbox> sandbox(new Sandbox());
   sandbox->options_ = options;
-  const std::string install =
-      "install bubblewrap (apt-get install bubblewrap), or start the worker with "
-      "--insecure-no-sandbox to compile without one";
-  if (options.bwrap.find('/') != std::string::npos) {
-    sandbox->bwrap_path_ = options.bwrap;
-  } else {
-    for (const char* folder : {"/usr/bin", "/usr/local/bin", "/bin"}) {
-      std::string candidate = Join(folder, options.bwrap);
-      if (access(candidate.c_str(), X_OK) == 0) {
-        sandbox->bwrap_path_ = candidate;
-        break;
-      }
-    }
-  }
-  if (sandbox->bwrap_path_.empty() || access(sandbox->bwrap_path_.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no bubblewrap (", options.bwrap, ") to sandbox compiles; ", install));
-  }
-  ProcessSpec version;
-  version.argv = {sandbox->bwrap_path_, "--version"};
-  version.timeout = absl::Seconds(10);
-  ASSIGN_OR_RETURN(ProcessResult said, RunProcess(version));
-  sandbox->version_ = std::string(absl::StripAsciiWhitespace(said.stdout_text));
-
-  if (geteuid() == 0) {
-    sandbox->drop_to_user_ = true;
-    std::vector<std::string> candidates =
-        options.user.empty() ? std::vector<std::string>{"distcc-cuda-sandbox", "nobody"}
-                             : std::vector<std::string>{options.user};
-    bool found = false;
-    for (const std::string& name : candidates) {
-      struct passwd entry, *result = nullptr;
-      std::vector<char> buffer(16384);
-      uint32_t number;
-      if (absl::SimpleAtoi(name, &number)) {
-        getpwuid_r(number, &entry, buffer.data(), buffer.size(), &result);
-        if (result == nullptr) {
-          sandbox->uid_ = number;
-          sandbox->gid_ = number;
-          sandbox->user_name_ = name;
-          found = true;
-          break;
-        }
-      } else {
-        getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &result);
-      }
-      if (result != nullptr) {
-        sandbox->uid_ = result->pw_uid;
-        sandbox->gid_ = result->pw_gid;
-        sandbox->user_name_ = result->pw_name;
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox user '", absl::StrJoin(candidates, "' or '"),
-          "' does not exist; create it (useradd --system distcc-cuda-sandbox) or name one with "
-          "--sandbox-user"));
-    }
-    if (sandbox->uid_ == 0) {
-      return absl::InvalidArgumentError(
-          "--sandbox-user must not be root: the sandbox exists to take root away from nvcc");
-    }
-  } else {
-    sandbox->uid_ = geteuid();
-    sandbox->gid_ = getegid();
-    sandbox->user_name_ = "this worker's user";
-  }
+  RETURN_IF_ERROR(sandbox->FindBubblewrap());
+  RETURN_IF_ERROR(sandbox->ChooseUser());
   sandbox->system_paths_ = options.system_paths.empty() ? DefaultSystemPaths(options.toolkit_root)
                                                         : options.system_paths;
-
   absl::Status reachable = absl::FailedPreconditionError("no folder for task folders was given");
   for (const std::string& root : task_roots) {
     RETURN_IF_ERROR(MakeDirectories(root));
@@ -280,33 +220,110 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   RETURN_IF_ERROR(reachable);
   RETURN_IF_ERROR(sandbox->StageUnreachableSystemPaths());
   RETURN_IF_ERROR(sandbox->CheckToolkitReachable());
+  RETURN_IF_ERROR(sandbox->ProbeWith(nvcc));
+  return sandbox;
+}
 
+absl::Status Sandbox::FindBubblewrap() {
+  if (options_.bwrap.find('/') != std::string::npos) {
+    bwrap_path_ = options_.bwrap;
+  } else {
+    for (const char* folder : {"/usr/bin", "/usr/local/bin", "/bin"}) {
+      std::string candidate = Join(folder, options_.bwrap);
+      if (access(candidate.c_str(), X_OK) == 0) {
+        bwrap_path_ = candidate;
+        break;
+      }
+    }
+  }
+  if (bwrap_path_.empty() || access(bwrap_path_.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no bubblewrap (", options_.bwrap, ") to sandbox compiles; ", kInstallBubblewrap));
+  }
+  ProcessSpec version;
+  version.argv = {bwrap_path_, "--version"};
+  version.timeout = absl::Seconds(10);
+  ASSIGN_OR_RETURN(ProcessResult said, RunProcess(version));
+  version_ = std::string(absl::StripAsciiWhitespace(said.stdout_text));
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::ChooseUser() {
+  if (geteuid() != 0) {
+    uid_ = geteuid();
+    gid_ = getegid();
+    user_name_ = "this worker's user";
+    return absl::OkStatus();
+  }
+  drop_to_user_ = true;
+  std::vector<std::string> candidates =
+      options_.user.empty() ? std::vector<std::string>{"distcc-cuda-sandbox", "nobody"}
+                            : std::vector<std::string>{options_.user};
+  bool found = false;
+  for (const std::string& name : candidates) {
+    struct passwd entry, *result = nullptr;
+    std::vector<char> buffer(16384);
+    uint32_t number;
+    if (absl::SimpleAtoi(name, &number)) {
+      getpwuid_r(number, &entry, buffer.data(), buffer.size(), &result);
+      if (result == nullptr) {
+        uid_ = number;
+        gid_ = number;
+        user_name_ = name;
+        found = true;
+        break;
+      }
+    } else {
+      getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &result);
+    }
+    if (result != nullptr) {
+      uid_ = result->pw_uid;
+      gid_ = result->pw_gid;
+      user_name_ = result->pw_name;
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox user '", absl::StrJoin(candidates, "' or '"),
+        "' does not exist; create it (useradd --system distcc-cuda-sandbox) or name one with "
+        "--sandbox-user"));
+  }
+  if (uid_ == 0) {
+    return absl::InvalidArgumentError(
+        "--sandbox-user must not be root: the sandbox exists to take root away from nvcc");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::ProbeWith(const std::string& nvcc) {
   // The proof: nvcc --version inside a sandbox like a task's.
-  ASSIGN_OR_RETURN(std::string probe, MakeTempDirectory(sandbox->task_root_, "sandbox-probe-"));
+  ASSIGN_OR_RETURN(std::string probe, MakeTempDirectory(task_root_, "sandbox-probe-"));
   SandboxTask task{probe + "/tree", "/run/distcc-cuda-probe", probe + "/tmp",
                    "/run/distcc-cuda-probe"};
   absl::Status made = MakeDirectories(task.tree);
   if (made.ok()) made = MakeDirectories(task.temp);
-  if (made.ok()) made = sandbox->GrantReach(probe);
-  if (made.ok()) made = sandbox->GrantWrite(task.temp);
+  if (made.ok()) made = GrantReach(probe);
+  if (made.ok()) made = GrantWrite(task.temp);
   ProcessSpec spec;
   spec.argv = {nvcc, "--version"};
   spec.timeout = absl::Seconds(60);
-  absl::StatusOr<ProcessSpec> wrapped = made.ok() ? sandbox->Wrap(spec, task) : made;
+  absl::StatusOr<ProcessSpec> wrapped = made.ok() ? Wrap(spec, task) : made;
   absl::StatusOr<ProcessResult> ran =
       wrapped.ok() ? RunProcess(*wrapped) : absl::StatusOr<ProcessResult>(wrapped.status());
   RemoveAll(probe).IgnoreError();
-  if (!ran.ok() && !sandbox->staged_.empty()) {
+  if (!ran.ok() && !staged_.empty()) {
     // Most likely the bind before bwrap (ProcessSpec::binds) was refused.
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot run a sandbox (", ran.status().message(), "): ", sandbox->staged_.begin()->first,
-        " lies under a folder the sandbox user ", sandbox->user_name_,
+        "cannot run a sandbox (", ran.status().message(), "): ", staged_.begin()->first,
+        " lies under a folder the sandbox user ", user_name_,
         " cannot search, and binding it elsewhere needs a mount namespace (CAP_SYS_ADMIN); "
         "make its folders searchable (chmod o+x) or move it under one that is"));
   }
   if (!ran.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot run a sandbox (", ran.status().message(), "); ", install));
+        absl::StrCat("cannot run a sandbox (", ran.status().message(), "); ", kInstallBubblewrap));
   }
   if (ran->exit_code != 0 || ran->stdout_text.find("release") == std::string::npos) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -315,9 +332,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
         "; the kernel may refuse unprivileged user namespaces (sysctl "
         "kernel.unprivileged_userns_clone / user.max_user_namespaces), or a container's seccomp "
         "or AppArmor profile refuses them (see deploy/README.md); ",
-        install));
+        kInstallBubblewrap));
   }
-  return sandbox;
+  return absl::OkStatus();
 }
 
 absl::Status Sandbox::StageUnreachableSystemPaths() {

@@ -107,6 +107,15 @@ class Sandbox {
  private:
   Sandbox() = default;
 
+  // Create's steps: bubblewrap found (options_.bwrap) and its version
+  // read; the user compiles run as (root drops to options_.user, else
+  // distcc-cuda-sandbox or nobody; anyone else stays themselves); the
+  // proof that `nvcc` --version runs in a sandbox like a task's. Each
+  // FAILED_PRECONDITION saying what to install or change.
+  absl::Status FindBubblewrap();
+  absl::Status ChooseUser();
+  absl::Status ProbeWith(const std::string& nvcc);
+
   // The first folder from `folder` up to `top` (up to "/" when empty) that
   // the sandbox user may not search; "" if none, or when the worker is not
   // root. An error if one cannot be looked at.
