@@ -139,6 +139,15 @@ absl::Status UseKnownTreeOrBuild(LauncherUnit& launched, ScanCache& scan_cache) 
   return ValidateCompileUnit(launched.unit(), launched.system_prefixes);
 }
 
+// Whether a refused submission asks for the unit's inputs: a
+// FAILED_PRECONDITION naming blobs as MISSING, or one without a typed
+// detail (an older coordinator said missing inputs no other way).
+bool WorthUploading(const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) return false;
+  const absl::Status refused = FromGrpcStatus(status);
+  return NamesMissingBlobs(refused) || !HasPreconditionFailure(refused);
+}
+
 // How one submission of the unit ended.
 struct Submitted {
   grpc::Status status;
@@ -283,13 +292,14 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
 
   // The unit goes first: a result the coordinator holds needs none of its
   // inputs, so an unchanged rebuild uploads nothing and asks for nothing.
-  // A coordinator that lacks an input says so (FAILED_PRECONDITION); the
-  // missing ones are uploaded and the unit sent again.
+  // A coordinator that lacks an input says so (FAILED_PRECONDITION naming
+  // them MISSING); the missing ones are uploaded and the unit sent again.
+  // Any other refusal (no worker has this toolchain) ends here at once.
   CasClient cas(v1::ContentStore::NewStub(channel_));
   compiled.uploaded = absl::Now();  // nothing to upload, until the coordinator asks
   Submitted submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
   const bool cancelled = cancel != nullptr && cancel->cancelled();
-  if (submitted.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !cancelled) {
+  if (WorthUploading(submitted.status) && !cancelled) {
     if (!launched.tree_built) RETURN_IF_ERROR(BuildInputTree(launched, scan_cache));
     absl::StatusOr<int> uploaded = cas.UploadMissing(launched.files.AllBlobs());
     if (!uploaded.ok()) {

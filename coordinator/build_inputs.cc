@@ -14,7 +14,7 @@ absl::StatusOr<std::string> ReadNamedBlob(const CasStore& cas, const Digest& dig
   absl::StatusOr<std::string> bytes = cas.Get(digest);
   if (bytes.ok() && DigestOf(*bytes) == digest) return bytes;
   if (bytes.ok()) cas.Discard(digest, "a blob a build names read back damaged");
-  return absl::FailedPreconditionError(missing);
+  return MissingBlobsError(missing, {digest.BlobSubject()});
 }
 
 InputTreeLimits TreeLimitsOf(const BuildLimits& limits) {
@@ -44,9 +44,7 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
   int64_t listed = 0;
   auto read = [&](const std::string& owner, const v1::Digest* tree,
                   int64_t own_files) -> absl::Status {
-    auto named = [&owner](const absl::Status& status) {
-      return absl::Status(status.code(), absl::StrCat(owner, ": ", status.message()));
-    };
+    auto named = [&owner](const absl::Status& status) { return Annotate(status, owner); };
     int64_t in_tree = 0;
     if (tree != nullptr) {
       const Digest root = FromProto(*tree);
@@ -67,9 +65,10 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
               Digest digest = FromProto(file.digest());
               if (!files.insert(digest).second) return absl::OkStatus();
               if (!cas.Contains(digest)) {
-                return absl::FailedPreconditionError(
+                return MissingBlobsError(
                     absl::StrCat("input ", path, " (", digest.ToString(),
-                                 ") is not in the content store; upload it before submitting"));
+                                 ") is not in the content store; upload it before submitting"),
+                    {digest.BlobSubject()});
               }
               inputs->file_sizes_[digest.hash] = digest.size_bytes;
               inputs->blobs_.push_back(std::move(digest));

@@ -49,9 +49,10 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
     if (cas.Contains(digest)) {
       present.insert(std::move(digest));
     } else {
-      return absl::FailedPreconditionError(
+      return MissingBlobsError(
           absl::StrCat("unit ", unit.name(), ": input ", input.path(), " (", digest.ToString(),
-                       ") is not in the content store; upload it before submitting"));
+                       ") is not in the content store; upload it before submitting"),
+          {digest.BlobSubject()});
     }
   }
   const std::string where = absl::StrCat("unit ", unit.name());

@@ -55,8 +55,17 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
     }
     return part;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<BuildInputs> trees,
-                   BuildInputs::Read(request, *planning.cas, planning.limits));
+  // Inputs the store lacks are worth uploading only when a worker can
+  // compile them.
+  auto unless_unserved = [&](const absl::Status& status) {
+    if (!planning.opening || !NamesMissingBlobs(status)) return status;
+    absl::Status served = planning.scheduler->ToolchainServed(request.toolchain(), absl::Now());
+    return served.ok() ? status : served;
+  };
+  absl::StatusOr<std::unique_ptr<BuildInputs>> read =
+      BuildInputs::Read(request, *planning.cas, planning.limits);
+  if (!read.ok()) return unless_unserved(read.status());
+  std::unique_ptr<BuildInputs> trees = *std::move(read);
   std::vector<Digest> inputs = trees->blobs();
   for (const v1::CompileUnit& unit : request.units()) {
     for (const v1::InputFile& input : unit.inputs()) inputs.push_back(FromProto(input.digest()));
@@ -77,7 +86,7 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
     spdlog::info("stopped planning build '{}' after {}: its client left", request.build_name(),
                  absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))));
   }
-  if (!units.ok()) return units.status();
+  if (!units.ok()) return unless_unserved(units.status());
   part.units = *std::move(units);
   trees.reset();
   for (size_t i = 0; i < part.units.size(); ++i) {
@@ -388,7 +397,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* BuildService::SubmitBuild(
           scheduler_->metrics().ScansReported(request.scan_micros(), limits_.max_units);
           stream->Start(request,
                         Planning{cas_, results_, history_, unit_sizes_, scheduler_, limits_,
-                                 [stream] { return stream->ClientLeft(); }},
+                                 [stream] { return stream->ClientLeft(); }, /*opening=*/true},
                         owner);
         }
         NoteIfLarge(bytes->size());

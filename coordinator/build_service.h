@@ -35,6 +35,10 @@ struct Planning {
   BuildScheduler* scheduler;  // the workers' capacity
   BuildLimits limits;
   ClientLeft client_left;  // whether the part's client has gone (may be null)
+  // A build's opening request (not a later part): when it names inputs
+  // the store lacks and no worker has its toolchain, the toolchain is what
+  // is refused, so that its client does not upload for nothing.
+  bool opening = false;
 };
 
 // What the BuildService does with a submitted build, or a part of one,

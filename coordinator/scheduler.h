@@ -189,6 +189,10 @@ class BuildScheduler {
   // nullopt for a build it does not know (any more).
   std::optional<v1::BuildRecord> BuildRecordOf(const std::string& build_id) const;
 
+  // OK when a connected worker has `toolchain` (or the coordinator has just
+  // started and none has registered yet); otherwise the FAILED_PRECONDITION
+  // SubmitBuild gives, naming the toolchains the workers have.
+  absl::Status ToolchainServed(const v1::ToolchainFingerprint& toolchain, absl::Time now) const;
   // The workers with toolchain `toolchain_digest`: their smallest usable cap
   // and their slots. Zero slots when none is connected.
   ClusterCapacity Capacity(const std::string& toolchain_digest) const;
@@ -333,6 +337,12 @@ class BuildScheduler {
                                   bool with_spans);
   // Ends `build`'s record and keeps it among the recent builds.
   void KeepRecord(BuildState& build, const std::string& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ToolchainServed under the lock; `eligible` counts the workers that have
+  // the toolchain.
+  absl::Status ToolchainServedLocked(const v1::ToolchainFingerprint& toolchain, absl::Time now,
+                                     int& eligible) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No worker has registered yet, within --startup-grace of the start.
+  bool StartingUpLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The whole unit of `unit`, for its task and its result.
   static v1::CompileUnit WholeUnit(const UnitState& unit);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/base/status.h"
 #include "common/nvcc/toolchain.h"
 #include "coordinator/ids.h"
 #include "coordinator/scheduler.h"
@@ -59,6 +60,46 @@ v1::CompileUnit BuildScheduler::WholeUnit(const UnitState& unit) {
   return whole;
 }
 
+bool BuildScheduler::StartingUpLocked(absl::Time now) const {
+  return workers_.empty() && options_.startup_grace > absl::ZeroDuration() &&
+         now - created_ < options_.startup_grace;
+}
+
+absl::Status BuildScheduler::ToolchainServedLocked(const v1::ToolchainFingerprint& toolchain,
+                                                   absl::Time now, int& eligible) const {
+  eligible = 0;
+  std::vector<std::string> others;
+  for (const auto& [worker_id, worker] : workers_) {
+    if (worker.info.toolchain().digest() == toolchain.digest()) {
+      ++eligible;
+    } else {
+      others.push_back(
+          absl::StrCat(worker.info.name(), ": ", DescribeToolchain(worker.info.toolchain())));
+    }
+  }
+  if (eligible > 0 || StartingUpLocked(now)) return absl::OkStatus();
+  // Typed (TOOLCHAIN, the toolchain's digest): a client can tell it from
+  // missing inputs, which an upload would help.
+  const std::vector<std::string> subject = {absl::StrCat("toolchains/", toolchain.digest())};
+  if (workers_.empty()) {
+    return PreconditionError(
+        "no worker is connected to the coordinator; start one with "
+        "distcc-cuda-worker --coordinator HOST:PORT",
+        kToolchainUnserved, subject);
+  }
+  return PreconditionError(
+      absl::StrCat("no connected worker has the build's toolchain ", DescribeToolchain(toolchain),
+                   "; connected workers have: ", absl::StrJoin(others, "; ")),
+      kToolchainUnserved, subject);
+}
+
+absl::Status BuildScheduler::ToolchainServed(const v1::ToolchainFingerprint& toolchain,
+                                             absl::Time now) const {
+  LockedSection lock(this);
+  int eligible = 0;
+  return ToolchainServedLocked(toolchain, now, eligible);
+}
+
 absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build_name,
                                                         const v1::ToolchainFingerprint& toolchain,
                                                         std::vector<PlannedUnit> units,
@@ -78,27 +119,9 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
   {
     LockedSection lock(this, &deferred);
     int eligible = 0;
-    std::vector<std::string> others;
-    for (const auto& [worker_id, worker] : workers_) {
-      if (worker.info.toolchain().digest() == toolchain.digest()) {
-        ++eligible;
-      } else {
-        others.push_back(
-            absl::StrCat(worker.info.name(), ": ", DescribeToolchain(worker.info.toolchain())));
-      }
-    }
-    const bool starting_up = workers_.empty() && options_.startup_grace > absl::ZeroDuration() &&
-                             now - created_ < options_.startup_grace;
-    if (eligible == 0 && !all_cached && !starting_up) {
-      if (workers_.empty()) {
-        return absl::FailedPreconditionError(
-            "no worker is connected to the coordinator; start one with "
-            "distcc-cuda-worker --coordinator HOST:PORT");
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "no connected worker has the build's toolchain ", DescribeToolchain(toolchain),
-          "; connected workers have: ", absl::StrJoin(others, "; ")));
-    }
+    absl::Status served = ToolchainServedLocked(toolchain, now, eligible);
+    if (!served.ok() && !all_cached) return served;
+    const bool starting_up = StartingUpLocked(now);
     id = NewId('b', epoch_);
     BuildState& build = builds_[id];
     build.id = id;

@@ -14,6 +14,8 @@
 
 namespace distcc_cuda {
 
+std::string Digest::BlobSubject() const { return absl::StrCat("blobs/", hash, "/", size_bytes); }
+
 std::string Digest::ToString() const { return absl::StrCat(hash, "/", size_bytes); }
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {

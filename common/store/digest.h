@@ -19,6 +19,9 @@ struct Digest {
 
   // "hash/size", the form used in logs and messages.
   std::string ToString() const;
+  // How the Remote Execution API names the blob: "blobs/HASH/SIZE" (the
+  // subject of a MISSING precondition failure, MissingBlobsError).
+  std::string BlobSubject() const;
   bool operator==(const Digest& other) const {
     return hash == other.hash && size_bytes == other.size_bytes;
   }
