@@ -24,6 +24,26 @@ void BuildScheduler::Deferred::DeliverEvents() {
   events.clear();
 }
 
+void BuildScheduler::Deferred::WriteLogs() {
+  for (const LogLine& line : logs) {
+    LogFields fields(line.fields);
+    if (line.warning) {
+      spdlog::warn("{}", line.message);
+    } else {
+      spdlog::info("{}", line.message);
+    }
+  }
+  logs.clear();
+}
+
+absl::StatusOr<WorkerState*> BuildScheduler::WorkerOf(const std::string& worker_id,
+                                                      const WorkerPeer& peer, Deferred& deferred) {
+  std::string refusal;
+  absl::StatusOr<WorkerState*> worker = workers_.Of(worker_id, peer, &refusal);
+  if (!refusal.empty()) deferred.Warn(std::move(refusal));
+  return worker;
+}
+
 void BuildScheduler::RunDeferred(Deferred& deferred) {
   deferred.DeliverEvents();
   for (auto& [callback, task] : deferred.leases) callback(std::move(task));
@@ -33,17 +53,11 @@ void BuildScheduler::RunDeferred(Deferred& deferred) {
     }
   }
   if (deferred.learnt && history_ != nullptr) history_->WritePending();
-  for (const Deferred::LogLine& line : deferred.logs) {
-    LogFields fields(line.fields);
-    if (line.warning) {
-      spdlog::warn("{}", line.message);
-    } else {
-      spdlog::info("{}", line.message);
-    }
-  }
+  deferred.WriteLogs();
   if (cross_check_) {
     for (CrossCheckCandidate& candidate : deferred.cross_checks) cross_check_(std::move(candidate));
   }
+  for (Deferred::PendingSplit& pending : deferred.splits) ApplySplit(std::move(pending));
 }
 
 BuildScheduler::LockedSection::LockedSection(const BuildScheduler* scheduler, Deferred* deferred)
@@ -88,7 +102,7 @@ absl::Status BuildScheduler::Heartbeat(const v1::HeartbeatRequest& request, absl
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
-    ASSIGN_OR_RETURN(WorkerState * worker, workers_.Of(request.worker_id(), peer));
+    ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer, deferred));
     if (request.running_task_ids_size() > 2 * worker->info.slots() + 16) {
       return absl::InvalidArgumentError(
           absl::StrCat("a heartbeat lists ", request.running_task_ids_size(), " running tasks for ",
@@ -132,7 +146,7 @@ absl::Status BuildScheduler::DeregisterWorker(const std::string& worker_id, absl
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
-    RETURN_IF_ERROR(workers_.Of(worker_id, peer).status());
+    RETURN_IF_ERROR(WorkerOf(worker_id, peer, deferred).status());
     DropWorker(worker_id,
                departure == Departure::kToolchainChanged
                    ? "left to register again with its changed toolchain"
@@ -150,7 +164,7 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
-    RETURN_IF_ERROR(workers_.Of(worker_id, peer).status());
+    RETURN_IF_ERROR(WorkerOf(worker_id, peer, deferred).status());
     std::optional<v1::Task> task = TakeTaskFor(worker_id, now, deferred);
     if (task || deadline <= now) {
       deferred.leases.emplace_back(std::move(callback), std::move(task));

@@ -288,6 +288,18 @@ class BuildScheduler {
     // Runs were learnt: the history has lines to append.
     bool learnt = false;
     std::vector<CrossCheckCandidate> cross_checks;
+    // Units killed for memory whose next rung is a split: the parts are
+    // planned (generated sources written to the store) and looked up in
+    // the result cache after mu_ is released, then put in place under it
+    // again (ApplySplit).
+    struct PendingSplit {
+      std::string task_id;
+      std::string killed;  // what stopped it, for the reason of the split
+      std::function<absl::StatusOr<std::vector<PlannedUnit>>()> split;
+      v1::TaskResult give_up;  // its result if it cannot split after all
+      absl::Time now;          // the report's time, for the dispatch after
+    };
+    std::vector<PendingSplit> splits;
     // Log lines (spdlog writes to stderr as it is called), each with the
     // LogFields in scope when it was made.
     struct LogLine {
@@ -298,13 +310,22 @@ class BuildScheduler {
     std::vector<LogLine> logs;
     void Info(std::string message) { logs.push_back({false, FieldsInScope(), std::move(message)}); }
     void Warn(std::string message) { logs.push_back({true, FieldsInScope(), std::move(message)}); }
+    // Writes the log lines (RunDeferred). A call that returns an error
+    // from inside its LockedSection skips RunDeferred: its lines are
+    // written by the destructor, which runs after the lock is released
+    // (a Deferred is declared before the LockedSection it is given to).
+    void WriteLogs();
+    Deferred() = default;
+    Deferred(const Deferred&) = delete;
+    Deferred& operator=(const Deferred&) = delete;
+    ~Deferred() { WriteLogs(); }
     // Delivers the build events; called while mu_ is still held, so the
     // events of one build reach its client in the order they happened.
     void DeliverEvents();
   };
   // Answers the lease requests, records the results and the history,
   // writes the log lines, then hands over the cross-checks (which may forget
-  // a recorded result), after mu_ is released.
+  // a recorded result) and applies the splits, after mu_ is released.
   void RunDeferred(Deferred& deferred);
   // Holds mu_ for one public call, delivers the call's events (if any)
   // before releasing it, and counts how long it held it
@@ -372,17 +393,29 @@ class BuildScheduler {
                bool count_as_loss = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The memory retry ladder for a unit its worker's cap stopped.
   void RetryAfterMemoryKill(const std::string& task_id, const v1::TaskResult& result,
-                            Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The ladder's split rung: replaces the killed task's unit by smaller
-  // units, if it splits into several with names new to its build; false
-  // otherwise (the unit fails).
-  bool SplitAfterMemoryKill(const std::string& task_id, const std::string& killed,
-                            Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                            absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ladder's split rung, once the lock is released: plans `pending`'s
+  // parts and looks them up in the result cache, then, under the lock,
+  // replaces the killed task's unit by them if it split into several with
+  // names new to its build, or fails it. Nothing when the task ended
+  // meanwhile (its worker lost, the build cancelled: its unit is requeued
+  // or gone).
+  void ApplySplit(Deferred::PendingSplit pending) ABSL_LOCKS_EXCLUDED(mu_);
+  // workers_.Of, a refused peer's warning written after the lock.
+  absl::StatusOr<WorkerState*> WorkerOf(const std::string& worker_id, const WorkerPeer& peer,
+                                        Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ApplySplit's part under the lock.
+  void SplitOrGiveUp(const Deferred::PendingSplit& pending,
+                     absl::StatusOr<std::vector<PlannedUnit>> parts,
+                     std::vector<std::optional<v1::TaskResult>> hits, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // options_.clock's time.
   absl::Time Now() const;
-  // Replaces a killed task's unit by `parts` (the ladder's last rung).
+  // Replaces a killed task's unit by `parts` (the ladder's last rung);
+  // `hits` holds each part's result from the result cache, if it has one.
   void SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
-                 const std::string& reason, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                 std::vector<std::optional<v1::TaskResult>> hits, const std::string& reason,
+                 Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes a unit predicted from less than its closure family's or its
   // family's runs (the default, or its family's while its closure family has
   // none) as waiting for them (LearnFrom).

@@ -22,7 +22,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
-    ASSIGN_OR_RETURN(WorkerState * worker, workers_.Of(request.worker_id(), peer));
+    ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(request.worker_id(), peer, deferred));
     auto task_it = tasks_.find(request.task_id());
     if (task_it == tasks_.end() || task_it->second.worker_id != request.worker_id()) {
       return absl::NotFoundError(absl::StrCat("task ", request.task_id(), " is not leased to ",
@@ -59,7 +59,7 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
       Requeue(request.task_id(), absl::StrCat("worker could not run it: ", result.error_message()),
               deferred);
     } else if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) {
-      RetryAfterMemoryKill(request.task_id(), result, deferred);
+      RetryAfterMemoryKill(request.task_id(), result, now, deferred);
     } else if (auto build = builds_.find(task_it->second.build_id);
                build != builds_.end() &&
                result.toolchain_digest() != build->second.toolchain_digest) {
@@ -113,7 +113,7 @@ absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const st
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
-    ASSIGN_OR_RETURN(WorkerState * worker, workers_.Of(worker_id, peer));
+    ASSIGN_OR_RETURN(WorkerState * worker, WorkerOf(worker_id, peer, deferred));
     auto task = tasks_.find(task_id);
     if (task == tasks_.end() || task->second.worker_id != worker_id) {
       return absl::NotFoundError(absl::StrCat("task ", task_id, " is not leased to ", worker_id));
@@ -161,7 +161,7 @@ std::string BuildScheduler::OutputsDiffer(const v1::TaskResult& result,
 }
 
 void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::TaskResult& result,
-                                          Deferred& deferred) {
+                                          absl::Time now, Deferred& deferred) {
   const TaskState task = tasks_.at(task_id);
   const WorkerState& worker = *workers_.Find(task.worker_id);
   auto build_it = builds_.find(task.build_id);
@@ -219,16 +219,19 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
       unit.needs_cap_above = step.needs_cap_above;
       break;
     case RetryRung::kSplit:
-      if (SplitAfterMemoryKill(task_id, killed, deferred)) return;
-      [[fallthrough]];
     case RetryRung::kGiveUp:
-      EndTask(task_id);
       v1::TaskResult failed = result;
       failed.set_error_message(absl::StrCat(
           "unit ", name, " peaked at ", FormatByteSize(unit.peak_seen),
           ", above what every worker can give it (largest cap ", FormatByteSize(kill.largest_cap),
           "); split it (fewer instantiations or architectures per unit, lower --threads) or add "
           "a worker with more memory"));
+      if (step.rung == RetryRung::kSplit) {
+        // Planning the parts reads and writes the store: after the lock.
+        deferred.splits.push_back({task_id, killed, unit.planned.split, failed, now});
+        return;
+      }
+      EndTask(task_id);
       FinishUnit(build, task.unit_index, failed, false, deferred);
       return;
   }
@@ -236,34 +239,64 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
           /*count_as_loss=*/false);
 }
 
-bool BuildScheduler::SplitAfterMemoryKill(const std::string& task_id, const std::string& killed,
-                                          Deferred& deferred) {
-  const TaskState& task = tasks_.at(task_id);
-  BuildState& build = builds_.at(task.build_id);
-  const UnitState& unit = build.units[task.unit_index];
-  // Fewer instantiations per unit: the halves may fit where it did not.
-  absl::StatusOr<std::vector<PlannedUnit>> parts = unit.planned.split();
+void BuildScheduler::ApplySplit(Deferred::PendingSplit pending) {
+  absl::StatusOr<std::vector<PlannedUnit>> parts = pending.split();
+  std::vector<std::optional<v1::TaskResult>> hits;
+  if (parts.ok()) {
+    for (const PlannedUnit& part : *parts) {
+      hits.push_back(lookup_result_ ? lookup_result_(part.action_digest) : std::nullopt);
+    }
+  }
+  Deferred deferred;
+  {
+    LockedSection lock(this, &deferred);
+    SplitOrGiveUp(pending, std::move(parts), std::move(hits), deferred);
+    Dispatch(pending.now, deferred);
+  }
+  RunDeferred(deferred);
+}
+
+void BuildScheduler::SplitOrGiveUp(const Deferred::PendingSplit& pending,
+                                   absl::StatusOr<std::vector<PlannedUnit>> parts,
+                                   std::vector<std::optional<v1::TaskResult>> hits,
+                                   Deferred& deferred) {
+  auto task = tasks_.find(pending.task_id);
+  if (task == tasks_.end()) return;  // requeued (its worker lost, timed out) or cancelled
+  auto build_it = builds_.find(task->second.build_id);
+  if (build_it == builds_.end() || task->second.cancelled) {
+    EndTask(pending.task_id);
+    return;
+  }
+  BuildState& build = build_it->second;
+  const int unit_index = task->second.unit_index;
+  const UnitState& unit = build.units[unit_index];
+  bool splits = parts.ok() && parts->size() > 1;
   if (!parts.ok()) {
     deferred.Warn(fmt::format("cannot split unit {}: {}", unit.planned.unit.name(),
                               parts.status().ToString()));
-    return false;
   }
-  if (parts->size() <= 1) return false;
-  for (const PlannedUnit& part : *parts) {
+  for (size_t i = 0; splits && i < parts->size(); ++i) {
     for (const UnitState& other : build.units) {
-      if (other.planned.unit.name() == part.unit.name()) return false;
+      if (other.planned.unit.name() == (*parts)[i].unit.name()) splits = false;
     }
   }
+  if (!splits) {
+    EndTask(pending.task_id);
+    FinishUnit(build, unit_index, pending.give_up, false, deferred);
+    return;
+  }
+  // Fewer instantiations (or targets) per unit: the parts may fit where it
+  // did not.
   std::string why = (*parts)[0].unit.has_architecture_part()
-                        ? absl::StrCat(killed, "; no worker has more memory, so its ",
+                        ? absl::StrCat(pending.killed, "; no worker has more memory, so its ",
                                        parts->size(), " targets compile as units of their own")
-                        : absl::StrCat(killed, "; no worker has more memory, so its ",
+                        : absl::StrCat(pending.killed, "; no worker has more memory, so its ",
                                        unit.planned.instantiations, " instantiations are split");
-  SplitUnit(task_id, std::move(*parts), why, deferred);
-  return true;
+  SplitUnit(pending.task_id, *std::move(parts), std::move(hits), why, deferred);
 }
 
 void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUnit> parts,
+                               std::vector<std::optional<v1::TaskResult>> hits,
                                const std::string& reason, Deferred& deferred) {
   std::optional<TaskState> task = EndTask(task_id);
   if (!task) return;
@@ -286,11 +319,11 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
   int parent_parallel = std::max(1, old.planned.parallel);
   std::vector<int> fresh;
   std::vector<std::pair<int, v1::TaskResult>> cached;
-  for (PlannedUnit& part : parts) {  // `old` is not used past here: units grows
+  for (size_t i = 0; i < parts.size(); ++i) {  // `old` is not used past here: units grows
+    PlannedUnit& part = parts[i];
     split->add_into(part.unit.name());
     int index = build.units.size();
-    std::optional<v1::TaskResult> hit =
-        lookup_result_ ? lookup_result_(part.action_digest) : std::nullopt;
+    std::optional<v1::TaskResult>& hit = hits[i];
     UnitState state = Hold(std::move(part), hit.has_value());
     // A part of fewer targets runs fewer of them at once (--threads).
     state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations *

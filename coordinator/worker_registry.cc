@@ -7,7 +7,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/terminal_text.h"
-#include "spdlog/spdlog.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
@@ -89,14 +88,17 @@ absl::Status WorkerRegistry::Add(const std::string& id, const v1::RegisterWorker
   return absl::OkStatus();
 }
 
-absl::StatusOr<WorkerState*> WorkerRegistry::Of(const std::string& id, const WorkerPeer& peer) {
+absl::StatusOr<WorkerState*> WorkerRegistry::Of(const std::string& id, const WorkerPeer& peer,
+                                                std::string* refusal) {
   WorkerState* worker = Find(id);
   if (worker == nullptr) {
     return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered; register again"));
   }
   if (worker->peer.name != peer.name) {
-    spdlog::warn("{} used the id of worker {} ({}); refused", peer.name, worker->info.name(),
-                 worker->peer.name);
+    if (refusal != nullptr) {
+      *refusal = absl::StrCat(peer.name, " used the id of worker ", worker->info.name(), " (",
+                              worker->peer.name, "); refused");
+    }
     return absl::PermissionDeniedError(
         absl::StrCat("worker ", id, " was registered by another peer"));
   }

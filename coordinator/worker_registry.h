@@ -68,8 +68,10 @@ class WorkerRegistry {
   void Remove(const std::string& id) { workers_.erase(id); }
 
   // The worker `id` if `peer` registered it: NOT_FOUND or PERMISSION_DENIED
-  // otherwise.
-  absl::StatusOr<WorkerState*> Of(const std::string& id, const WorkerPeer& peer);
+  // otherwise, and then, if `refusal` is given, the line for the operator
+  // (who used whose id), for the caller to log once its lock is released.
+  absl::StatusOr<WorkerState*> Of(const std::string& id, const WorkerPeer& peer,
+                                  std::string* refusal = nullptr);
   // The worker `id`, or null.
   WorkerState* Find(const std::string& id);
   const WorkerState* Find(const std::string& id) const;

@@ -1355,11 +1355,12 @@ TEST_F(SchedulerTest, AResultThatFinishedDespiteTheCancelEntersTheCache) {
 
 // For tests of a scheduler of their own: a worker of one slot and 8 GiB
 // with toolchain 13.0, a lease answered at once, a compiled unit's report.
-absl::StatusOr<std::string> RegisterOneSlotWorker(BuildScheduler& scheduler) {
+absl::StatusOr<std::string> RegisterOneSlotWorker(BuildScheduler& scheduler,
+                                                  int64_t memory_cap = 8 * kGiB) {
   v1::RegisterWorkerRequest request;
   request.set_name("w1");
   *request.mutable_toolchain() = Toolchain("13.0");
-  request.set_memory_cap_bytes(8 * kGiB);
+  request.set_memory_cap_bytes(memory_cap);
   request.set_slots(1);
   return scheduler.RegisterWorker(request, kStart);
 }
@@ -1439,6 +1440,59 @@ TEST(SchedulerLockTest, AResultIsRecordedAfterTheLockIsReleased) {
   EXPECT_THAT(probe.LockWasFree(), ::testing::ElementsAre(true));
 }
 
+// A unit split after memory kills: planning its parts writes their
+// generated sources to the store, and each part is looked up in the result
+// cache (a file read): both after the lock is released.
+TEST(SchedulerLockTest, ASplitIsPlannedAndLookedUpAfterTheLockIsReleased) {
+  LockProbe probe;
+  BuildScheduler scheduler(SchedulerOptions{}, nullptr, nullptr,
+                           [&probe](const std::string&) -> std::optional<v1::TaskResult> {
+                             probe();
+                             return std::nullopt;
+                           });
+  probe.Watch(&scheduler);
+  absl::StatusOr<std::string> worker = RegisterOneSlotWorker(scheduler, 1 * kGiB);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::vector<PlannedUnit> units = Units(1, 200 * kMiB);
+  units[0].unit.set_name("set_1of1");
+  units[0].instantiations = 4;
+  units[0].split = [&probe]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+    probe();
+    std::vector<PlannedUnit> halves = Units(2, 300 * kMiB);
+    for (int i = 0; i < 2; ++i) {
+      halves[i].unit.set_name(absl::StrCat("set_1of1_", i + 1, "of2"));
+      halves[i].action_digest = absl::StrCat("half", i);
+      halves[i].instantiations = 2;
+    }
+    return halves;
+  };
+  std::vector<v1::BuildEvent> events;
+  ASSERT_TRUE(scheduler
+                  .SubmitBuild(
+                      "test", Toolchain("13.0"), std::move(units), {},
+                      [&events](const v1::BuildEvent& event) { events.push_back(event); }, kStart)
+                  .ok());
+  // A larger reservation, then alone, then split: no worker is larger.
+  for (int64_t peak : {300 * kMiB, 900 * kMiB, 950 * kMiB}) {
+    std::optional<v1::Task> task = LeaseAtOnce(scheduler, *worker);
+    ASSERT_TRUE(task);
+    v1::ReportResultRequest report;
+    report.set_worker_id(*worker);
+    report.set_task_id(task->task_id());
+    *report.mutable_result() = KilledForMemory(peak);
+    ASSERT_TRUE(scheduler.ReportResult(report, kStart).ok());
+  }
+  int splits = 0;
+  for (const v1::BuildEvent& event : events) {
+    if (event.has_unit_split()) ++splits;
+  }
+  EXPECT_EQ(splits, 1);
+  // The split itself, then one lookup per half.
+  EXPECT_THAT(probe.LockWasFree(), ::testing::ElementsAre(true, true, true));
+  // Both halves are queued and leased.
+  EXPECT_TRUE(LeaseAtOnce(scheduler, *worker));
+}
+
 // A sink that calls `probe` for each line it is given.
 class ProbingSink : public spdlog::sinks::base_sink<std::mutex> {
  public:
@@ -1470,6 +1524,31 @@ TEST(SchedulerLockTest, LogLinesAreWrittenAfterTheLockIsReleased) {
   spdlog::set_default_logger(previous);
   EXPECT_GE(probe.LockWasFree().size(), 3u);
   EXPECT_THAT(probe.LockWasFree(), ::testing::Each(true));
+}
+
+// A peer that uses another's worker id is refused and the operator is told,
+// in a line written after the lock is released, although the call returns
+// its error from inside it.
+TEST(SchedulerLockTest, ARefusedPeersWarningIsWrittenAfterTheLockIsReleased) {
+  BuildScheduler scheduler(SchedulerOptions{}, nullptr);
+  absl::StatusOr<std::string> worker = RegisterOneSlotWorker(scheduler);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  LockProbe probe;
+  probe.Watch(&scheduler);
+  auto previous = spdlog::default_logger();
+  auto sink = std::make_shared<ProbingSink>([&probe] { probe(); });
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("probe", sink));
+  const WorkerPeer intruder{"intruder", true};
+  absl::Status lease = scheduler.RequestLease(
+      *worker, kStart, [](std::optional<v1::Task>) {}, kStart, intruder);
+  v1::HeartbeatResponse response;
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id(*worker);
+  absl::Status heartbeat = scheduler.Heartbeat(beat, kStart, intruder, &response);
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(lease.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(heartbeat.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(probe.LockWasFree(), ::testing::ElementsAre(true, true));
 }
 
 TEST(SchedulerClockTest, TheTimesKeptForPeopleComeFromItsClock) {
