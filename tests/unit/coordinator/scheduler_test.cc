@@ -51,6 +51,17 @@ std::vector<PlannedUnit> Units(int count, int64_t peak = 100 * kMiB,
   return units;
 }
 
+// The two halves a unit "set_1of1" of four instantiations splits into.
+std::vector<PlannedUnit> HalvesOfSet() {
+  std::vector<PlannedUnit> halves = Units(2, 300 * kMiB);
+  for (int i = 0; i < 2; ++i) {
+    halves[i].unit.set_name(absl::StrCat("set_1of1_", i + 1, "of2"));
+    halves[i].action_digest = absl::StrCat("half", i);
+    halves[i].instantiations = 2;
+  }
+  return halves;
+}
+
 v1::TaskResult KilledForMemory(int64_t peak) {
   v1::TaskResult result;
   result.set_outcome(v1::TASK_KILLED_FOR_MEMORY);
@@ -856,13 +867,7 @@ TEST_F(SchedulerTest, UnitOfSeveralInstantiationsKilledOnTheLargestWorkerIsSplit
   int splits = 0;
   units[0].split = [&splits]() -> absl::StatusOr<std::vector<PlannedUnit>> {
     ++splits;
-    std::vector<PlannedUnit> halves = Units(2, 300 * kMiB);
-    for (int i = 0; i < 2; ++i) {
-      halves[i].unit.set_name(absl::StrCat("set_1of1_", i + 1, "of2"));
-      halves[i].action_digest = absl::StrCat("half", i);
-      halves[i].instantiations = 2;
-    }
-    return halves;
+    return HalvesOfSet();
   };
   ASSERT_TRUE(SubmitUnits(std::move(units)).ok());
   // A larger reservation, then alone; no worker has a larger cap.
@@ -1458,13 +1463,7 @@ TEST(SchedulerLockTest, ASplitIsPlannedAndLookedUpAfterTheLockIsReleased) {
   units[0].instantiations = 4;
   units[0].split = [&probe]() -> absl::StatusOr<std::vector<PlannedUnit>> {
     probe();
-    std::vector<PlannedUnit> halves = Units(2, 300 * kMiB);
-    for (int i = 0; i < 2; ++i) {
-      halves[i].unit.set_name(absl::StrCat("set_1of1_", i + 1, "of2"));
-      halves[i].action_digest = absl::StrCat("half", i);
-      halves[i].instantiations = 2;
-    }
-    return halves;
+    return HalvesOfSet();
   };
   std::vector<v1::BuildEvent> events;
   ASSERT_TRUE(scheduler
