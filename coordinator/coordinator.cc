@@ -106,9 +106,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       access, coordinator->cas_.get(), results, coordinator->history_.get(),
       coordinator->unit_sizes_.get(), coordinator->scheduler_.get(), coordinator->planner_.get(),
       options.limits, &coordinator->memory_release_);
+  // Reports are taken off the reactor threads (a result's record is synced
+  // to disk); two at once, as the scheduler's lock lets them.
+  coordinator->reports_ = std::make_unique<BoundedExecutor>(2, 4096);
   coordinator->worker_service_ = std::make_unique<WorkerService>(
       access, coordinator->scheduler_.get(), coordinator->cas_.get(),
-      options.scheduler.heartbeat_interval);
+      options.scheduler.heartbeat_interval, WorkerMessageLimits{}, coordinator->reports_.get());
 
   grpc::ServerBuilder builder;
   // A port in use is an error, not shared with the coordinator already
@@ -250,6 +253,9 @@ Coordinator::~Coordinator() {
   stop_.Notify();
   // Builds still being planned finish their calls before the server stops.
   if (planner_) planner_->Shutdown();
+  // So do the reports being taken; one that comes later is taken on its
+  // gRPC thread.
+  if (reports_) reports_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   cross_checker_.reset();

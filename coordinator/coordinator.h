@@ -133,6 +133,8 @@ class Coordinator {
   // Noted by the build service, released by the ticker.
   MemoryRelease memory_release_;
   std::unique_ptr<BoundedExecutor> planner_;
+  // Takes the workers' reports (WorkerService), off the reactor threads.
+  std::unique_ptr<BoundedExecutor> reports_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<CasService> cas_service_;
   std::unique_ptr<BuildService> build_service_;

@@ -186,7 +186,12 @@ grpc::ServerUnaryReactor* WorkerService::ReportResult(grpc::CallbackServerContex
   if (!principal.ok()) {
     return FinishWith<v1::ReportResultResponse>(reactor, principal.status(), raw_response);
   }
-  return FinishWith(reactor, Report(request, *principal), raw_response);
+  auto report = std::make_shared<const v1::ReportResultRequest>(std::move(request));
+  auto take = [this, reactor, report, principal = *principal, raw_response] {
+    FinishWith(reactor, Report(*report, principal), raw_response);
+  };
+  if (reports_ == nullptr || !reports_->Submit(take)) take();
+  return reactor;
 }
 
 absl::StatusOr<v1::ReportResultResponse> WorkerService::Report(

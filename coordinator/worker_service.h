@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
+#include "common/base/bounded_executor.h"
 #include "common/store/cas_store.h"
 #include "coordinator/access_control.h"
 #include "coordinator/scheduler.h"
@@ -40,14 +41,20 @@ struct WorkerMessageLimits {
 class WorkerService final : public WorkerServiceBase {
  public:
   // Every call needs the worker role in `access`; worker ids are bound to
-  // the caller's principal; a report's outputs must be in `cas`.
+  // the caller's principal; a report's outputs must be in `cas`. Reports
+  // are taken on `reports` (may be null: on the gRPC thread), not on the
+  // reactor's thread: taking one writes the result cache's record, the
+  // history and the log, and may plan a split. When its queue is full a
+  // report is taken on the gRPC thread, as before.
   WorkerService(const AccessControl* access, BuildScheduler* scheduler, const CasStore* cas,
-                absl::Duration heartbeat_interval, WorkerMessageLimits limits = {})
+                absl::Duration heartbeat_interval, WorkerMessageLimits limits = {},
+                BoundedExecutor* reports = nullptr)
       : access_(access),
         scheduler_(scheduler),
         cas_(cas),
         heartbeat_interval_(heartbeat_interval),
-        limits_(limits) {}
+        limits_(limits),
+        reports_(reports) {}
 
   // Each takes its v1:: request as bytes and answers its v1:: response.
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
@@ -81,6 +88,7 @@ class WorkerService final : public WorkerServiceBase {
   const CasStore* cas_;
   absl::Duration heartbeat_interval_;
   WorkerMessageLimits limits_;
+  BoundedExecutor* const reports_;
 };
 
 }  // namespace distcc_cuda::coordinator
