@@ -23,12 +23,23 @@ absl::Status CheckBlobSize(const Digest& digest, int64_t max_blob_bytes) {
 // Receives one blob in chunks and commits it once verified.
 class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobRequest> {
  public:
-  WriteBlobReactor(CasStore* store, int64_t max_blob_bytes, v1::WriteBlobResponse* response)
-      : store_(store), max_blob_bytes_(max_blob_bytes), response_(response) {
+  WriteBlobReactor(CasStore* store, int64_t max_blob_bytes, v1::WriteBlobResponse* response,
+                   BoundedExecutor* io)
+      : store_(store), max_blob_bytes_(max_blob_bytes), response_(response), io_(io) {
     StartRead(&request_);
   }
 
+  // Each chunk is written (and the blob hashed and synced) on `io_`.
   void OnReadDone(bool ok) override {
+    RunOnOrHere(io_, [this, ok] { Received(ok); });
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Takes a chunk (or, once the client closed its side, commits the blob)
+  // and asks for the next; Finish or StartRead is its last step.
+  void Received(bool ok) {
     if (!ok) {
       // The client closed its side; the blob must be whole by now.
       if (writer_ == nullptr) {
@@ -47,9 +58,6 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
     StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
-
- private:
   absl::Status Accept() {
     if (writer_ == nullptr) {
       Digest digest = FromProto(request_.digest());
@@ -77,6 +85,7 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
   CasStore* store_;
   int64_t max_blob_bytes_;
   v1::WriteBlobResponse* response_;
+  BoundedExecutor* io_;
   v1::WriteBlobRequest request_;
   std::unique_ptr<BlobWriter> writer_;
   Digest digest_;
@@ -85,8 +94,26 @@ class WriteBlobReactor final : public grpc::ServerReadReactor<v1::WriteBlobReque
 // Sends one blob in chunks of at most 1 MiB, one write in flight.
 class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobResponse> {
  public:
-  ReadBlobReactor(CasStore* store, const v1::ReadBlobRequest* request)
-      : store_(store), digest_(FromProto(request->digest())) {
+  // The blob is verified, read and hashed on `io_`.
+  ReadBlobReactor(CasStore* store, const v1::ReadBlobRequest* request, BoundedExecutor* io)
+      : store_(store), io_(io), digest_(FromProto(request->digest())) {
+    RunOnOrHere(io_, [this] { Begin(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    RunOnOrHere(io_, [this, ok] {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "reader went away"));
+        return;
+      }
+      Next();
+    });
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Begin() {
     absl::Status valid = ValidateDigest(digest_);
     if (!valid.ok()) {
       Finish(ToGrpcStatus(valid));
@@ -94,7 +121,7 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
     }
     // Hashed on its first read since the coordinator started; a damaged
     // blob is removed, so the next FindMissingBlobs asks for it again.
-    absl::Status verified = store->Verify(digest_);
+    absl::Status verified = store_->Verify(digest_);
     if (!verified.ok()) {
       Finish(grpc::Status(
           grpc::StatusCode::NOT_FOUND,
@@ -103,22 +130,11 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
                                                : " of the coordinator")));
       return;
     }
-    if (digest_.size_bytes > 0) in_.open(store->PathOf(digest_), std::ios::binary);
+    if (digest_.size_bytes > 0) in_.open(store_->PathOf(digest_), std::ios::binary);
     buffer_.resize(kMaxChunkBytes);
     Next();
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "reader went away"));
-      return;
-    }
-    Next();
-  }
-
-  void OnDone() override { delete this; }
-
- private:
   void Next() {
     if (offset_ >= digest_.size_bytes) {
       Finish(grpc::Status::OK);
@@ -154,6 +170,7 @@ class ReadBlobReactor final : public grpc::ServerWriteReactor<v1::ReadBlobRespon
   }
 
   CasStore* store_;
+  BoundedExecutor* io_;
   Sha256 sha_;
   Digest digest_;
   std::ifstream in_;
@@ -210,13 +227,20 @@ grpc::ServerUnaryReactor* CasService::FindMissingBlobs(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* raw,
                                                        grpc::ByteBuffer* raw_response) {
   auto* reactor = context->DefaultReactor();
-  v1::FindMissingBlobsRequest request;
-  v1::FindMissingBlobsResponse response;
   absl::Status status = Authorize(*context);
-  if (status.ok()) status = ParseRequest(*raw, nullptr, "the FindMissingBlobs request", request);
-  if (status.ok()) status = FindMissing(request, response);
-  if (status.ok()) *raw_response = SerializedBytes(response);
-  reactor->Finish(ToGrpcStatus(status));
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  // Looking a blob up hashes it the first time: on io_.
+  RunOnOrHere(io_, [this, reactor, raw, raw_response] {
+    v1::FindMissingBlobsRequest request;
+    v1::FindMissingBlobsResponse response;
+    absl::Status status = ParseRequest(*raw, nullptr, "the FindMissingBlobs request", request);
+    if (status.ok()) status = FindMissing(request, response);
+    if (status.ok()) *raw_response = SerializedBytes(response);
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
 }
 
@@ -224,15 +248,22 @@ grpc::ServerUnaryReactor* CasService::BatchUpdateBlobs(grpc::CallbackServerConte
                                                        const grpc::ByteBuffer* raw,
                                                        grpc::ByteBuffer* raw_response) {
   auto* reactor = context->DefaultReactor();
-  v1::BatchUpdateBlobsRequest request;
   absl::Status status = Authorize(*context);
-  if (status.ok()) status = ParseRequest(*raw, nullptr, "the BatchUpdateBlobs request", request);
-  if (status.ok()) {
-    v1::BatchUpdateBlobsResponse response;
-    BatchUpdate(request, response);
-    *raw_response = SerializedBytes(response);
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
   }
-  reactor->Finish(ToGrpcStatus(status));
+  // Storing writes and syncs files: on io_.
+  RunOnOrHere(io_, [this, reactor, raw, raw_response] {
+    v1::BatchUpdateBlobsRequest request;
+    absl::Status status = ParseRequest(*raw, nullptr, "the BatchUpdateBlobs request", request);
+    if (status.ok()) {
+      v1::BatchUpdateBlobsResponse response;
+      BatchUpdate(request, response);
+      *raw_response = SerializedBytes(response);
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
 }
 
@@ -241,7 +272,7 @@ grpc::ServerReadReactor<v1::WriteBlobRequest>* CasService::WriteBlob(
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
     return RefuseCall<grpc::ServerReadReactor<v1::WriteBlobRequest>>(ToGrpcStatus(allowed));
   }
-  return new WriteBlobReactor(store_, max_blob_bytes_, response);
+  return new WriteBlobReactor(store_, max_blob_bytes_, response, io_);
 }
 
 grpc::ServerWriteReactor<v1::ReadBlobResponse>* CasService::ReadBlob(
@@ -249,7 +280,7 @@ grpc::ServerWriteReactor<v1::ReadBlobResponse>* CasService::ReadBlob(
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
     return RefuseCall<grpc::ServerWriteReactor<v1::ReadBlobResponse>>(ToGrpcStatus(allowed));
   }
-  return new ReadBlobReactor(store_, request);
+  return new ReadBlobReactor(store_, request, io_);
 }
 
 }  // namespace distcc_cuda::coordinator

@@ -2,6 +2,7 @@
 // The ContentStore service over the coordinator's on-disk CAS.
 #pragma once
 
+#include "common/base/bounded_executor.h"
 #include "common/store/cas_store.h"
 #include "coordinator/access_control.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
@@ -19,9 +20,12 @@ class CasService final : public CasServiceBase {
  public:
   // Every call needs the client or the worker role in `access`; no blob
   // above `max_blob_bytes` is stored (RESOURCE_EXHAUSTED naming the limit).
+  // The store's disk work (reading, writing, hashing, syncing blobs) runs
+  // on `io` (may be null: on the gRPC threads), off the reactors' threads;
+  // when its queue is full, on the gRPC thread.
   CasService(const AccessControl* access, CasStore* store,
-             int64_t max_blob_bytes = int64_t{4} << 30)
-      : access_(access), store_(store), max_blob_bytes_(max_blob_bytes) {}
+             int64_t max_blob_bytes = int64_t{4} << 30, BoundedExecutor* io = nullptr)
+      : access_(access), store_(store), max_blob_bytes_(max_blob_bytes), io_(io) {}
 
   // A v1::FindMissingBlobsRequest in, a v1::FindMissingBlobsResponse out.
   grpc::ServerUnaryReactor* FindMissingBlobs(grpc::CallbackServerContext* context,
@@ -48,6 +52,7 @@ class CasService final : public CasServiceBase {
   const AccessControl* access_;
   CasStore* store_;
   int64_t max_blob_bytes_;
+  BoundedExecutor* const io_;
 };
 
 }  // namespace distcc_cuda::coordinator

@@ -98,8 +98,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         [checker](CrossCheckCandidate candidate) { checker->Check(std::move(candidate)); });
   }
   const AccessControl* access = coordinator->access_.get();
-  coordinator->cas_service_ =
-      std::make_unique<CasService>(access, coordinator->cas_.get(), options.max_blob_bytes);
+  // The store's disk work, off the reactors' threads (CasService).
+  coordinator->cas_io_ = std::make_unique<BoundedExecutor>(4, 4096);
+  coordinator->cas_service_ = std::make_unique<CasService>(
+      access, coordinator->cas_.get(), options.max_blob_bytes, coordinator->cas_io_.get());
   // Two planners: planning a build hashes and stores its generated units.
   coordinator->planner_ = std::make_unique<BoundedExecutor>(2, 64);
   coordinator->build_service_ = std::make_unique<BuildService>(
@@ -258,6 +260,7 @@ Coordinator::~Coordinator() {
   if (reports_) reports_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (cas_io_) cas_io_->Shutdown();
   cross_checker_.reset();
   if (housekeeping_) housekeeping_->Shutdown();
 }

@@ -135,6 +135,9 @@ class Coordinator {
   std::unique_ptr<BoundedExecutor> planner_;
   // Takes the workers' reports (WorkerService), off the reactor threads.
   std::unique_ptr<BoundedExecutor> reports_;
+  // Reads, writes, hashes and syncs the store's blobs for CasService, off
+  // the reactor threads; shut down after the server, whose calls use it.
+  std::unique_ptr<BoundedExecutor> cas_io_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<CasService> cas_service_;
   std::unique_ptr<BuildService> build_service_;

@@ -187,10 +187,9 @@ grpc::ServerUnaryReactor* WorkerService::ReportResult(grpc::CallbackServerContex
     return FinishWith<v1::ReportResultResponse>(reactor, principal.status(), raw_response);
   }
   auto report = std::make_shared<const v1::ReportResultRequest>(std::move(request));
-  auto take = [this, reactor, report, principal = *principal, raw_response] {
+  RunOnOrHere(reports_, [this, reactor, report, principal = *principal, raw_response] {
     FinishWith(reactor, Report(*report, principal), raw_response);
-  };
-  if (reports_ == nullptr || !reports_->Submit(take)) take();
+  });
   return reactor;
 }
 

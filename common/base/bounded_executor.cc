@@ -44,4 +44,8 @@ void BoundedExecutor::Loop() {
   }
 }
 
+void RunOnOrHere(BoundedExecutor* executor, const std::function<void()>& task) {
+  if (executor == nullptr || !executor->Submit(task)) task();
+}
+
 }  // namespace distcc_cuda

@@ -39,4 +39,9 @@ class BoundedExecutor {
   std::vector<std::thread> threads_;
 };
 
+// Runs `task` on `executor`, or here, at once, when there is none or it
+// takes no more (full, or shut down): for work that should leave a gRPC
+// reactor's thread but must not be dropped.
+void RunOnOrHere(BoundedExecutor* executor, const std::function<void()>& task);
+
 }  // namespace distcc_cuda

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 
@@ -35,6 +36,30 @@ TEST(BoundedExecutorTest, FullQueueRefusesInsteadOfGrowing) {
   release.Notify();
   executor.Shutdown();
   EXPECT_EQ(ran.load(), 3);
+}
+
+TEST(BoundedExecutorTest, RunOnOrHereRunsHereOnlyWhenTheExecutorTakesNoMore) {
+  const std::thread::id here = std::this_thread::get_id();
+  std::thread::id ran_on;
+  auto note = [&ran_on] { ran_on = std::this_thread::get_id(); };
+  RunOnOrHere(nullptr, note);
+  EXPECT_EQ(ran_on, here) << "no executor";
+  BoundedExecutor executor(1, 1);
+  absl::Notification release, started;
+  RunOnOrHere(&executor, [&] {
+    started.Notify();
+    release.WaitForNotification();
+  });
+  started.WaitForNotification();
+  RunOnOrHere(&executor, note);  // queued
+  std::thread::id queued_ran_on = ran_on;
+  RunOnOrHere(&executor, [&] { queued_ran_on = std::this_thread::get_id(); });  // full: here
+  EXPECT_EQ(queued_ran_on, here) << "a full executor: run here at once";
+  release.Notify();
+  executor.Shutdown();
+  EXPECT_NE(ran_on, here) << "the queued task ran on the executor's thread";
+  RunOnOrHere(&executor, note);
+  EXPECT_EQ(ran_on, here) << "a shut down executor: run here";
 }
 
 }  // namespace
