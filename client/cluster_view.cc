@@ -7,17 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/progress.h"
 #include "common/base/byte_size.h"
 #include "common/base/terminal_text.h"
 
 namespace distcc_cuda::client {
 namespace {
-
-std::string Seconds(int64_t ms) {
-  if (ms < 100'000) return absl::StrFormat("%.1f s", ms / 1000.0);
-  if (ms < 6'000'000) return absl::StrFormat("%dm%02ds", ms / 60'000, ms / 1000 % 60);
-  return absl::StrFormat("%dh%02dm", ms / 3'600'000, ms / 60'000 % 60);
-}
 
 std::string Cut(const std::string& text, size_t width) {
   std::string safe = TerminalSafe(text);
@@ -48,11 +43,11 @@ std::string MemoryBar(int64_t used_bytes, int64_t reserved_bytes, int64_t cap_by
 
 std::string RenderClusterView(const v1::ClusterStatus& status, const std::string& address,
                               absl::Time now, int width) {
-  std::string out =
-      absl::StrCat("coordinator ", TerminalSafe(address), ": ", status.workers_size(), " workers, ",
-                   status.running_units(), " units running, ", status.queued_units(), " queued (~",
-                   Seconds(status.queued_predicted_wall_ms()), " of predicted work)   ",
-                   absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()), "\n\n");
+  std::string out = absl::StrCat(
+      "coordinator ", TerminalSafe(address), ": ", status.workers_size(), " workers, ",
+      status.running_units(), " units running, ", status.queued_units(), " queued (~",
+      Seconds(absl::Milliseconds(status.queued_predicted_wall_ms())), " of predicted work)   ",
+      absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()), "\n\n");
   std::map<std::string, std::vector<const v1::RunningUnit*>> running;
   for (const v1::RunningUnit& unit : status.running()) running[unit.worker_name()].push_back(&unit);
   const int bar = std::clamp(width - 60, 10, 40);
@@ -70,12 +65,13 @@ std::string RenderClusterView(const v1::ClusterStatus& status, const std::string
     for (const v1::RunningUnit* unit : running[worker.name()]) {
       const bool late =
           unit->predicted_wall_ms() > 0 && unit->elapsed_ms() > unit->predicted_wall_ms();
-      absl::StrAppend(&out,
-                      absl::StrFormat("      %-36s %8s of ~%-8s%s reserved %s (%s)\n",
-                                      Cut(unit->unit_name(), 36), Seconds(unit->elapsed_ms()),
-                                      Seconds(unit->predicted_wall_ms()), late ? " late" : "     ",
-                                      FormatByteSize(unit->reserved_bytes()),
-                                      TerminalSafe(unit->prediction_source())));
+      absl::StrAppend(
+          &out, absl::StrFormat("      %-36s %8s of ~%-8s%s reserved %s (%s)\n",
+                                Cut(unit->unit_name(), 36),
+                                Seconds(absl::Milliseconds(unit->elapsed_ms())),
+                                Seconds(absl::Milliseconds(unit->predicted_wall_ms())),
+                                late ? " late" : "     ", FormatByteSize(unit->reserved_bytes()),
+                                TerminalSafe(unit->prediction_source())));
     }
   }
   absl::StrAppend(&out, "\nbuilds\n");
@@ -84,10 +80,9 @@ std::string RenderClusterView(const v1::ClusterStatus& status, const std::string
     const bool running_now = build.outcome() == "running";
     const absl::Time started = absl::FromUnixMicros(build.started_unix_micros());
     const absl::Time ended = running_now ? now : absl::FromUnixMicros(build.finished_unix_micros());
-    std::string when =
-        running_now ? absl::StrCat("for ", Seconds(absl::ToInt64Milliseconds(now - started)))
-                    : absl::StrCat("in ", Seconds(absl::ToInt64Milliseconds(ended - started)), ", ",
-                                   Seconds(absl::ToInt64Milliseconds(now - ended)), " ago");
+    std::string when = running_now ? absl::StrCat("for ", Seconds(now - started))
+                                   : absl::StrCat("in ", Seconds(ended - started), ", ",
+                                                  Seconds(now - ended), " ago");
     absl::StrAppend(
         &out,
         absl::StrFormat("  %-10s %-24s %-9s %d/%d units (%d compiled, %d cached, %d "

@@ -87,7 +87,10 @@ bool IsLiveTerminal(int fd) {
 }
 
 std::string Seconds(absl::Duration duration) {
-  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(duration));
+  int64_t ms = absl::ToInt64Milliseconds(duration);
+  if (ms < 100'000) return absl::StrFormat("%.1f s", ms / 1000.0);
+  if (ms < 6'000'000) return absl::StrFormat("%dm%02ds", ms / 60'000, ms / 1000 % 60);
+  return absl::StrFormat("%dh%02dm", ms / 3'600'000, ms / 60'000 % 60);
 }
 
 }  // namespace distcc_cuda::client

@@ -50,7 +50,8 @@ class ProgressDisplay {
 // the running units' remaining predicted time, spread over its slots).
 std::string StatusLine(int done, absl::Duration elapsed, const v1::ClusterStatus& status);
 
-// "12.3 s": a duration as the progress lines and the summaries print it.
+// "12.3 s", "2m05s", "1h07m": a duration as the progress lines, the
+// summaries and the cluster view print it.
 std::string Seconds(absl::Duration duration);
 
 // True when `fd` is a terminal that understands "\r\033[K" (not TERM=dumb).

@@ -110,7 +110,7 @@ absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& 
 
 // The unit's inputs as a tree: every file checked (what it reads, where it
 // is), hashed (or vouched for by the scan cache), and its folders made.
-absl::Status BuildInputTree(LauncherUnit& launched, ScanCache& scan_cache) {
+absl::Status BuildLaunchedTree(LauncherUnit& launched, ScanCache& scan_cache) {
   v1::CompileUnit& unit = launched.unit();
   RETURN_IF_ERROR(CheckClosure(absl::StrCat("unit ", unit.name()), launched.closure));
   unit.clear_inputs();
@@ -133,7 +133,7 @@ absl::Status BuildInputTree(LauncherUnit& launched, ScanCache& scan_cache) {
 absl::Status UseKnownTreeOrBuild(LauncherUnit& launched, ScanCache& scan_cache) {
   std::optional<v1::CompileUnit> known =
       scan_cache.FindTree(launched.root, launched.source_in_tree, launched.closure);
-  if (!known) return BuildInputTree(launched, scan_cache);
+  if (!known) return BuildLaunchedTree(launched, scan_cache);
   *launched.unit().mutable_input_root() = known->input_root();
   *launched.unit().mutable_inputs() = known->inputs();
   return ValidateCompileUnit(launched.unit(), launched.system_prefixes);
@@ -300,7 +300,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   Submitted submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
   const bool cancelled = cancel != nullptr && cancel->cancelled();
   if (WorthUploading(submitted.status) && !cancelled) {
-    if (!launched.tree_built) RETURN_IF_ERROR(BuildInputTree(launched, scan_cache));
+    if (!launched.tree_built) RETURN_IF_ERROR(BuildLaunchedTree(launched, scan_cache));
     absl::StatusOr<int> uploaded = cas.UploadMissing(launched.files.AllBlobs());
     if (!uploaded.ok()) {
       if (absl::IsUnavailable(uploaded.status())) {

@@ -32,7 +32,7 @@ namespace {
 
 constexpr char kDefaultCluster[] = "distcc-cuda";
 
-absl::Status UsageError(absl::string_view message) {
+absl::Status CertsUsageError(absl::string_view message) {
   return absl::InvalidArgumentError(
       absl::StrCat("certs: ", message, " (see distcc-cuda-coordinator certs --help)"));
 }
@@ -54,7 +54,7 @@ absl::StatusOr<ParsedArgs> Parse(const std::vector<std::string>& args, size_t fi
       continue;
     }
     size_t start = arg.find_first_not_of('-');
-    if (start == std::string::npos) return UsageError(absl::StrCat("cannot read '", arg, "'"));
+    if (start == std::string::npos) return CertsUsageError(absl::StrCat("cannot read '", arg, "'"));
     std::string name = arg.substr(start);
     std::optional<std::string> value;
     if (size_t equals = name.find('='); equals != std::string::npos) {
@@ -62,11 +62,11 @@ absl::StatusOr<ParsedArgs> Parse(const std::vector<std::string>& args, size_t fi
       name = name.substr(0, equals);
     }
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      return UsageError(absl::StrCat("unknown option ", arg, " for '", args[first - 1],
-                                     "'; it takes --", absl::StrJoin(known, ", --")));
+      return CertsUsageError(absl::StrCat("unknown option ", arg, " for '", args[first - 1],
+                                          "'; it takes --", absl::StrJoin(known, ", --")));
     }
     if (!value) {
-      if (i + 1 >= args.size()) return UsageError(absl::StrCat(arg, " needs a value"));
+      if (i + 1 >= args.size()) return CertsUsageError(absl::StrCat(arg, " needs a value"));
       value = args[++i];
     }
     parsed.options[name].push_back(*value);
@@ -80,9 +80,9 @@ absl::StatusOr<std::string> Single(const ParsedArgs& parsed, const std::string& 
   auto it = parsed.options.find(name);
   if (it == parsed.options.end()) {
     if (fallback) return *fallback;
-    return UsageError(absl::StrCat("--", name, " is required"));
+    return CertsUsageError(absl::StrCat("--", name, " is required"));
   }
-  if (it->second.size() > 1) return UsageError(absl::StrCat("--", name, " is given twice"));
+  if (it->second.size() > 1) return CertsUsageError(absl::StrCat("--", name, " is given twice"));
   return it->second.front();
 }
 
@@ -111,7 +111,8 @@ std::string NextStep(PeerRole role, const std::string& dir, const std::string& n
 absl::Status RunInit(const std::vector<std::string>& args, std::ostream& out) {
   ASSIGN_OR_RETURN(ParsedArgs parsed, Parse(args, 1, {"dir", "cluster"}));
   if (!parsed.positional.empty()) {
-    return UsageError(absl::StrCat("'init' takes no argument '", parsed.positional.front(), "'"));
+    return CertsUsageError(
+        absl::StrCat("'init' takes no argument '", parsed.positional.front(), "'"));
   }
   ASSIGN_OR_RETURN(std::string dir, Single(parsed, "dir"));
   ASSIGN_OR_RETURN(std::string cluster, Single(parsed, "cluster", kDefaultCluster));
@@ -129,7 +130,7 @@ absl::Status RunInit(const std::vector<std::string>& args, std::ostream& out) {
 absl::Status RunIssue(const std::vector<std::string>& args, std::ostream& out) {
   ASSIGN_OR_RETURN(ParsedArgs parsed, Parse(args, 1, {"dir", "role", "host"}));
   if (parsed.positional.size() != 1) {
-    return UsageError(
+    return CertsUsageError(
         absl::StrCat("'issue' takes one NAME, the certificate holder's, not ",
                      parsed.positional.empty()
                          ? std::string("none")
@@ -138,7 +139,7 @@ absl::Status RunIssue(const std::vector<std::string>& args, std::ostream& out) {
   ASSIGN_OR_RETURN(std::string dir, Single(parsed, "dir"));
   ASSIGN_OR_RETURN(std::string role_name, Single(parsed, "role"));
   absl::StatusOr<PeerRole> role = ParseRole(role_name);
-  if (!role.ok()) return UsageError(absl::StrCat("--role: ", role.status().message()));
+  if (!role.ok()) return CertsUsageError(absl::StrCat("--role: ", role.status().message()));
   IssueOptions options;
   options.role = *role;
   options.name = parsed.positional.front();
@@ -156,7 +157,7 @@ absl::Status RunIssue(const std::vector<std::string>& args, std::ostream& out) {
 }  // namespace
 
 absl::Status RunCertsCommand(const std::vector<std::string>& args, std::ostream& out) {
-  if (args.empty()) return UsageError("say 'init' or 'issue'");
+  if (args.empty()) return CertsUsageError("say 'init' or 'issue'");
   const std::string& command = args.front();
   if (command == "--help" || command == "-h" || command == "-help" || command == "help") {
     out << kCertsUsage;
@@ -170,7 +171,7 @@ absl::Status RunCertsCommand(const std::vector<std::string>& args, std::ostream&
   }
   if (command == "init") return RunInit(args, out);
   if (command == "issue") return RunIssue(args, out);
-  return UsageError(absl::StrCat("unknown command '", command, "'; say 'init' or 'issue'"));
+  return CertsUsageError(absl::StrCat("unknown command '", command, "'; say 'init' or 'issue'"));
 }
 
 }  // namespace distcc_cuda::coordinator

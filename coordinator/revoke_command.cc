@@ -28,7 +28,7 @@ const char kRevokeUsage[] =
 
 namespace {
 
-absl::Status UsageError(absl::string_view message) {
+absl::Status RevokeUsageError(absl::string_view message) {
   return absl::InvalidArgumentError(
       absl::StrCat("revoke: ", message, " (see distcc-cuda-coordinator revoke --help)"));
 }
@@ -53,7 +53,7 @@ absl::StatusOr<RevokeArgs> ParseRevokeArgs(const std::vector<std::string>& args)
     }
     auto take = [&]() -> absl::StatusOr<std::string> {
       if (value) return *value;
-      if (i + 1 >= args.size()) return UsageError(absl::StrCat(arg, " needs a value"));
+      if (i + 1 >= args.size()) return RevokeUsageError(absl::StrCat(arg, " needs a value"));
       return args[++i];
     };
     if (arg == "--help" || arg == "-h") {
@@ -67,10 +67,10 @@ absl::StatusOr<RevokeArgs> ParseRevokeArgs(const std::vector<std::string>& args)
       if (!text.ok()) return text.status();
       (arg == "--reason" ? parsed.reason : parsed.state_dir) = *text;
     } else if (absl::StartsWith(arg, "-")) {
-      return UsageError(
+      return RevokeUsageError(
           absl::StrCat("unknown option ", arg, "; it takes --state-dir, --reason, --lift, --list"));
     } else if (parsed.name) {
-      return UsageError("give one worker name at a time");
+      return RevokeUsageError("give one worker name at a time");
     } else {
       parsed.name = arg;
     }
@@ -98,14 +98,14 @@ absl::Status RunRevokeCommand(const std::vector<std::string>& args, std::ostream
     out << kRevokeUsage;
     return absl::OkStatus();
   }
-  if (parsed->state_dir.empty()) return UsageError("--state-dir DIR is required");
+  if (parsed->state_dir.empty()) return RevokeUsageError("--state-dir DIR is required");
   if (!std::filesystem::is_directory(parsed->state_dir)) {
     return absl::NotFoundError(absl::StrCat(
         "revoke: ", parsed->state_dir,
         " is not a folder; give the --state-dir of the coordinator that should refuse the worker"));
   }
   if (parsed->list == (parsed->name.has_value())) {
-    return UsageError("give a worker NAME, or --list");
+    return RevokeUsageError("give a worker NAME, or --list");
   }
   absl::StatusOr<std::unique_ptr<WorkerRevocations>> revocations =
       WorkerRevocations::Open(RevocationsPathIn(parsed->state_dir));

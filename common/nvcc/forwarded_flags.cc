@@ -25,17 +25,11 @@ bool AllOf(absl::string_view text, bool (*pred)(char)) {
 }
 bool Lower(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }
 bool Digit(char c) { return c >= '0' && c <= '9'; }
-bool Word(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
-bool IsIdentifier(absl::string_view text) {
-  return !text.empty() && !Digit(text[0]) && AllOf(text, Word);
-}
-
 // A macro definition safe to paste unquoted: NAME or NAME=VALUE with an
 // inert value.
 bool IsPlainDefinition(absl::string_view text) {
   size_t equals = text.find('=');
-  return IsIdentifier(text.substr(0, equals));
+  return IsCIdentifier(text.substr(0, equals));
 }
 
 absl::Status Refuse(absl::string_view option, absl::string_view piece, absl::string_view why) {
@@ -97,7 +91,7 @@ absl::Status CheckHostCompilerPiece(absl::string_view option, absl::string_view 
     return Refuse(option, piece, "a definition is NAME or NAME=VALUE");
   }
   if (absl::StartsWith(piece, "-U")) {
-    if (IsIdentifier(piece.substr(2))) return absl::OkStatus();
+    if (IsCIdentifier(piece.substr(2))) return absl::OkStatus();
     return Refuse(option, piece, "-U takes a macro name");
   }
   if (absl::StartsWith(piece, "-W")) {
@@ -109,8 +103,9 @@ absl::Status CheckHostCompilerPiece(absl::string_view option, absl::string_view 
     }
     size_t equals = name.find('=');
     if (AllOf(name.substr(0, equals), Lower) &&
-        (equals == absl::string_view::npos ||
-         AllOf(name.substr(equals + 1), [](char c) { return Word(c) || c == '-' || c == '+'; }))) {
+        (equals == absl::string_view::npos || AllOf(name.substr(equals + 1), [](char c) {
+           return IsIdentifierChar(c) || c == '-' || c == '+';
+         }))) {
       return absl::OkStatus();
     }
     return Refuse(option, piece, kFamilies);
@@ -124,7 +119,7 @@ absl::Status CheckHostCompilerPiece(absl::string_view option, absl::string_view 
     size_t equals = name.find('=');
     if (AllOf(name.substr(0, equals), Lower) &&
         (equals == absl::string_view::npos || AllOf(name.substr(equals + 1), [](char c) {
-           return Word(c) || c == '-' || c == '.' || c == '+';
+           return IsIdentifierChar(c) || c == '-' || c == '.' || c == '+';
          }))) {
       return absl::OkStatus();
     }
@@ -158,7 +153,7 @@ absl::Status CheckHostCompilerPiece(absl::string_view option, absl::string_view 
     }
     // Values are inert already (CheckShellInert); they may hold paths only
     // as text, e.g. -ffile-prefix-map=OLD=NEW.
-    if (AllOf(flag, [](char c) { return Word(c) || c == '-' || c == '+'; })) {
+    if (AllOf(flag, [](char c) { return IsIdentifierChar(c) || c == '-' || c == '+'; })) {
       return absl::OkStatus();
     }
     return Refuse(option, piece, kFamilies);
@@ -242,7 +237,7 @@ absl::Status CheckCudafePiece(absl::string_view option, absl::string_view piece)
   for (absl::string_view kind :
        {"diag_suppress=", "diag-suppress=", "diag_error=", "diag-error=", "diag_warning=",
         "diag-warning=", "diag_remark=", "diag-remark="}) {
-    if (absl::StartsWith(name, kind) && AllOf(name.substr(kind.size()), Word)) {
+    if (absl::StartsWith(name, kind) && AllOf(name.substr(kind.size()), IsIdentifierChar)) {
       return absl::OkStatus();
     }
   }
@@ -338,6 +333,15 @@ absl::Status CheckForwardedFlags(ForwardedTool tool, absl::string_view option,
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
+}
+
+bool IsIdentifierChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+bool IsCIdentifier(absl::string_view text) {
+  return !text.empty() && !absl::ascii_isdigit(static_cast<unsigned char>(text[0])) &&
+         std::all_of(text.begin(), text.end(), IsIdentifierChar);
 }
 
 }  // namespace distcc_cuda

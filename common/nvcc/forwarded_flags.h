@@ -40,4 +40,9 @@ absl::Status CheckShellInert(absl::string_view piece, absl::string_view what);
 absl::Status CheckForwardedFlags(ForwardedTool tool, absl::string_view option,
                                  absl::string_view value);
 
+// A character of a C identifier ([A-Za-z0-9_]), and a whole C identifier
+// (a macro or function name): what -D, -U and the forwarded flags accept.
+bool IsIdentifierChar(char c);
+bool IsCIdentifier(absl::string_view text);
+
 }  // namespace distcc_cuda

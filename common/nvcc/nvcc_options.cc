@@ -26,13 +26,6 @@ absl::Status Bad(absl::string_view option, absl::string_view value, absl::string
       absl::StrCat("nvcc option ", option, " '", absl::CHexEscape(value), "': ", expected));
 }
 
-bool Word(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
-bool IsIdentifier(absl::string_view text) {
-  return !text.empty() && !absl::ascii_isdigit(static_cast<unsigned char>(text[0])) &&
-         std::all_of(text.begin(), text.end(), Word);
-}
-
 bool IsNumber(absl::string_view text, int low, int high) {
   int value;
   return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit) &&
@@ -146,8 +139,8 @@ absl::Status CheckCodes(absl::string_view option, absl::string_view value) {
 // Diagnostic numbers or names: 177,20012 or esa_on_defaulted_function_ignored.
 absl::Status CheckWordList(absl::string_view option, absl::string_view value) {
   for (const std::string& piece : SplitNvccList(value)) {
-    if (piece.empty() ||
-        !std::all_of(piece.begin(), piece.end(), [](char c) { return Word(c) || c == '-'; })) {
+    if (piece.empty() || !std::all_of(piece.begin(), piece.end(),
+                                      [](char c) { return IsIdentifierChar(c) || c == '-'; })) {
       return Bad(option, value, "expected a comma-separated list of numbers or names");
     }
   }
@@ -156,14 +149,14 @@ absl::Status CheckWordList(absl::string_view option, absl::string_view value) {
 
 absl::Status CheckIdentifiers(absl::string_view option, absl::string_view value) {
   for (const std::string& piece : SplitNvccList(value)) {
-    if (!IsIdentifier(piece)) return Bad(option, value, "expected macro or function names");
+    if (!IsCIdentifier(piece)) return Bad(option, value, "expected macro or function names");
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckWord(absl::string_view option, absl::string_view value) {
   if (!value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-        return Word(c) || c == '-' || c == '.' || c == '+';
+        return IsIdentifierChar(c) || c == '-' || c == '.' || c == '+';
       })) {
     return absl::OkStatus();
   }
@@ -417,7 +410,7 @@ absl::Status CheckNvccPathList(absl::string_view option, absl::string_view value
 absl::Status CheckNvccDefinitions(absl::string_view option, absl::string_view value) {
   for (const std::string& definition : SplitNvccList(value)) {
     size_t equals = definition.find('=');
-    if (!IsIdentifier(absl::string_view(definition).substr(0, equals))) {
+    if (!IsCIdentifier(absl::string_view(definition).substr(0, equals))) {
       return Bad(option, value, "a definition is NAME or NAME=VALUE with NAME an identifier");
     }
     if (equals == std::string::npos) continue;
