@@ -283,8 +283,11 @@ int Run() {
     return 1;
   }
   std::unique_ptr<CasPin> pin = (*cas)->Pin({});
-  const coordinator::Planning planning{cas->get(), &results,   history->get(),
-                                       nullptr,    &scheduler, coordinator::BuildLimits{}};
+  coordinator::Planning planning{};
+  planning.cas = cas->get();
+  planning.results = &results;
+  planning.history = history->get();
+  planning.scheduler = &scheduler;
   absl::Duration store_busy, plan_busy;
   int part_count = 0;
   double plan_blob_mb = 0;

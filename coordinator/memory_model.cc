@@ -379,7 +379,7 @@ std::optional<int> UnitSizeChoices::Find(const std::string& set_key) const {
 
 void UnitSizeChoices::Remember(const std::string& set_key, int per_unit) {
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = choices_.insert_or_assign(set_key, per_unit);
+  choices_.insert_or_assign(set_key, per_unit);
   if (path_.empty()) return;
   std::ofstream out(path_, std::ios::app);
   out << set_key << '\t' << per_unit << '\n';

@@ -281,12 +281,15 @@ TEST_F(BuildPlannerTest, AnInputTreesFilesAreCheckedAsListedInputs) {
       v1::InputFile* input = inputs.Add();
       input->set_path(path);
       *input->mutable_digest() = ToProto(DigestOf(content));
-      if (content != "never uploaded") EXPECT_TRUE(cas_->PutBytes(content).ok());
+      if (content != "never uploaded") {
+        EXPECT_TRUE(cas_->PutBytes(content).ok());
+      }
     }
     absl::StatusOr<InputTree> tree = BuildInputTree(inputs);
     EXPECT_TRUE(tree.ok()) << tree.status();
-    for (const auto& [digest, bytes] : tree->directories)
+    for (const auto& [digest, bytes] : tree->directories) {
       EXPECT_TRUE(cas_->Put(digest, bytes).ok());
+    }
     return ToProto(tree->root);
   };
   auto plan_unit = [&](const std::string& root, const v1::Digest& tree) {
@@ -368,8 +371,9 @@ class CachedBuildTest : public BuildPlannerTest {
     }
     absl::StatusOr<InputTree> tree = BuildInputTree(files);
     EXPECT_TRUE(tree.ok()) << tree.status();
-    for (const auto& [digest, bytes] : tree->directories)
+    for (const auto& [digest, bytes] : tree->directories) {
       EXPECT_TRUE(cas_->Put(digest, bytes).ok());
+    }
     v1::CompileUnit* unit = request.add_units();
     unit->set_name(name + ".cu");
     unit->set_working_directory("src");
