@@ -449,6 +449,29 @@ class BuildScheduler {
   // Ends `build` (erasing it) with its Finished event once it is closed and
   // no unit remains; returns whether it did.
   bool EndBuildIfDone(BuildState& build, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A compiled unit's result, to enter the result cache before the unit is
+  // announced as finished (ReportResult).
+  struct ResultToRecord {
+    std::string action_digest;
+    v1::TaskResult result;
+  };
+  // ReportResult under the lock: checks the report and acts on it, except
+  // for a result to record first, which it leaves in `to_record`.
+  absl::Status TakeReport(const v1::ReportResultRequest& request, absl::Time now,
+                          const WorkerPeer& peer, std::optional<ResultToRecord>& to_record);
+  // The action digest `result` is recorded under before `task`'s unit is
+  // announced (it compiled, on an authenticated worker, and the unit is
+  // cacheable), or nullopt: the unit finishes at once.
+  std::optional<std::string> RecordsFirst(const TaskState& task, const v1::TaskResult& result,
+                                          bool authenticated) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a task with its worker's result: learns its peak, finishes its unit.
+  void CompleteTask(const std::string& task_id, const v1::TaskResult& result, bool cacheable,
+                    Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportResult once `recorded` is in the result cache: completes the task
+  // if its worker still holds it.
+  void AnnounceRecorded(const std::string& worker_id, const std::string& task_id,
+                        const ResultToRecord& recorded, absl::Time now);
   // Records a unit's end; its result enters the result cache only if it
   // compiled, was not itself cached, and is `cacheable` (from an
   // authenticated worker).

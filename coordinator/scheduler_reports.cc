@@ -19,6 +19,20 @@ namespace distcc_cuda::coordinator {
 
 absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now,
                                           const WorkerPeer& peer) {
+  std::optional<ResultToRecord> to_record;
+  RETURN_IF_ERROR(TakeReport(request, now, peer, to_record));
+  if (!to_record.has_value()) return absl::OkStatus();
+  // A unit that compiled is announced only once its result is in the
+  // result cache (two fsyncs, outside the lock): a coordinator killed in
+  // between has then told no client of a unit that its restart forgets.
+  record_result_(to_record->action_digest, to_record->result);
+  AnnounceRecorded(request.worker_id(), request.task_id(), *to_record, now);
+  return absl::OkStatus();
+}
+
+absl::Status BuildScheduler::TakeReport(const v1::ReportResultRequest& request, absl::Time now,
+                                        const WorkerPeer& peer,
+                                        std::optional<ResultToRecord>& to_record) {
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
@@ -84,27 +98,73 @@ absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request
               deferred);
       Dispatch(now, deferred);
       return absl::InvalidArgumentError(absl::StrCat("report refused: ", why));
+    } else if (std::optional<std::string> digest =
+                   RecordsFirst(task_it->second, result, worker->peer.authenticated);
+               digest.has_value()) {
+      to_record = ResultToRecord{*std::move(digest), std::move(result)};
     } else {
-      std::optional<TaskState> task = EndTask(request.task_id());
-      ++workers_.Find(task->worker_id)->completed;
-      auto build_it = builds_.find(task->build_id);
-      if (build_it != builds_.end()) {
-        const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
-        if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
-          history_->Learn(planned.identity, planned.family, result.peak_memory_bytes(),
-                          absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
-                          planned.closure, planned.closure_bytes, planned.parallel);
-          deferred.learnt = true;
-          LearnFrom(planned, deferred);
-        }
-        FinishUnit(build_it->second, task->unit_index, result, false, deferred,
-                   /*cacheable=*/worker->peer.authenticated);
-      }
+      CompleteTask(request.task_id(), result, worker->peer.authenticated, deferred);
     }
     Dispatch(now, deferred);
   }
   RunDeferred(deferred);
   return absl::OkStatus();
+}
+
+std::optional<std::string> BuildScheduler::RecordsFirst(const TaskState& task,
+                                                        const v1::TaskResult& result,
+                                                        bool authenticated) const {
+  auto build = builds_.find(task.build_id);
+  if (!record_result_ || !authenticated || build == builds_.end() ||
+      result.outcome() != v1::TASK_COMPLETED || result.exit_code() != 0) {
+    return std::nullopt;
+  }
+  const PlannedUnit& planned = build->second.units[task.unit_index].planned;
+  if (!planned.cacheable) return std::nullopt;
+  return planned.action_digest;
+}
+
+void BuildScheduler::CompleteTask(const std::string& task_id, const v1::TaskResult& result,
+                                  bool cacheable, Deferred& deferred) {
+  std::optional<TaskState> task = EndTask(task_id);
+  if (!task.has_value()) return;
+  if (WorkerState* worker = workers_.Find(task->worker_id); worker != nullptr) ++worker->completed;
+  auto build_it = builds_.find(task->build_id);
+  if (build_it == builds_.end()) return;
+  const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
+  if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
+    history_->Learn(planned.identity, planned.family, result.peak_memory_bytes(),
+                    absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
+                    planned.closure, planned.closure_bytes, planned.parallel);
+    deferred.learnt = true;
+    LearnFrom(planned, deferred);
+  }
+  FinishUnit(build_it->second, task->unit_index, result, false, deferred, cacheable);
+}
+
+void BuildScheduler::AnnounceRecorded(const std::string& worker_id, const std::string& task_id,
+                                      const ResultToRecord& recorded, absl::Time now) {
+  Deferred deferred;
+  {
+    LockedSection lock(this, &deferred);
+    auto task = tasks_.find(task_id);
+    // Otherwise the lease was lost meanwhile (its worker dropped): the unit
+    // runs again, and what was recorded stays a valid cached result.
+    if (task != tasks_.end() && task->second.worker_id == worker_id) {
+      if (task->second.cancelled) {
+        EndTask(task_id);  // cancelled meanwhile; its result is cached already
+      } else {
+        CompleteTask(task_id, recorded.result, /*cacheable=*/true, deferred);
+      }
+      Dispatch(now, deferred);
+    }
+  }
+  // FinishUnit asks for the record that is already written.
+  deferred.results.erase(
+      std::remove_if(deferred.results.begin(), deferred.results.end(),
+                     [&](const auto& entry) { return entry.first == recorded.action_digest; }),
+      deferred.results.end());
+  RunDeferred(deferred);
 }
 
 absl::Status BuildScheduler::RejectResult(const std::string& worker_id, const std::string& task_id,

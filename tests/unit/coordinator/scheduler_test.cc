@@ -1445,6 +1445,75 @@ TEST(SchedulerLockTest, AResultIsRecordedAfterTheLockIsReleased) {
   EXPECT_THAT(probe.LockWasFree(), ::testing::ElementsAre(true));
 }
 
+// What a client hears and when: a unit that compiled is announced as
+// finished only once its result is in the result cache, so that a
+// coordinator killed in between has told no client of a unit its restart
+// has forgotten (the client would keep the unit as done, and the build
+// resubmitted after the restart would compile it again).
+struct AnnouncedUnits {
+  std::mutex mu;
+  std::vector<std::string> finished;  // unit names, as announced
+  std::vector<std::string> recorded;  // action digests, as recorded
+  int finished_when_recorded = -1;    // announcements made at the last record
+};
+
+TEST(SchedulerDurabilityTest, AUnitIsAnnouncedOnlyOnceItsResultIsRecorded) {
+  std::unique_ptr<PeakHistory> history = *PeakHistory::Open("", {});
+  AnnouncedUnits seen;
+  BuildScheduler scheduler(
+      SchedulerOptions{},
+      [&seen](const std::string& digest, const v1::TaskResult&) {
+        std::lock_guard<std::mutex> lock(seen.mu);
+        seen.recorded.push_back(digest);
+        seen.finished_when_recorded = static_cast<int>(seen.finished.size());
+      },
+      history.get());
+  absl::StatusOr<std::string> worker = RegisterOneSlotWorker(scheduler);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(scheduler
+                  .SubmitBuild(
+                      "test", Toolchain("13.0"), Units(1), {},
+                      [&seen](const v1::BuildEvent& event) {
+                        if (!event.has_unit_finished()) return;
+                        std::lock_guard<std::mutex> lock(seen.mu);
+                        seen.finished.push_back(event.unit_finished().unit_name());
+                      },
+                      kStart)
+                  .ok());
+  std::optional<v1::Task> task = LeaseAtOnce(scheduler, *worker);
+  ASSERT_TRUE(task.has_value());
+  ASSERT_TRUE(ReportCompiled(scheduler, *worker, *task, kStart).ok());
+  ASSERT_EQ(seen.recorded.size(), 1u);
+  EXPECT_EQ(seen.finished_when_recorded, 0) << "the unit was announced before it was recorded";
+  EXPECT_EQ(seen.finished.size(), 1u) << "the unit was not announced after it was recorded";
+}
+
+// The worker is gone between the record and the announcement (the record
+// is written outside the lock): the unit runs again elsewhere, and the
+// result recorded stays, as the valid result of the worker that earned it.
+TEST(SchedulerDurabilityTest, AWorkerLostWhileItsResultIsRecordedLeavesTheUnitQueued) {
+  std::unique_ptr<PeakHistory> history = *PeakHistory::Open("", {});
+  BuildScheduler* scheduler_seen = nullptr;
+  std::string worker_id;
+  int records = 0;
+  BuildScheduler scheduler(
+      SchedulerOptions{},
+      [&](const std::string&, const v1::TaskResult&) {
+        ++records;
+        EXPECT_TRUE(scheduler_seen->DeregisterWorker(worker_id, kStart).ok());
+      },
+      history.get());
+  scheduler_seen = &scheduler;
+  absl::StatusOr<OneLeasedUnit> leased = LeaseOneUnit(scheduler);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  worker_id = leased->worker;
+  ASSERT_TRUE(ReportCompiled(scheduler, leased->worker, leased->task, kStart).ok());
+  EXPECT_EQ(records, 1);
+  v1::ClusterStatus status = scheduler.Status(kStart);
+  EXPECT_EQ(status.queued_units(), 1) << "the unit neither finished nor ran again";
+  EXPECT_EQ(status.running_units(), 0);
+}
+
 // A unit split after memory kills: planning its parts writes their
 // generated sources to the store, and each part is looked up in the result
 // cache (a file read): both after the lock is released.
