@@ -379,13 +379,14 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   figures.start = absl::Now();
   ASSIGN_OR_RETURN(PreparedBuild prepared, PrepareBuild(options, out));
   LocalPlan& plan = prepared.plan;
-  ASSIGN_OR_RETURN(ClusterConnection cluster, ConnectToCluster(ClusterSettingsOf(options), out));
+  ASSIGN_OR_RETURN(ClusterConnection cluster, ConnectToCluster(options, out));
 
   // The units are scanned on every core and sent as they are scanned, a
   // part at a time, to one build opened before the first scan ends; the
   // follower reads its events, downloads its objects and resubmits it
   // after a lost coordinator.
-  ScanCache scan_cache(ScanCache::FolderFor(options.state_dir), prepared.toolchain.digest());
+  ScanCache scan_cache(ScanCache::FolderFor(options.state_dir, options.scan_cache),
+                       prepared.toolchain.digest(), options.nvcc_variables);
   BuildTrace trace;
   const absl::Duration reconnect_timeout =
       cluster.embedded == nullptr ? options.reconnect_timeout : absl::ZeroDuration();

@@ -3,23 +3,23 @@
 // the embedded default), where objects and the library go, the checks.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "client/options.h"
 #include "common/base/cancellation.h"
 #include "common/nvcc/gpu_targets.h"
-#include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
 
-struct BuildOptions {
-  std::string plan_path;            // kernel manifest (.toml) or compile_commands.json
-  std::string coordinator_address;  // empty: start the embedded default
-  std::string output_dir;           // objects in obj/, the library beside them
-  std::string library_name;         // compile_commands.json only
+// The cluster, the scan's environment, the trace and --strict-arch are the
+// CommonBuildOptions' (client/options.h).
+struct BuildOptions : CommonBuildOptions {
+  std::string plan_path;     // kernel manifest (.toml) or compile_commands.json
+  std::string output_dir;    // objects in obj/, the library beside them
+  std::string library_name;  // compile_commands.json only
   // compile_commands.json only: where objects go. Empty: each command's own
   // -o, as the build that wrote the file would put them.
   std::string objects_dir;
@@ -29,29 +29,18 @@ struct BuildOptions {
   // --verify: how many units to rebuild here and compare (ParseVerifySample;
   // -1: all, 0: none).
   int verify_sample = 0;
-  std::string nvcc_path;              // the client's pinned nvcc (scan and link)
   std::string required_nvcc_release;  // "12.8": refuse to build with another release
-  std::string state_dir;              // embedded default's CAS, cache, sandboxes
-  int embedded_slots = 0;             // 0: the usable cores
-  bool embedded_sandbox = true;       // false: --insecure-no-sandbox
   // Whether a unit's -gencode targets may compile as units of their own,
   // whose objects are merged here before the link.
   v1::ArchitectureSplit architecture_split = v1::ARCHITECTURE_SPLIT_AUTO;
-  absl::Duration connect_timeout = absl::Seconds(5);
   // A coordinator lost during the build (a restart): how long to wait for it
   // to come back before giving up; the build is then submitted again and
   // what finished comes from its result cache. Zero: give up at once.
   absl::Duration reconnect_timeout = absl::Minutes(5);
-  // The cluster's CA and this client's certificate (role client) for the
-  // coordinator at coordinator_address; the embedded default never uses it.
-  std::optional<TlsMaterial> tls;
-  // --trace: where to write the build's timeline (BuildTrace); empty: none.
-  std::string trace_path;
   // The GPUs that will load the result (--target-gpus, or this machine's):
   // a unit none of whose images one of them can load is warned about before
-  // anything compiles, or refused with `strict_arch`.
+  // anything compiles, or refused with strict_arch.
   std::vector<TargetGpu> target_gpus;
-  bool strict_arch = false;
   // Not owned; may be null. Cancelling it (Ctrl-C) cancels the build: the
   // coordinator stops the units its workers run, and RunBuild returns
   // CANCELLED after saying what was cancelled.

@@ -425,7 +425,7 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
         "distcc-cuda build -- needs a command, e.g. distcc-cuda build -- pip install "
         "--no-build-isolation .");
   }
-  ClusterSettings settings = ClusterSettingsOf(options);
+  ClusterSettings settings = options;
   settings.worker_in_background = true;
   ASSIGN_OR_RETURN(ClusterConnection cluster, ConnectToCluster(settings, out));
   std::unique_ptr<EmbeddedCluster>& embedded = cluster.embedded;
@@ -438,13 +438,14 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   RETURN_IF_ERROR(MakeSessionFolder(folder));
   const std::string session_address = "unix:" + folder.path + "/session";
 
-  RemoteCompiler compiler(channel, address, UsableCores(), ScanCache::FolderFor(options.state_dir),
-                          options.state_dir);
+  RemoteCompiler compiler(channel, address, UsableCores(),
+                          ScanCache::FolderFor(options.state_dir, options.scan_cache),
+                          options.nvcc_variables, options.state_dir);
   ArchCheck arch(options.target_gpus, options.strict_arch);
   BuildTrace trace;
   // On a terminal, one status line at the bottom; the command's output then
   // comes through here, above it.
-  ProgressDisplay display(out, std::cout, IsLiveTerminal(STDERR_FILENO));
+  ProgressDisplay display(out, std::cout, options.live_terminal);
   // The build's cancel: the caller's (Ctrl-C), or the embedded worker
   // failing to start, after the command has.
   CancelToken cancel;
@@ -510,7 +511,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
                                      "` was stopped: ", worker_started.message()));
   }
 
-  ScanCache(ScanCache::FolderFor(options.state_dir), "").Trim(kScanCacheBytes);
+  ScanCache(ScanCache::FolderFor(options.state_dir, options.scan_cache), "", {})
+      .Trim(kScanCacheBytes);
   PrintSessionSummary(options, status, absl::Now() - start, session.tally(), trace, out);
   out << std::flush;
   return status;

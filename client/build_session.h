@@ -15,31 +15,27 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/options.h"
 #include "common/base/cancellation.h"
 #include "common/nvcc/gpu_targets.h"
-#include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
 
-struct CommandBuildOptions {
+// The cluster, the scan's environment, the trace and --strict-arch are the
+// CommonBuildOptions' (client/options.h); the embedded worker runs in the
+// background here.
+struct CommandBuildOptions : CommonBuildOptions {
   std::vector<std::string> command;  // argv of the build tool
-  std::string coordinator_address;   // empty: start the embedded default
-  std::optional<TlsMaterial> tls;    // for coordinator_address
-  std::string nvcc_path;             // the pinned nvcc: PYTORCH_NVCC's, and the embedded worker's
-  std::string state_dir;             // embedded default's store
-  int embedded_slots = 0;            // 0: the usable cores
-  bool embedded_sandbox = true;
-  absl::Duration connect_timeout = absl::Seconds(5);
-  // --trace: where to write the session's timeline (BuildTrace); empty: none.
-  std::string trace_path;
   // The GPUs that will load what the command builds (BuildOptions'), as
   // they become known: the local GPUs' detection (nvidia-smi) runs beside
   // the session's start, and the first compile waits for it.
   std::shared_future<std::vector<TargetGpu>> target_gpus;
-  bool strict_arch = false;
   // DISTCC_CUDA_FALLBACK=local: a compile the cluster fails runs here
   // instead of failing (CompileOrRunHere).
   bool fallback_local = false;
+  // Whether `out` is a terminal that redraws a status line below the
+  // command's output (IsLiveTerminal).
+  bool live_terminal = false;
   // Not owned; may be null. Cancelling it (Ctrl-C, SIGTERM) stops the
   // command (SIGTERM) and every compile it has on the cluster.
   const CancelToken* cancel = nullptr;

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/dependency_scan.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -79,13 +78,15 @@ std::vector<std::string> FirstRuleFiles(std::string rule) {
 }
 
 // Whether the host compiler may be GCC: nvcc's default is, and any
-// -ccbin, NVCC_CCBIN or NVCC_*_FLAGS naming clang is not (clang refuses
-// -fdirectives-only). Anything else is tried and, if refused, scanned again
-// without it.
-bool HostCompilerMayBeGcc(const std::vector<std::string>& flags) {
-  for (const char* variable : {"NVCC_CCBIN", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"}) {
-    const char* value = std::getenv(variable);
-    if (value != nullptr && absl::StrContains(value, "clang")) return false;
+// -ccbin, or NVCC_CCBIN or NVCC_*_FLAGS in `variables` (the environment's),
+// naming clang is not (clang refuses -fdirectives-only). Anything else is
+// tried and, if refused, scanned again without it.
+bool HostCompilerMayBeGcc(const std::vector<std::string>& flags,
+                          const EnvironmentVariables& variables) {
+  for (const auto& [name, value] : variables) {
+    bool names_compiler =
+        name == "NVCC_CCBIN" || name == "NVCC_PREPEND_FLAGS" || name == "NVCC_APPEND_FLAGS";
+    if (names_compiler && absl::StrContains(value, "clang")) return false;
   }
   for (size_t i = 0; i < flags.size(); ++i) {
     const std::string& flag = flags[i];
@@ -109,8 +110,8 @@ bool HostCompilerMayBeGcc(const std::vector<std::string>& flags) {
 // sm100 kernel: 3.5 s of CPU, 0.5 s with it; the same 1,163 files, byte
 // for byte). A compiler that refuses the option gets the plain pass; so
 // does a failure, whose message is then nvcc's own for the user's flags.
-absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question,
-                                   const std::string& dependency_file) {
+absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question, const std::string& dependency_file,
+                                   const EnvironmentVariables& nvcc_variables) {
   ProcessSpec spec;
   spec.argv = {question.nvcc};
   spec.argv.insert(spec.argv.end(), question.flags.begin(), question.flags.end());
@@ -125,7 +126,7 @@ absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question,
   spec.working_directory = question.directory;
   spec.timeout = absl::Minutes(5);
   std::optional<ProcessResult> fast;
-  if (HostCompilerMayBeGcc(question.flags)) {
+  if (HostCompilerMayBeGcc(question.flags, nvcc_variables)) {
     ProcessSpec directives_only = spec;
     directives_only.argv.insert(directives_only.argv.begin() + 1,
                                 {"-Xcompiler", "-fdirectives-only"});
@@ -167,7 +168,8 @@ absl::StatusOr<std::vector<std::string>> Scan(const ScanQuestion& question,
   }
   if (!answer.has_value()) {
     const absl::Time began = absl::Now();
-    ASSIGN_OR_RETURN(answer, RunScan(question, dependency_file));
+    ASSIGN_OR_RETURN(answer, RunScan(question, dependency_file,
+                                     cache ? cache->nvcc_variables() : EnvironmentVariables()));
     if (cache) cache->Remember(question, *answer, began);
   }
   std::vector<std::string> files;

@@ -25,7 +25,8 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text);
 // INVALID_ARGUMENT carrying nvcc's own message when the scan fails (a
 // missing header, a syntax error in an #if). With `cache`, an answer it
 // holds for the same question with nothing changed is used and no nvcc
-// runs; a fresh answer is remembered there.
+// runs; a fresh answer is remembered there. The environment's variables
+// that nvcc reads (NVCC_CCBIN, ...) are the cache's; without one, none.
 absl::StatusOr<std::vector<std::string>> ScanInputClosure(const std::string& nvcc,
                                                           const std::string& directory,
                                                           const std::vector<std::string>& flags,

@@ -13,13 +13,6 @@
 
 namespace distcc_cuda::client {
 
-std::string DefaultStateDir() {
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  if (cache != nullptr && *cache != '\0') return std::string(cache) + "/distcc-cuda";
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "") + "/.cache/distcc-cuda";
-}
-
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox,
     bool worker_in_background) {

@@ -14,15 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/options.h"
 #include "common/transport/tls_credentials.h"
 #include "coordinator/coordinator.h"
 #include "worker/worker.h"
 
 namespace distcc_cuda::client {
-
-// Where the embedded default keeps its state when --state-dir does not say:
-// $XDG_CACHE_HOME/distcc-cuda, else ~/.cache/distcc-cuda.
-std::string DefaultStateDir();
 
 class EmbeddedCluster {
  public:
@@ -83,34 +80,6 @@ struct ClusterConnection {
   std::string address;                        // for messages
   std::shared_ptr<grpc::Channel> channel;
 };
-
-// How `build PLAN` and `build -- COMMAND` reach their cluster.
-struct ClusterSettings {
-  std::string coordinator_address;  // empty: start the embedded default
-  std::optional<TlsMaterial> tls;   // for coordinator_address
-  absl::Duration connect_timeout = absl::Seconds(5);
-  // The embedded default's (EmbeddedCluster::Start).
-  std::string state_dir;
-  std::string nvcc_path;
-  int embedded_slots = 0;
-  bool embedded_sandbox = true;
-  bool worker_in_background = false;
-};
-
-// The cluster settings of a command's options (BuildOptions,
-// CommandBuildOptions: fields of the same names).
-template <typename Options>
-ClusterSettings ClusterSettingsOf(const Options& options) {
-  ClusterSettings settings;
-  settings.coordinator_address = options.coordinator_address;
-  settings.tls = options.tls;
-  settings.connect_timeout = options.connect_timeout;
-  settings.state_dir = options.state_dir;
-  settings.nvcc_path = options.nvcc_path;
-  settings.embedded_slots = options.embedded_slots;
-  settings.embedded_sandbox = options.embedded_sandbox;
-  return settings;
-}
 
 // Connects first, so that an unreachable coordinator fails in seconds,
 // before any scanning: to the coordinator `settings` name, or to the

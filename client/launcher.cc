@@ -24,11 +24,6 @@ namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 namespace {
 
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
-
 // A unit name from a source's file name: what ValidateUnitName accepts.
 std::string UnitNameFor(const std::string& source) {
   std::string name = fs::path(source).filename().string();
@@ -154,7 +149,8 @@ std::string LauncherPath() {
 
 bool LooksLikeNvcc(const std::string& word) { return fs::path(word).filename() == "nvcc"; }
 
-absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word) {
+absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
+                                            const ClientEnvironment& environment) {
   if (absl::StrContains(word, '/')) {
     std::string path = AbsolutePath(word);
     if (access(path.c_str(), X_OK) != 0) {
@@ -165,7 +161,7 @@ absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word) {
   std::error_code error;
   const fs::path self = fs::canonical(LauncherPath(), error);
   std::vector<std::string> looked;
-  for (absl::string_view folder : absl::StrSplit(Env("PATH"), ':', absl::SkipEmpty())) {
+  for (absl::string_view folder : absl::StrSplit(environment.path, ':', absl::SkipEmpty())) {
     std::string candidate = absl::StrCat(folder, "/", word);
     if (access(candidate.c_str(), X_OK) != 0) continue;
     std::error_code ignored;
@@ -173,7 +169,7 @@ absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word) {
     return AbsolutePath(candidate);
   }
   for (const std::string& candidate :
-       {Env("CUDA_HOME").empty() ? "" : Env("CUDA_HOME") + "/bin/nvcc",
+       {environment.cuda_home.empty() ? "" : environment.cuda_home + "/bin/nvcc",
         std::string("/usr/local/cuda/bin/nvcc")}) {
     if (!candidate.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
   }
@@ -227,10 +223,10 @@ LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& c
   return outcome;
 }
 
-int RunLauncher(int argc, char** argv) {
-  const bool verbose = Env("DISTCC_CUDA_VERBOSE") == "1";
-  const bool fallback_local = Env("DISTCC_CUDA_FALLBACK") == "local";
-  absl::StatusOr<std::string> nvcc = ResolveRealNvcc(argv[1]);
+int RunLauncher(int argc, char** argv, const ClientEnvironment& environment) {
+  const bool verbose = environment.verbose;
+  const bool fallback_local = environment.fallback_local;
+  absl::StatusOr<std::string> nvcc = ResolveRealNvcc(argv[1], environment);
   if (!nvcc.ok()) {
     std::cerr << "distcc-cuda: " << nvcc.status().message() << "\n";
     return 2;
@@ -256,7 +252,7 @@ int RunLauncher(int argc, char** argv) {
     return reply.exit_code();
   };
 
-  const std::string session = Env("DISTCC_CUDA_SESSION");
+  const std::string& session = environment.session;
   if (!session.empty()) {
     auto stub = v1::LauncherSession::NewStub(
         grpc::CreateChannel(session, grpc::InsecureChannelCredentials()));
@@ -283,7 +279,7 @@ int RunLauncher(int argc, char** argv) {
                  "running? (DISTCC_CUDA_FALLBACK=local compiles here instead)\n";
     return 2;
   }
-  const std::string coordinator = Env("DISTCC_CUDA_COORDINATOR");
+  const std::string& coordinator = environment.coordinator;
   if (coordinator.empty()) {
     return run_here(
         "no build session or cluster: run the build under `distcc-cuda build -- COMMAND`, or "
@@ -291,16 +287,16 @@ int RunLauncher(int argc, char** argv) {
   }
   LauncherDecision decision = DecideWhereToCompile(call.arguments);
   if (!decision.remote) return run_here(decision.local_reason);
-  auto tls = LoadTlsMaterial(
-      {Env("DISTCC_CUDA_TLS_CA"), Env("DISTCC_CUDA_TLS_CERT"), Env("DISTCC_CUDA_TLS_KEY")},
-      PeerRole::kClient);
+  auto tls = LoadTlsMaterial(environment.launcher_tls, PeerRole::kClient);
   if (!tls.ok()) {
     std::cerr << "distcc-cuda: " << tls.status().message()
               << " (DISTCC_CUDA_TLS_CA, DISTCC_CUDA_TLS_CERT, DISTCC_CUDA_TLS_KEY)\n";
     return 2;
   }
+  const std::string state_dir = DefaultStateDir(environment);
   RemoteCompiler compiler(OpenChannel(coordinator, *tls), coordinator, 1,
-                          ScanCache::FolderFor(DefaultStateDir()), DefaultStateDir());
+                          ScanCache::FolderFor(state_dir, environment.scan_cache),
+                          environment.nvcc_variables, state_dir);
   LauncherOutcome outcome = CompileOrRunHere(compiler, call, decision, nullptr, fallback_local);
   if (verbose && outcome.remote) {
     std::cerr << "distcc-cuda: " << decision.plan.name << " compiled on " << outcome.remote->worker

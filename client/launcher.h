@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/launcher_call.h"
+#include "client/options.h"
 
 namespace distcc_cuda::client {
 
@@ -28,16 +29,18 @@ bool LooksLikeNvcc(const std::string& word);
 
 // The real nvcc for `word`: a path as it is (made absolute), a bare "nvcc"
 // looked up in $PATH, skipping this program itself (a PATH entry that is a
-// link to distcc-cuda), then $CUDA_HOME/bin/nvcc and /usr/local/cuda/bin.
-// NOT_FOUND saying where it looked.
-absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word);
+// link to distcc-cuda), then $CUDA_HOME/bin/nvcc and /usr/local/cuda/bin
+// (PATH and CUDA_HOME of `environment`). NOT_FOUND saying where it looked.
+absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
+                                            const ClientEnvironment& environment);
 
 // Runs the launcher for argv[1..] (argv[1] is the nvcc) and returns the exit
-// code for the caller; may exec the real nvcc and not return. Reads
-// $DISTCC_CUDA_SESSION (the `distcc-cuda build --` that runs this build),
-// $DISTCC_CUDA_COORDINATOR (a cluster to use directly), $DISTCC_CUDA_FALLBACK
-// (=local: compile here when the cluster cannot be reached) and
-// $DISTCC_CUDA_VERBOSE (=1: say on stderr where each compile runs and why).
-int RunLauncher(int argc, char** argv);
+// code for the caller; may exec the real nvcc and not return. Follows
+// `environment`: $DISTCC_CUDA_SESSION (the `distcc-cuda build --` that runs
+// this build), $DISTCC_CUDA_COORDINATOR (a cluster to use directly) with
+// $DISTCC_CUDA_TLS_*, $DISTCC_CUDA_FALLBACK (=local: compile here when the
+// cluster cannot be reached) and $DISTCC_CUDA_VERBOSE (=1: say on stderr
+// where each compile runs and why).
+int RunLauncher(int argc, char** argv, const ClientEnvironment& environment);
 
 }  // namespace distcc_cuda::client

@@ -22,11 +22,14 @@
 #include "client/commands.h"
 #include "client/embedded_cluster.h"
 #include "client/launcher.h"
+#include "client/options.h"
+#include "client/progress.h"
 #include "client/verify.h"
 #include "common/base/cancellation.h"
 #include "common/base/command_line.h"
 #include "common/base/logging.h"
 #include "common/base/signals.h"
+#include "common/base/status.h"
 #include "common/nvcc/gpu_targets.h"
 #include "common/nvcc/toolchain.h"
 #include "common/transport/tls_credentials.h"
@@ -123,11 +126,6 @@ constexpr char kUsage[] =
     "A coordinator that uses mutual TLS also needs --tls-ca ca.crt\n"
     "--tls-cert NAME.crt --tls-key NAME.key (a client certificate).\n";
 
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
-
 int Fail(const absl::Status& status) {
   std::cerr << "distcc-cuda: " << status.message() << "\n";
   // 1: the compiler said no (its messages are above); 2: anything else.
@@ -160,10 +158,28 @@ absl::StatusOr<std::vector<distcc_cuda::TargetGpu>> TargetGpus(const std::string
   return distcc_cuda::DetectLocalGpus(nvcc);
 }
 
-std::string StateDir() {
-  std::string state_dir = absl::GetFlag(FLAGS_state_dir);
-  if (!state_dir.empty()) return state_dir;
-  return distcc_cuda::client::DefaultStateDir();
+// What both kinds of build take from the flags and the environment, parsed
+// once: the cluster (or the embedded default), the pinned nvcc, the scan's
+// environment, the trace and --strict-arch.
+absl::StatusOr<distcc_cuda::client::CommonBuildOptions> CommonOptions(
+    const std::string& coordinator, absl::Duration connect_timeout,
+    const std::optional<distcc_cuda::TlsMaterial>& tls,
+    const distcc_cuda::client::ClientEnvironment& environment) {
+  distcc_cuda::client::CommonBuildOptions options;
+  options.coordinator_address = coordinator;
+  options.tls = tls;
+  options.connect_timeout = connect_timeout;
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (options.state_dir.empty()) options.state_dir = DefaultStateDir(environment);
+  ASSIGN_OR_RETURN(options.nvcc_path,
+                   distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), environment.cuda_home));
+  options.embedded_slots = absl::GetFlag(FLAGS_slots);
+  options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
+  options.scan_cache = environment.scan_cache;
+  options.nvcc_variables = environment.nvcc_variables;
+  options.trace_path = absl::GetFlag(FLAGS_trace);
+  options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+  return options;
 }
 
 // `distcc-cuda status [--watch]`: the cluster as the coordinator at
@@ -205,25 +221,12 @@ absl::StatusOr<distcc_cuda::v1::ArchitectureSplit> ArchitectureSplitFlag() {
 
 // `distcc-cuda build [FLAGS] -- COMMAND...`: the command's build as one
 // session; exits as the command did (or by its signal).
-int CommandBuildCommand(const std::vector<std::string>& positional, const std::string& coordinator,
-                        absl::Duration connect_timeout,
-                        const std::optional<distcc_cuda::TlsMaterial>& tls) {
-  if (positional.size() < 3) {
-    std::cerr << "distcc-cuda: build -- needs a command after \"--\", e.g. distcc-cuda build "
-                 "-- pip install --no-build-isolation .\n";
-    return 2;
-  }
+int CommandBuildCommand(const std::vector<std::string>& positional,
+                        const distcc_cuda::client::CommonBuildOptions& common,
+                        const distcc_cuda::client::ClientEnvironment& environment) {
   distcc_cuda::client::CommandBuildOptions options;
+  static_cast<distcc_cuda::client::CommonBuildOptions&>(options) = common;
   options.command.assign(positional.begin() + 2, positional.end());
-  options.coordinator_address = coordinator;
-  options.tls = tls;
-  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
-  if (!nvcc.ok()) return Fail(nvcc.status());
-  options.nvcc_path = *nvcc;
-  options.state_dir = StateDir();
-  options.embedded_slots = absl::GetFlag(FLAGS_slots);
-  options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
-  options.connect_timeout = connect_timeout;
   // GPUs named on the command line are checked now; this machine's are
   // found beside the build's start (nvidia-smi can take a tenth of a
   // second), before its first compile.
@@ -237,9 +240,8 @@ int CommandBuildCommand(const std::vector<std::string>& positional, const std::s
     named.set_value(*gpus);
     options.target_gpus = named.get_future().share();
   }
-  options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
-  options.trace_path = absl::GetFlag(FLAGS_trace);
-  options.fallback_local = Env("DISTCC_CUDA_FALLBACK") == "local";
+  options.fallback_local = environment.fallback_local;
+  options.live_terminal = distcc_cuda::client::IsLiveTerminal(STDERR_FILENO, environment.term);
   distcc_cuda::CancelToken cancel;
   const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
   options.cancel = &cancel;
@@ -273,12 +275,11 @@ int CommandBuildCommand(const std::vector<std::string>& positional, const std::s
 
 // `distcc-cuda build PLAN`: a kernel manifest or compile_commands.json
 // built and linked.
-int PlanBuildCommand(const std::vector<std::string>& positional, const std::string& coordinator,
-                     absl::Duration connect_timeout,
-                     const std::optional<distcc_cuda::TlsMaterial>& tls) {
+int PlanBuildCommand(const std::vector<std::string>& positional,
+                     const distcc_cuda::client::CommonBuildOptions& common) {
   distcc_cuda::client::BuildOptions options;
+  static_cast<distcc_cuda::client::CommonBuildOptions&>(options) = common;
   options.plan_path = positional[2];
-  options.coordinator_address = coordinator;
   options.output_dir = absl::GetFlag(FLAGS_o);
   options.library_name = absl::GetFlag(FLAGS_library);
   options.objects_dir = absl::GetFlag(FLAGS_objects_dir);
@@ -286,27 +287,17 @@ int PlanBuildCommand(const std::vector<std::string>& positional, const std::stri
   auto verify = distcc_cuda::client::ParseVerifySample(absl::GetFlag(FLAGS_verify));
   if (!verify.ok()) return Fail(verify.status());
   options.verify_sample = *verify;
-  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), Env("CUDA_HOME"));
-  if (!nvcc.ok()) return Fail(nvcc.status());
-  options.nvcc_path = *nvcc;
   options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
   auto gpus = TargetGpus(options.nvcc_path);
   if (!gpus.ok()) return Fail(gpus.status());
   options.target_gpus = *gpus;
-  options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
-  options.trace_path = absl::GetFlag(FLAGS_trace);
-  options.state_dir = StateDir();
-  options.embedded_slots = absl::GetFlag(FLAGS_slots);
-  options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
   auto split = ArchitectureSplitFlag();
   if (!split.ok()) {
     std::cerr << "distcc-cuda: " << split.status().message() << "\n";
     return 2;
   }
   options.architecture_split = *split;
-  options.connect_timeout = connect_timeout;
   options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
-  options.tls = tls;
   // Ctrl-C or SIGTERM cancels the build (the coordinator stops its units
   // on the workers); a second one quits at once.
   distcc_cuda::CancelToken cancel;
@@ -322,10 +313,12 @@ int PlanBuildCommand(const std::vector<std::string>& positional, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The environment, read here once; nothing below calls getenv.
+  const auto environment = distcc_cuda::client::ClientEnvironment::Of(environ);
   // The launcher: `distcc-cuda nvcc ARGS` takes no flags of its own; every
   // argument is nvcc's.
   if (argc >= 2 && distcc_cuda::client::LooksLikeNvcc(argv[1])) {
-    return distcc_cuda::client::RunLauncher(argc, argv);
+    return distcc_cuda::client::RunLauncher(argc, argv, environment);
   }
   absl::SetProgramUsageMessage(kUsage);
   // `build [FLAGS] -- COMMAND...`: everything after "--" is the command's.
@@ -350,9 +343,7 @@ int main(int argc, char** argv) {
     return absl::StartsWith(arg, "--coordinator") || absl::StartsWith(arg, "-coordinator");
   });
   std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (!on_command_line && !Env("DISTCC_CUDA_COORDINATOR").empty()) {
-    coordinator = Env("DISTCC_CUDA_COORDINATOR");
-  }
+  if (!on_command_line && !environment.coordinator.empty()) coordinator = environment.coordinator;
   absl::Duration connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   if (command == "inspect" && positional.size() == 3) {
     absl::Status status = distcc_cuda::client::RunInspect(positional[2], std::cout);
@@ -365,11 +356,16 @@ int main(int argc, char** argv) {
   if (command == "status" && positional.size() == 2) {
     return StatusCommand(coordinator, connect_timeout, *tls);
   }
-  if (command == "build" && dashes > 0) {
-    return CommandBuildCommand(positional, coordinator, connect_timeout, *tls);
+  if (command == "build" && dashes > 0 && positional.size() < 3) {
+    std::cerr << "distcc-cuda: build -- needs a command after \"--\", e.g. distcc-cuda build "
+                 "-- pip install --no-build-isolation .\n";
+    return 2;
   }
-  if (command == "build" && positional.size() == 3) {
-    return PlanBuildCommand(positional, coordinator, connect_timeout, *tls);
+  if (command == "build" && (dashes > 0 || positional.size() == 3)) {
+    auto common = CommonOptions(coordinator, connect_timeout, *tls, environment);
+    if (!common.ok()) return Fail(common.status());
+    return dashes > 0 ? CommandBuildCommand(positional, *common, environment)
+                      : PlanBuildCommand(positional, *common);
   }
   std::cerr << kUsage;
   return 2;

@@ -4,8 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,9 +79,8 @@ std::string StatusLine(int done, absl::Duration elapsed, const v1::ClusterStatus
   return line;
 }
 
-bool IsLiveTerminal(int fd) {
-  const char* term = std::getenv("TERM");
-  return isatty(fd) && term != nullptr && std::strcmp(term, "dumb") != 0;
+bool IsLiveTerminal(int fd, const std::string& term) {
+  return isatty(fd) && !term.empty() && term != "dumb";
 }
 
 std::string Seconds(absl::Duration duration) {

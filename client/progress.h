@@ -54,7 +54,8 @@ std::string StatusLine(int done, absl::Duration elapsed, const v1::ClusterStatus
 // summaries and the cluster view print it.
 std::string Seconds(absl::Duration duration);
 
-// True when `fd` is a terminal that understands "\r\033[K" (not TERM=dumb).
-bool IsLiveTerminal(int fd);
+// True when `fd` is a terminal that understands "\r\033[K": `term` ($TERM)
+// set and not "dumb".
+bool IsLiveTerminal(int fd, const std::string& term);
 
 }  // namespace distcc_cuda::client

@@ -24,11 +24,13 @@ namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 
 RemoteCompiler::RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address,
-                               int scan_slots, std::string scan_cache_folder, std::string state_dir)
+                               int scan_slots, std::string scan_cache_folder,
+                               EnvironmentVariables nvcc_variables, std::string state_dir)
     : channel_(std::move(channel)),
       address_(std::move(address)),
       scans_free_(std::max(1, scan_slots)),
       scan_cache_folder_(std::move(scan_cache_folder)),
+      nvcc_variables_(std::move(nvcc_variables)),
       state_dir_(std::move(state_dir)) {}
 
 absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::string& nvcc) {
@@ -278,7 +280,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source));
 
   const std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc);
-  ScanCache scan_cache(scan_cache_folder_, toolchain.digest());
+  ScanCache scan_cache(scan_cache_folder_, toolchain.digest(), nvcc_variables_);
   LauncherUnit launched;
   absl::Duration scan_time;
   ASSIGN_OR_RETURN(launched.closure, ScanClosure(call, plan, excluded, scan_cache, scan_time));

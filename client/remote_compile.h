@@ -53,10 +53,12 @@ class RemoteCompiler {
   // `address` only names the coordinator in messages. At most `scan_slots`
   // dependency passes (nvcc -M) run here at once, however many calls wait.
   // Scans are answered from the scan cache in `scan_cache_folder` where
-  // nothing changed ("": no scan cache). Each nvcc's toolchain is
-  // fingerprinted once, its files' hashes kept in `state_dir` ("": hashed).
+  // nothing changed ("": no scan cache), in an environment that sets
+  // `nvcc_variables` (ScanCache's). Each nvcc's toolchain is fingerprinted
+  // once, its files' hashes kept in `state_dir` ("": hashed).
   RemoteCompiler(std::shared_ptr<grpc::Channel> channel, std::string address, int scan_slots,
-                 std::string scan_cache_folder, std::string state_dir = "");
+                 std::string scan_cache_folder, EnvironmentVariables nvcc_variables,
+                 std::string state_dir = "");
 
   // Compiles `call` (planned by DecideWhereToCompile) on the cluster. Returns
   // nvcc's exit code and output; on exit code 0 the object is at the call's
@@ -90,6 +92,7 @@ class RemoteCompiler {
   std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
   int scans_free_ ABSL_GUARDED_BY(mu_);
   const std::string scan_cache_folder_;
+  const EnvironmentVariables nvcc_variables_;
   const std::string state_dir_;
 };
 

@@ -30,12 +30,6 @@ constexpr absl::Duration kTooNew = absl::Milliseconds(100);
 // are watched under each include folder.
 constexpr int kDeepestIncludeName = 6;
 
-// Environment variables nvcc or its host compiler read that change what a
-// scan finds.
-constexpr const char* kEnvironment[] = {"NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",
-                                        "NVCC_CCBIN",         "CPATH",
-                                        "C_INCLUDE_PATH",     "CPLUS_INCLUDE_PATH"};
-
 int64_t Nanos(const struct timespec& t) {
   return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
@@ -161,14 +155,15 @@ std::string ScanCache::NamesDigest(const std::string& path, int64_t mtime_ns, ui
   return digest;
 }
 
-ScanCache::ScanCache(std::string folder, std::string toolchain_digest)
-    : folder_(std::move(folder)), toolchain_digest_(std::move(toolchain_digest)) {}
+ScanCache::ScanCache(std::string folder, std::string toolchain_digest,
+                     EnvironmentVariables nvcc_variables)
+    : folder_(std::move(folder)),
+      toolchain_digest_(std::move(toolchain_digest)),
+      nvcc_variables_(std::move(nvcc_variables)) {}
 
-std::string ScanCache::FolderFor(const std::string& state_dir) {
-  const char* named = std::getenv("DISTCC_CUDA_SCAN_CACHE");
-  if (named != nullptr && *named != '\0') {
-    return std::string(named) == "off" ? "" : std::string(named);
-  }
+std::string ScanCache::FolderFor(const std::string& state_dir,
+                                 const std::optional<std::string>& named) {
+  if (named.has_value() && !named->empty()) return *named == "off" ? "" : *named;
   return state_dir.empty() ? "" : state_dir + "/scan";
 }
 
@@ -180,9 +175,8 @@ std::string ScanCache::QuestionText(const ScanQuestion& question) const {
   for (const std::string& argument : question.dependency_arguments) {
     absl::StrAppend(&text, "dependency ", argument, "\n");
   }
-  for (const char* name : kEnvironment) {
-    const char* value = std::getenv(name);
-    if (value != nullptr) absl::StrAppend(&text, "env ", name, "=", value, "\n");
+  for (const auto& [name, value] : nvcc_variables_) {
+    absl::StrAppend(&text, "env ", name, "=", value, "\n");
   }
   return text;
 }

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/options.h"
 #include "common/store/digest.h"
 #include "distcc_cuda/v1/build.pb.h"
 
@@ -52,13 +53,19 @@ inline constexpr int64_t kScanCacheBytes = int64_t{256} << 20;
 
 class ScanCache {
  public:
-  // Entries under `folder`, for the toolchain of digest `toolchain_digest`
-  // only (a different nvcc or host compiler asks different questions).
-  ScanCache(std::string folder, std::string toolchain_digest);
+  // Entries under `folder` ("": none kept), for the toolchain of digest
+  // `toolchain_digest` only (a different nvcc or host compiler asks
+  // different questions) in an environment that sets `nvcc_variables`
+  // (ClientEnvironment's), which each question includes and a scan obeys.
+  ScanCache(std::string folder, std::string toolchain_digest, EnvironmentVariables nvcc_variables);
 
-  // The folder of the scan cache: $DISTCC_CUDA_SCAN_CACHE if set ("off":
-  // none, ""), else `state_dir`/scan.
-  static std::string FolderFor(const std::string& state_dir);
+  // The folder of the scan cache: `named` ($DISTCC_CUDA_SCAN_CACHE) if set
+  // ("off": none, ""), else `state_dir`/scan.
+  static std::string FolderFor(const std::string& state_dir,
+                               const std::optional<std::string>& named);
+
+  // The kNvccVariables set where this client runs.
+  const EnvironmentVariables& nvcc_variables() const { return nvcc_variables_; }
 
   // The remembered answer if nothing it depends on changed. An answer whose
   // files changed in stat only (a checkout that rewrote equal content) is
@@ -125,6 +132,7 @@ class ScanCache {
 
   const std::string folder_;
   const std::string toolchain_digest_;
+  const EnvironmentVariables nvcc_variables_;
   std::atomic<int> hits_{0};
   std::atomic<int> misses_{0};
   std::atomic<int> folders_listed_{0};

@@ -718,7 +718,6 @@ TEST_F(ClusterTest, APlanBuildOnACoordinatorThatTakesNoPartsSaysToUpdateIt) {
 TEST_F(ClusterTest, ANoOpRebuildAnswersEveryScanFromTheScanCache) {
   const std::string log = root_ + "/fake_nvcc.log";
   setenv("FAKE_NVCC_LOG", log.c_str(), 1);
-  unsetenv("DISTCC_CUDA_SCAN_CACHE");
   Write("proj/include/util.h", "// util\n");
   Write("proj/a.cu", "#include \"util.h\"\nint a();\n");
   Write("proj/b.cu", "#include \"util.h\"\nint b();\n");

@@ -53,7 +53,7 @@ class LauncherRefusalTest : public ::testing::Test {
     client::LauncherCall call{nvcc, {"-O2", "-c", "k.cu", "-o", "k.o"}, root_ + "/src"};
     client::LauncherDecision decision = client::DecideWhereToCompile(call.arguments);
     EXPECT_TRUE(decision.remote) << decision.local_reason;
-    client::RemoteCompiler compiler(channel_, coordinator_->address(), 1, "", root_ + "/state");
+    client::RemoteCompiler compiler(channel_, coordinator_->address(), 1, "", {}, root_ + "/state");
     return compiler.Compile(call, decision.plan, nullptr);
   }
 

@@ -135,16 +135,25 @@ TEST(LauncherTest, BareNvccIsLookedUpInPathSkippingTheLauncherItself) {
                                   root + "/first/nvcc");
   ASSERT_TRUE(WriteFileAtomically(root + "/second/nvcc", "#!/bin/sh\n").ok());
   std::filesystem::permissions(root + "/second/nvcc", std::filesystem::perms::owner_all);
-  const std::string saved = std::getenv("PATH");
-  setenv("PATH", (root + "/first:" + root + "/second").c_str(), 1);
-  absl::StatusOr<std::string> found = ResolveRealNvcc("nvcc");
+  ClientEnvironment environment;
+  environment.path = root + "/first:" + root + "/second";
+  absl::StatusOr<std::string> found = ResolveRealNvcc("nvcc", environment);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(*found, root + "/second/nvcc");
-  absl::StatusOr<std::string> named = ResolveRealNvcc(root + "/second/nvcc");
+  absl::StatusOr<std::string> named = ResolveRealNvcc(root + "/second/nvcc", environment);
   ASSERT_TRUE(named.ok());
   EXPECT_EQ(*named, root + "/second/nvcc");
-  EXPECT_FALSE(ResolveRealNvcc(root + "/absent/nvcc").ok());
-  setenv("PATH", saved.c_str(), 1);
+  EXPECT_FALSE(ResolveRealNvcc(root + "/absent/nvcc", environment).ok());
+  // Not in PATH (only the launcher is): CUDA_HOME's, before
+  // /usr/local/cuda's.
+  environment.path = root + "/first";
+  environment.cuda_home = root + "/second/..";
+  std::filesystem::create_directories(root + "/bin");
+  ASSERT_TRUE(WriteFileAtomically(root + "/bin/nvcc", "#!/bin/sh\n").ok());
+  std::filesystem::permissions(root + "/bin/nvcc", std::filesystem::perms::owner_all);
+  absl::StatusOr<std::string> from_home = ResolveRealNvcc("nvcc", environment);
+  ASSERT_TRUE(from_home.ok()) << from_home.status();
+  EXPECT_EQ(*from_home, root + "/second/../bin/nvcc");
 }
 
 TEST(BuildSessionTest, TheCommandGetsTheLauncherAndAJobCountForTheCluster) {

@@ -74,8 +74,9 @@ class ScanCacheTest : public ::testing::Test {
     return scans;
   }
 
-  ScanCache Cache(const std::string& toolchain = "toolchain-a") {
-    return ScanCache(dir_ + "/scan", toolchain);
+  ScanCache Cache(const std::string& toolchain = "toolchain-a",
+                  EnvironmentVariables nvcc_variables = {}) {
+    return ScanCache(dir_ + "/scan", toolchain, std::move(nvcc_variables));
   }
 
   std::string dir_, log_, nvcc_, proj_;
@@ -367,13 +368,27 @@ TEST_F(ScanCacheTest, ADamagedTreeMemoIsNotFound) {
 }
 
 TEST(ScanCacheFolderTest, FollowsTheStateDirUnlessTheEnvironmentSays) {
-  unsetenv("DISTCC_CUDA_SCAN_CACHE");
-  EXPECT_EQ(ScanCache::FolderFor("/state"), "/state/scan");
-  setenv("DISTCC_CUDA_SCAN_CACHE", "off", 1);
-  EXPECT_EQ(ScanCache::FolderFor("/state"), "");
-  setenv("DISTCC_CUDA_SCAN_CACHE", "/elsewhere", 1);
-  EXPECT_EQ(ScanCache::FolderFor("/state"), "/elsewhere");
-  unsetenv("DISTCC_CUDA_SCAN_CACHE");
+  EXPECT_EQ(ScanCache::FolderFor("/state", std::nullopt), "/state/scan");
+  EXPECT_EQ(ScanCache::FolderFor("/state", ""), "/state/scan");
+  EXPECT_EQ(ScanCache::FolderFor("/state", "off"), "");
+  EXPECT_EQ(ScanCache::FolderFor("/state", "/elsewhere"), "/elsewhere");
+  EXPECT_EQ(ScanCache::FolderFor("", std::nullopt), "");
+}
+
+// NVCC_APPEND_FLAGS=-Iother could find another header: an answer given in
+// one environment is not one for another.
+TEST_F(ScanCacheTest, AnotherEnvironmentAsksAnotherQuestion) {
+  int scans = 0;
+  ScanCache plain = Cache();
+  Scan(plain, &scans);
+  EXPECT_EQ(scans, 1);
+  ScanCache appended = Cache("toolchain-a", {{"NVCC_APPEND_FLAGS", "-Iother"}});
+  Scan(appended, &scans);
+  EXPECT_EQ(scans, 1) << "the answer of an environment without the variable was used";
+  Scan(appended, &scans);
+  EXPECT_EQ(scans, 0) << "the same environment's answer is remembered";
+  Scan(plain, &scans);
+  EXPECT_EQ(scans, 0);
 }
 
 TEST(FoldersToWatchTest, EachIncludeFolderWithTheFoldersOfTheNamesFound) {
