@@ -174,6 +174,14 @@ absl::Status ReportCancel(const FollowedBuild& followed, const BuildOptions& opt
   return absl::CancelledError(absl::StrCat("build cancelled: ", options.cancel->reason()));
 }
 
+// UNAVAILABLE: the coordinator went away during the build, for `why`.
+absl::Status LostCoordinatorError(const std::string& address, const std::string& why) {
+  return absl::UnavailableError(absl::StrCat(
+      "lost the coordinator at ", address, " during the build (", TerminalSafe(why),
+      "); the units that finished are in its result cache: run the same command again once "
+      "it is back"));
+}
+
 // OK when the build's stream ended with its result and every unit that
 // came back is here to link; otherwise why not, said for the user.
 absl::Status CheckBuildEnded(const FollowedBuild& followed, const BuildOptions& options,
@@ -190,11 +198,7 @@ absl::Status CheckBuildEnded(const FollowedBuild& followed, const BuildOptions& 
   const grpc::Status& status = followed.status;
   if (!followed.finished && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                              status.error_code() == grpc::StatusCode::CANCELLED)) {
-    return absl::UnavailableError(absl::StrCat(
-        "lost the coordinator at ", cluster.address, " during the build (",
-        TerminalSafe(status.error_message()),
-        "); the units that finished are in its result cache: run the same command again once "
-        "it is back"));
+    return LostCoordinatorError(cluster.address, status.error_message());
   }
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "build"));
   if (!followed.finished) {
@@ -410,6 +414,11 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   const FollowedBuild& followed = follower.result();
   // Scans, checks and parts: a failure there ended the build.
   absl::Status submitted = submission.Finish();
+  if (absl::IsUnavailable(submitted) && !followed.finished && !Cancelled(options)) {
+    // A part or an upload found the coordinator gone (the stream's end may
+    // say so too): the same words, whichever noticed first.
+    return LostCoordinatorError(cluster.address, std::string(submitted.message()));
+  }
   if (!submitted.ok() && !Cancelled(options)) {
     out << "distcc-cuda: the build stopped: " << submitted.message() << "\n";
     if (!followed.reports.empty()) {
