@@ -78,7 +78,11 @@ BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_r
       record_result_(std::move(record_result)),
       lookup_result_(std::move(lookup_result)),
       history_(history),
-      metrics_(metrics != nullptr ? std::move(metrics) : std::make_shared<SchedulerMetrics>()) {}
+      metrics_(metrics != nullptr ? std::move(metrics) : std::make_shared<SchedulerMetrics>()),
+      queue_([this](const QueuedUnit& unit) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        // Called by the queue's own calls, all made under mu_.
+        return builds_.at(unit.first).units[unit.second].planned.demand.wall;
+      }) {}
 
 absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWorkerRequest& request,
                                                            absl::Time now, const WorkerPeer& peer) {

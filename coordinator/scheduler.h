@@ -26,6 +26,7 @@
 #include "coordinator/memory_model.h"
 #include "coordinator/revocations.h"
 #include "coordinator/scheduler_metrics.h"
+#include "coordinator/unit_queue.h"
 #include "coordinator/worker_registry.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
@@ -437,10 +438,6 @@ class BuildScheduler {
   // notes those waiting for history.
   void Enqueue(const std::string& build_id, const std::vector<int>& units)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Merges `fresh` (build id, unit index) into the queue, longest predicted
-  // first; the queue's own order is kept.
-  void MergeIntoQueue(std::vector<std::pair<std::string, int>> fresh)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the units of `build_id` from index `first` on, but those in
   // `cached` (by index from `first`), which are finished as cached; the
   // build may end (and be erased) here.
@@ -483,8 +480,6 @@ class BuildScheduler {
   // anyway enters the result cache if it is whole and `cacheable`.
   void EndCancelledTask(const std::string& task_id, const v1::TaskResult& result, bool cacheable,
                         Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a build's units from the queue; returns their indexes.
-  std::vector<int> TakeQueuedUnits(const std::string& build_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the queued units of builds that have had no worker with their
   // toolchain for longer than a grace period (one may come back).
   void FailStrandedBuilds(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -509,9 +504,9 @@ class BuildScheduler {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, BuildState> builds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TaskState> tasks_ ABSL_GUARDED_BY(mu_);
-  // (build id, unit index): re-queued units first, then longest predicted
-  // wall time first.
-  std::deque<std::pair<std::string, int>> queue_ ABSL_GUARDED_BY(mu_);
+  // Re-queued units first, then longest predicted wall time first; a
+  // unit's wall is its PlannedUnit's (builds_).
+  UnitQueue queue_ ABSL_GUARDED_BY(mu_);
   RecentBuilds recent_builds_ ABSL_GUARDED_BY(mu_);
   std::deque<ParkedLease> parked_ ABSL_GUARDED_BY(mu_);
   // Queued units (build id, unit index) waiting for the first runs of a

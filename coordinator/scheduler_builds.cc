@@ -328,7 +328,7 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
                                                         planned.unit.output_paths().end())};
       ++running;
     }
-    std::vector<int> queued = TakeQueuedUnits(build_id);
+    std::vector<int> queued = queue_.TakeBuild(build_id);
     LogFields fields{{"build", build_id}};
     deferred.Warn(
         fmt::format("build {} cancelled: its client went away or cancelled it; {} queued units "
@@ -350,7 +350,7 @@ void BuildScheduler::FailStrandedBuilds(absl::Time now, Deferred& deferred) {
     }
   }
   for (const std::string& build_id : stranded) {
-    std::vector<int> queued = TakeQueuedUnits(build_id);
+    std::vector<int> queued = queue_.TakeBuild(build_id);
     const BuildState& build = builds_.at(build_id);
     v1::TaskResult result;
     result.set_outcome(v1::TASK_FAILED_TO_START);

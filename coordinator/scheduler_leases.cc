@@ -173,7 +173,7 @@ void BuildScheduler::Requeue(const std::string& task_id, const std::string& reas
   metrics_->UnitRequeued();
   unit.phase = UnitPhase::kQueued;
   unit.queued_at = Now();
-  queue_.emplace_front(build.id, task->unit_index);
+  queue_.PushFront({build.id, task->unit_index});
   v1::BuildEvent event;
   event.mutable_unit_requeued()->set_unit_name(name);
   event.mutable_unit_requeued()->set_reason(reason);

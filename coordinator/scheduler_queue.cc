@@ -90,23 +90,14 @@ void BuildScheduler::PlaceMovedUnits() {
   if (moving_.empty()) return;
   // Only what is in the queue moves (a queued unit is there unless its
   // build is being taken out of it).
-  std::deque<std::pair<std::string, int>> kept;
-  std::vector<std::pair<std::string, int>> moving;
-  for (auto& entry : queue_) {
-    if (builds_.at(entry.first).units[entry.second].moving) {
-      moving.push_back(entry);
-    } else {
-      kept.push_back(entry);
-    }
-  }
+  queue_.Reorder(
+      [this](const QueuedUnit& unit) { return builds_.at(unit.first).units[unit.second].moving; });
   for (const auto& [build_id, index] : moving_) {
     if (auto build = builds_.find(build_id); build != builds_.end()) {
       build->second.units[index].moving = false;
     }
   }
   moving_.clear();
-  queue_ = std::move(kept);
-  MergeIntoQueue(std::move(moving));
 }
 
 void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>& units) {
@@ -118,51 +109,7 @@ void BuildScheduler::Enqueue(const std::string& build_id, const std::vector<int>
     fresh.emplace_back(build_id, index);
     WaitForHistory(build_id, index);
   }
-  MergeIntoQueue(std::move(fresh));
-}
-
-void BuildScheduler::MergeIntoQueue(std::vector<std::pair<std::string, int>> fresh) {
-  // Each entry with its predicted wall, looked up once (a build's lookup
-  // per comparison made sorting 100,000 units take a third of a second).
-  using Keyed = std::pair<absl::Duration, std::pair<std::string, int>>;
-  auto keyed = [this](std::pair<std::string, int> entry) {
-    const absl::Duration wall = builds_.at(entry.first).units[entry.second].planned.demand.wall;
-    return Keyed(wall, std::move(entry));
-  };
-  std::vector<Keyed> arriving;
-  arriving.reserve(fresh.size());
-  for (auto& entry : fresh) arriving.push_back(keyed(std::move(entry)));
-  std::vector<Keyed> queued;
-  queued.reserve(queue_.size());
-  for (auto& entry : queue_) queued.push_back(keyed(std::move(entry)));
-  auto longer = [](const Keyed& a, const Keyed& b) { return a.first > b.first; };
-  // Longest first; among equal predictions, what came first stays first.
-  std::stable_sort(arriving.begin(), arriving.end(), longer);
-  std::deque<std::pair<std::string, int>> merged;
-  auto next = queued.begin();
-  for (Keyed& entry : arriving) {
-    for (; next != queued.end() && !longer(entry, *next); ++next) {
-      merged.push_back(std::move(next->second));
-    }
-    merged.push_back(std::move(entry.second));
-  }
-  for (; next != queued.end(); ++next) merged.push_back(std::move(next->second));
-  queue_ = std::move(merged);
-}
-
-std::vector<int> BuildScheduler::TakeQueuedUnits(const std::string& build_id) {
-  // One pass: erasing each from the middle of the queue was quadratic.
-  std::vector<int> taken;
-  std::deque<std::pair<std::string, int>> kept;
-  for (auto& entry : queue_) {
-    if (entry.first == build_id) {
-      taken.push_back(entry.second);
-    } else {
-      kept.push_back(std::move(entry));
-    }
-  }
-  queue_ = std::move(kept);
-  return taken;
+  queue_.Merge(std::move(fresh));
 }
 
 }  // namespace distcc_cuda::coordinator
