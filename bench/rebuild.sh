@@ -28,7 +28,9 @@ VERSION=2.8.3.post2
 SDIST=$REPO/build/bench-flash-attention/flash_attn-$VERSION.tar.gz
 if [[ ! -f $SDIST ]]; then
   mkdir -p "$(dirname "$SDIST")"
-  # Its setup.py imports torch even to be downloaded.
+  # Its setup.py imports torch, psutil and packaging even to be downloaded
+  # (as bench/flash_attention/run installs them).
+  "$PY" -m pip install --quiet --disable-pip-version-check psutil packaging wheel
   (cd "$(dirname "$SDIST")" && "$PY" -m pip download --quiet --no-build-isolation \
     --no-binary :all: --no-deps "flash-attn==$VERSION" -d .)
 fi
