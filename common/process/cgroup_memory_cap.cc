@@ -97,10 +97,11 @@ bool RemoveGroup(MemoryCapMechanism version, const std::string& dir) {
 
 // Removes the groups that dead earlier processes named `name` left in
 // `parent`: node groups ("distcc-cuda-<pid>-<name>[-<n>]") with their task
-// groups, and worker leaves ("distcc-cuda-<pid>-worker"). The kernel refuses
-// to remove a group that still has processes, and a live process's groups are
-// skipped, so nothing in use is touched.
-void RemoveStaleGroups(const std::string& parent, const std::string& name) {
+// groups, and worker leaves ("distcc-cuda-<pid>-worker"). What still runs in
+// them is killed first: compiles whose worker died, that nobody will collect.
+// A live process's groups are skipped, so nothing in use is touched.
+void RemoveStaleGroups(MemoryCapMechanism version, const std::string& parent,
+                       const std::string& name) {
   for (const std::string& entry : SubdirectoryNames(parent)) {
     absl::string_view rest = entry;
     if (!absl::ConsumePrefix(&rest, kGroupPrefix)) continue;
@@ -119,9 +120,9 @@ void RemoveStaleGroups(const std::string& parent, const std::string& name) {
     if (!ours || kill(pid, 0) == 0 || errno != ESRCH) continue;
     std::string dir = absl::StrCat(parent, "/", entry);
     for (const std::string& child : SubdirectoryNames(dir)) {
-      rmdir(absl::StrCat(dir, "/", child).c_str());
+      RemoveGroup(version, absl::StrCat(dir, "/", child));
     }
-    rmdir(dir.c_str());
+    RemoveGroup(version, dir);
   }
 }
 
@@ -307,7 +308,7 @@ absl::StatusOr<std::unique_ptr<NodeMemoryCap>> CreateCgroupNode(MemoryCapMechani
   }
 
   const std::string name = SanitizeName(options.name, 64);
-  RemoveStaleGroups(own, name);
+  RemoveStaleGroups(version, own, name);
   if (v2) RETURN_IF_ERROR(EnableMemoryForChildren(own));
 
   std::string dir = absl::StrCat(own, "/", OwnGroupPrefix(), name);

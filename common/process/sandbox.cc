@@ -204,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   sandbox->options_ = options;
   RETURN_IF_ERROR(sandbox->FindBubblewrap());
   RETURN_IF_ERROR(sandbox->ChooseUser());
+  sandbox->own_pid_namespace_ = sandbox->drop_to_user_ && PidNamespacesWork().ok();
   sandbox->system_paths_ = options.system_paths.empty() ? DefaultSystemPaths(options.toolkit_root)
                                                         : options.system_paths;
   absl::Status reachable = absl::FailedPreconditionError("no folder for task folders was given");
@@ -399,6 +400,12 @@ absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile,
                   // the same in every sandbox.
                   "--as-pid-1", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                   "--hostname", "distcc-cuda-sandbox"};
+  // bwrap's --die-with-parent arms the sandboxed process's death signal only
+  // at the end of its set-up: a worker killed outright before then takes
+  // bwrap with it (ProcessSpec's death signal) but not that process, which
+  // goes on to run the compile. As process 1 of a namespace of its own, bwrap
+  // takes everything in it along when it dies, the sandbox's nested one too.
+  wrapped.new_pid_namespace = own_pid_namespace_;
   if (drop_to_user_) {
     // Unprivileged bwrap maps its own user only; inside it keeps the same id.
     wrapped.run_as = ProcessSpec::Identity{uid_, gid_};
@@ -471,7 +478,11 @@ absl::Status Sandbox::CheckReachable(const std::string& folder) const {
 std::string Sandbox::Describe() const {
   return absl::StrCat(version_.empty() ? "bubblewrap" : version_,
                       ": user, mount, pid, ipc, net, uts namespaces; compiles as ", user_name_,
-                      " (", uid_, ")");
+                      " (", uid_, ")",
+                      own_pid_namespace_ ? ""
+                                         : "; a compile starting as the worker is killed outright "
+                                           "may outlive it (bwrap gets no PID namespace of its "
+                                           "own without root)");
 }
 
 }  // namespace distcc_cuda

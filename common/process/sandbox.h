@@ -88,8 +88,10 @@ class Sandbox {
   // `compile` (argv[0] the program, run in task.working_directory) as it
   // runs inside the sandbox of `task`: through bwrap, with a minimal
   // environment (PATH, TMPDIR, HOME, LANG), as the sandbox user, with the
-  // staged system paths as binds (ProcessSpec::binds). Keeps the timeout,
-  // output limit, child_writes and on_started of `compile`.
+  // staged system paths as binds (ProcessSpec::binds), and where the worker
+  // may (root), bwrap as process 1 of a PID namespace of its own, so that
+  // everything inside ends with it. Keeps the timeout, output limit,
+  // child_writes and on_started of `compile`.
   absl::StatusOr<ProcessSpec> Wrap(const ProcessSpec& compile, const SandboxTask& task) const;
 
   // Makes `folder` (in a task's tree or its temp folder) writable by the
@@ -101,7 +103,9 @@ class Sandbox {
   // folder above it); else FAILED_PRECONDITION naming the folder that stops it.
   absl::Status CheckReachable(const std::string& folder) const;
 
-  // "bubblewrap 0.8.0: user, mount, pid, ipc, net, uts namespaces; compiles as nobody (65534)".
+  // "bubblewrap 0.8.0: user, mount, pid, ipc, net, uts namespaces; compiles as nobody (65534)",
+  // and when bwrap has no PID namespace of its own, that a compile starting
+  // as the worker is killed outright can outlive it.
   std::string Describe() const;
 
  private:
@@ -134,6 +138,8 @@ class Sandbox {
   // bwrap runs: those whose parents the sandbox user may not search.
   std::map<std::string, std::string> staged_;
   bool drop_to_user_ = false;  // the worker is root: bwrap runs as uid_/gid_
+  // bwrap runs as process 1 of a PID namespace of its own (see Wrap).
+  bool own_pid_namespace_ = false;
   uid_t uid_ = 0;
   gid_t gid_ = 0;
   std::string user_name_;

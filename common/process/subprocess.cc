@@ -610,4 +610,17 @@ absl::Status MountNamespacesWork(const std::string& target) {
   return absl::OkStatus();
 }
 
+absl::Status PidNamespacesWork() {
+  ProcessSpec spec;
+  spec.argv = {"true"};
+  spec.new_pid_namespace = true;
+  spec.timeout = absl::Seconds(10);
+  ASSIGN_OR_RETURN(ProcessResult run, RunProcess(spec));
+  if (run.exit_code != 0) {
+    return absl::InternalError(absl::StrCat("`true` in a PID namespace exited with ", run.exit_code,
+                                            ": ", run.stderr_text));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace distcc_cuda

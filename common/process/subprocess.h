@@ -144,6 +144,10 @@ absl::StatusOr<std::string> ResolveProgram(const std::string& program,
 // with `true`. Else why not.
 absl::Status MountNamespacesWork(const std::string& target);
 
+// OK if children can be given a PID namespace of their own (CAP_SYS_ADMIN):
+// tries it once with `true`. Else why not.
+absl::Status PidNamespacesWork();
+
 // A short description of how `result` ended, for messages: "exit code 2",
 // "killed by signal 9 (Killed)", "timed out after 5s".
 std::string DescribeTermination(const ProcessResult& result);

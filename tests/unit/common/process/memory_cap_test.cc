@@ -531,7 +531,24 @@ TEST_P(RealCapTest, RemovesStaleGroupsOfDeadWorkersOnly) {
   for (const std::string& dir : {stale, stale + "/task-1-x", other_name, live}) {
     ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
   }
+  // A compile the dead worker left running in its task's group.
+  pid_t orphan = fork();
+  if (orphan == 0) {
+    execl("/bin/sleep", "sleep", "30", nullptr);
+    _exit(127);
+  }
+  ASSERT_GT(orphan, 0);
+  {
+    std::ofstream procs(stale + "/task-1-x/cgroup.procs");
+    procs << orphan << std::flush;
+    ASSERT_TRUE(procs.good()) << "cannot move the orphan into " << stale << "/task-1-x";
+  }
   { MAKE_NODE_OR_SKIP(node, 256 * kMiB); }
+  int status = 0;
+  EXPECT_EQ(waitpid(orphan, &status, WNOHANG), orphan) << "the orphaned compile still runs";
+  if (WIFSIGNALED(status)) EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  kill(orphan, SIGKILL);
+  waitpid(orphan, nullptr, 0);
   EXPECT_FALSE(Exists(stale));
   EXPECT_TRUE(Exists(other_name));
   EXPECT_TRUE(Exists(live));

@@ -3,9 +3,12 @@
 // bubblewrap and the real nvcc) what a program inside can and cannot do.
 #include "common/process/sandbox.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,7 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/base/files.h"
+#include "common/process/subprocess.h"
+#include "tests/support/process_tree.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -354,8 +360,10 @@ class PrivateToolkitTest : public ::testing::Test {
     ASSERT_EQ(chmod(home_.c_str(), 0700), 0);
   }
 
-  absl::StatusOr<std::unique_ptr<Sandbox>> Create(const std::string& nvcc) {
+  absl::StatusOr<std::unique_ptr<Sandbox>> Create(const std::string& nvcc,
+                                                  const std::string& bwrap = "bwrap") {
     SandboxOptions options;
+    options.bwrap = bwrap;
     options.toolkit_root = fs::path(nvcc).parent_path().parent_path().string();
     return Sandbox::Create(options, nvcc, {dir_ + "/tasks"});
   }
@@ -435,6 +443,72 @@ TEST_F(PrivateToolkitTest, AToolkitFolderClosedToTheSandboxUserIsRefusedSayingWh
   EXPECT_THAT(sandbox.status().message(), HasSubstr("the toolkit is out of the sandbox's reach"));
   EXPECT_THAT(sandbox.status().message(), HasSubstr("chmod o+rx " + dir_ + "/cuda-13.0)"));
   EXPECT_THAT(sandbox.status().message(), Not(HasSubstr("\n")));
+}
+
+// bwrap arms the death signal of the process it sandboxes only at the end
+// of its set-up. A worker killed outright before then (here a helper process
+// stands for it, and a wrapper holds bwrap's set-up with --block-fd on a FIFO
+// until the helper is dead) must still take the compile along.
+TEST_F(PrivateToolkitTest, AWorkerKilledWhileTheSandboxIsSetUpLeavesNoCompileRunning) {
+  const std::string nvcc = testing::FakeNvccWithRelease(dir_, "13.0");
+  const std::string fifo = dir_ + "/hold-fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(chmod(fifo.c_str(), 0666), 0);  // opened by bwrap as the sandbox user
+  const std::string holding = dir_ + "/holding";
+  const std::string wrapper = dir_ + "/bwrap-held";
+  const std::string script = absl::StrCat("#!/bin/sh\nif [ -e ", holding, " ]; then exec 3<>", fifo,
+                                          "; exec /usr/bin/bwrap --block-fd 3 \"$@\"; fi\n",
+                                          "exec /usr/bin/bwrap \"$@\"\n");
+  ASSERT_TRUE(WriteFileAtomically(wrapper, script).ok());
+  ASSERT_EQ(chmod(wrapper.c_str(), 0755), 0);
+  absl::StatusOr<std::unique_ptr<Sandbox>> sandbox = Create(nvcc, wrapper);
+  ASSERT_TRUE(sandbox.ok()) << sandbox.status();
+  const std::string task = dir_ + "/task";
+  ASSERT_TRUE(MakeDirectories(task + "/tree").ok());
+  ASSERT_TRUE(MakeDirectories(task + "/tmp").ok());
+  ASSERT_TRUE((*sandbox)->GrantReach(task).ok());
+  ASSERT_TRUE((*sandbox)->GrantWrite(task + "/tree").ok());
+  ASSERT_TRUE((*sandbox)->GrantWrite(task + "/tmp").ok());
+  const std::string marker = absl::StrCat("compile-of-", getpid());
+  ProcessSpec spec;
+  spec.argv = {"/bin/sh", "-c", "echo ran > ran; sleep 30 # " + marker};
+  spec.timeout = absl::Seconds(60);
+  absl::StatusOr<ProcessSpec> wrapped =
+      (*sandbox)->Wrap(spec, SandboxTask{task + "/tree", "/work/p", task + "/tmp", "/work/p"});
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  ASSERT_TRUE(WriteFileAtomically(holding, "").ok());
+  pid_t helper = fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    RunProcess(*wrapped).IgnoreError();
+    _exit(0);
+  }
+  // bwrap and the process it set up to run the compile, held before it is
+  // armed.
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (testing::ProcessesMentioning(marker) < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(testing::ProcessesMentioning(marker), 2) << "the sandbox never started";
+  absl::SleepFor(absl::Milliseconds(300));
+  kill(helper, SIGKILL);
+  int status = 0;
+  waitpid(helper, &status, 0);
+  absl::SleepFor(absl::Milliseconds(300));
+  // Let the set-up go on, if anything is left to read the FIFO.
+  int writer = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+  if (writer >= 0) {
+    EXPECT_EQ(write(writer, "x", 1), 1);
+    close(writer);
+  }
+  deadline = absl::Now() + absl::Seconds(5);
+  while (testing::ProcessesMentioning(marker) > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(testing::ProcessesMentioning(marker), 0)
+      << "the compile outlived its worker:\n"
+      << testing::DescribeProcessesMentioning(marker);
+  EXPECT_FALSE(fs::exists(task + "/tree/ran")) << "the compile ran after its worker died";
 }
 
 }  // namespace
