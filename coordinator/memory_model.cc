@@ -386,19 +386,4 @@ void UnitSizeChoices::Remember(const std::string& set_key, int per_unit) {
   if (!out) spdlog::warn("cannot append to {}; the choice stays in memory", path_);
 }
 
-int64_t AdmissionHeadroom(int64_t cap_bytes) {
-  return std::max<int64_t>(cap_bytes / 50, int64_t{64} << 20);
-}
-
-int64_t ReservationOn(const WorkerLoad& worker, int64_t peak_bytes) {
-  int64_t usable = std::max<int64_t>(0, worker.cap_bytes - AdmissionHeadroom(worker.cap_bytes));
-  return std::min(peak_bytes, usable);
-}
-
-bool Admits(const WorkerLoad& worker, int64_t reservation) {
-  if (worker.running >= worker.slots) return false;
-  int64_t usable = worker.cap_bytes - AdmissionHeadroom(worker.cap_bytes);
-  return worker.reserved_bytes + reservation <= usable;
-}
-
 }  // namespace distcc_cuda::coordinator

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What a compile unit will cost: its predicted peak memory and wall time,
-// learned from measured history (kept in the coordinator's state dir), and
-// the admission rule that keeps every worker under its memory cap.
+// learned from measured history (kept in the coordinator's state dir).
+// Admission, which keeps every worker under its cap, is admission.h.
 #pragma once
 
 #include <map>
@@ -210,26 +210,5 @@ class UnitSizeChoices {
   mutable absl::Mutex mu_;
   std::map<std::string, int> choices_ ABSL_GUARDED_BY(mu_);
 };
-
-// Memory a worker keeps free beyond its reservations: 2% of the cap, at
-// least 64 MiB (page cache and nvcc's own small processes).
-int64_t AdmissionHeadroom(int64_t cap_bytes);
-
-// What admission sees of a worker.
-struct WorkerLoad {
-  int64_t cap_bytes = 0;
-  int64_t reserved_bytes = 0;
-  int slots = 0;
-  int running = 0;
-};
-
-// The memory to reserve on a worker for a unit predicted at `peak_bytes`:
-// the prediction, but never more than the worker can hold (a unit predicted
-// above a worker's cap takes the whole worker).
-int64_t ReservationOn(const WorkerLoad& worker, int64_t peak_bytes);
-
-// True if a unit reserving `reservation` may start now: a slot is free and
-// the reservations, the new one included, fit the cap less the headroom.
-bool Admits(const WorkerLoad& worker, int64_t reservation);
 
 }  // namespace distcc_cuda::coordinator

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/byte_size.h"
-#include "coordinator/memory_model.h"
+#include "coordinator/admission.h"
 
 namespace distcc_cuda::coordinator {
 

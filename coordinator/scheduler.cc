@@ -173,7 +173,7 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
     if (task || deadline <= now) {
       deferred.leases.emplace_back(std::move(callback), std::move(task));
     } else {
-      parked_.push_back(ParkedLease{worker_id, deadline, std::move(callback)});
+      parked_.Park(worker_id, deadline, std::move(callback));
     }
   }
   RunDeferred(deferred);
@@ -184,14 +184,7 @@ void BuildScheduler::CancelLeaseRequest(const std::string& worker_id) {
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (it->worker_id == worker_id) {
-        deferred.leases.emplace_back(std::move(it->callback), std::nullopt);
-        it = parked_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    parked_.Release(worker_id, deferred.leases);
   }
   RunDeferred(deferred);
 }
@@ -216,14 +209,8 @@ void BuildScheduler::Tick(absl::Time now) {
     for (const std::string& task_id : overdue) {
       Requeue(task_id, "it ran past the task timeout", deferred);
     }
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      if (it->deadline <= now || workers_.Find(it->worker_id) == nullptr) {
-        deferred.leases.emplace_back(std::move(it->callback), std::nullopt);
-        it = parked_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    parked_.Expire(
+        now, [&](const std::string& id) { return workers_.Find(id) == nullptr; }, deferred.leases);
     Dispatch(now, deferred);
   }
   RunDeferred(deferred);

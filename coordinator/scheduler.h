@@ -5,7 +5,6 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,8 +21,11 @@
 #include "absl/time/time.h"
 #include "common/base/logging.h"
 #include "common/store/digest.h"
+#include "coordinator/admission.h"
 #include "coordinator/build_records.h"
+#include "coordinator/history_waits.h"
 #include "coordinator/memory_model.h"
+#include "coordinator/parked_leases.h"
 #include "coordinator/revocations.h"
 #include "coordinator/scheduler_metrics.h"
 #include "coordinator/unit_queue.h"
@@ -38,9 +40,6 @@ namespace distcc_cuda::coordinator {
 // under the scheduler's lock (LockedSection), so that events keep their
 // order: it must queue the event and return, never call the scheduler.
 using BuildEventSink = std::function<void(v1::BuildEvent)>;
-
-// Called with the leased task, or nullopt when the wait ran out.
-using LeaseCallback = std::function<void(std::optional<v1::Task>)>;
 
 // Stores a successful unit's result under its action digest.
 using ResultRecorder = std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
@@ -274,16 +273,11 @@ class BuildScheduler {
     };
     std::optional<Cancelled> cancelled;
   };
-  struct ParkedLease {
-    std::string worker_id;
-    absl::Time deadline;
-    LeaseCallback callback;
-  };
   // Work to do once the lock is released: nothing that waits for a disk or
   // another service runs under it.
   struct Deferred {
     std::vector<std::pair<BuildEventSink, v1::BuildEvent>> events;
-    std::vector<std::pair<LeaseCallback, std::optional<v1::Task>>> leases;
+    std::vector<LeaseAnswer> leases;
     // Results to enter the result cache (a file written and synced each).
     std::vector<std::pair<std::string, v1::TaskResult>> results;
     // Runs were learnt: the history has lines to append.
@@ -374,17 +368,10 @@ class BuildScheduler {
                                       Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pairs parked lease requests with queued units.
   void Dispatch(absl::Time now, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When the first unit in the queue must wait for memory on a worker: the
-  // time it could start there, as the running units' predicted ends free
-  // their memory, and what would be left beside it then.
-  struct BackfillWindow {
-    absl::Time start;
-    int64_t leftover_bytes;
-  };
-  std::optional<BackfillWindow> WindowFor(const UnitState& head, const WorkerState& worker,
-                                          absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the unit reserves on `worker`, or nullopt if it may not start there now.
-  std::optional<int64_t> Admission(const UnitState& unit, const WorkerState& worker) const
+  // What admission (admission.h) needs of `unit`.
+  static UnitNeeds NeedsOf(const UnitState& unit);
+  // The units running on `worker`, for its backfill window.
+  std::vector<RunningUnit> RunningOn(const WorkerState& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a task's lease and frees its slot and reservation; returns it.
   std::optional<TaskState> EndTask(const std::string& task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -422,11 +409,9 @@ class BuildScheduler {
   // none) as waiting for them (LearnFrom).
   void WaitForHistory(const std::string& build_id, int unit_index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets a build that ended or was cancelled.
-  void StopWaitingForHistory(const std::string& build_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a measured (or memory-killed) run of `measured`: the queued units
   // waiting for its closure family's or family's runs are predicted again,
-  // on its 1st, 2nd, 4th, ... run up to kRelearnRuns, so that the units of
+  // on its 1st, 2nd, 4th, ... run (HistoryWaits), so that the units of
   // a family never built before stop reserving the default once the first
   // of them finish, in this build; those whose predicted time changed move
   // to their place in the longest-first order (PlaceMovedUnits, before the
@@ -508,18 +493,12 @@ class BuildScheduler {
   // unit's wall is its PlannedUnit's (builds_).
   UnitQueue queue_ ABSL_GUARDED_BY(mu_);
   RecentBuilds recent_builds_ ABSL_GUARDED_BY(mu_);
-  std::deque<ParkedLease> parked_ ABSL_GUARDED_BY(mu_);
-  // Queued units (build id, unit index) waiting for the first runs of a
-  // closure family or family (the key), and how many runs of it were
-  // measured since the first of them was queued (WaitForHistory, LearnFrom).
-  struct WaitingForHistory {
-    std::vector<std::pair<std::string, int>> units;
-    int measured = 0;
-  };
-  static constexpr int kRelearnRuns = 16;
+  ParkedLeases parked_ ABSL_GUARDED_BY(mu_);
   // Queued units whose predicted time LearnFrom changed (UnitState::moving).
   std::vector<std::pair<std::string, int>> moving_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, WaitingForHistory> waiting_ ABSL_GUARDED_BY(mu_);
+  // Queued units waiting for the first runs of a closure family or family
+  // (WaitForHistory, LearnFrom).
+  HistoryWaits waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace distcc_cuda::coordinator

@@ -304,7 +304,7 @@ bool BuildScheduler::EndBuildIfDone(BuildState& build, Deferred& deferred) {
   LogFields fields{{"build", build.id}};
   deferred.Info(fmt::format("build {} finished: {} units, {} failed, {} cached", build.id,
                             build.units.size(), build.failed, build.cached));
-  StopWaitingForHistory(build.id);
+  waiting_.Forget(build.id);
   builds_.erase(build.id);
   return true;
 }
@@ -334,7 +334,7 @@ int BuildScheduler::CancelBuild(const std::string& build_id) {
         fmt::format("build {} cancelled: its client went away or cancelled it; {} queued units "
                     "dropped, {} running units being stopped on their workers",
                     build_id, queued.size(), running));
-    StopWaitingForHistory(build_id);
+    waiting_.Forget(build_id);
     KeepRecord(build->second, "cancelled");
     ended = builds_.extract(build);
   }

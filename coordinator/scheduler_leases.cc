@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The scheduler's leases: memory admission and backfilling, handing a
-// worker its next unit, parked lease requests, and taking units back from
+// The scheduler's leases: handing a worker its next unit (by admission.h's
+// rules), parked lease requests, and taking units back from
 // leases that ended without a result (a lost worker, a failed start).
 #include <algorithm>
 
@@ -12,53 +12,22 @@
 
 namespace distcc_cuda::coordinator {
 
-std::optional<int64_t> BuildScheduler::Admission(const UnitState& unit,
-                                                 const WorkerState& worker) const {
-  const WorkerLoad load = worker.Load();
-  if (!options_.memory_admission) {
-    return load.running < load.slots ? std::optional<int64_t>(0) : std::nullopt;
-  }
-  if (unit.needs_cap_above > 0 && load.cap_bytes <= unit.needs_cap_above) return std::nullopt;
-  if (unit.alone) {
-    // The whole worker, and only when nothing else runs there.
-    if (load.running > 0) return std::nullopt;
-    return ReservationOn(load, load.cap_bytes);
-  }
-  int64_t reservation =
-      ReservationOn(load, std::max(unit.planned.demand.peak_bytes, unit.reservation_floor));
-  if (!Admits(load, reservation)) return std::nullopt;
-  return reservation;
+UnitNeeds BuildScheduler::NeedsOf(const UnitState& unit) {
+  return UnitNeeds{unit.planned.demand.peak_bytes, unit.planned.demand.wall, unit.reservation_floor,
+                   unit.alone, unit.needs_cap_above};
 }
 
-std::optional<BuildScheduler::BackfillWindow> BuildScheduler::WindowFor(const UnitState& head,
-                                                                        const WorkerState& worker,
-                                                                        absl::Time now) const {
-  int64_t cap = worker.info.memory_cap_bytes();
-  if (!options_.memory_admission || head.alone ||
-      (head.needs_cap_above > 0 && cap <= head.needs_cap_above)) {
-    return std::nullopt;
-  }
-  const WorkerLoad load = worker.Load();
-  int64_t need =
-      ReservationOn(load, std::max(head.planned.demand.peak_bytes, head.reservation_floor));
-  int64_t usable = cap - AdmissionHeadroom(cap);
-  // The running units in the order their predicted ends free their memory.
-  std::vector<std::pair<absl::Time, int64_t>> ends;
+std::vector<RunningUnit> BuildScheduler::RunningOn(const WorkerState& worker) const {
+  std::vector<RunningUnit> running;
   for (const std::string& task_id : worker.tasks) {
     const TaskState& task = tasks_.at(task_id);
     auto build = builds_.find(task.build_id);
     absl::Duration wall = build == builds_.end()
                               ? absl::ZeroDuration()
                               : build->second.units[task.unit_index].planned.demand.wall;
-    ends.emplace_back(std::max(now, task.leased_at + wall), task.reserved_bytes);
+    running.push_back(RunningUnit{task.leased_at, wall, task.reserved_bytes});
   }
-  std::sort(ends.begin(), ends.end());
-  int64_t reserved = worker.reserved_bytes;
-  for (const auto& [end, bytes] : ends) {
-    reserved -= bytes;
-    if (usable - reserved >= need) return BackfillWindow{end, usable - reserved - need};
-  }
-  return std::nullopt;
+  return running;
 }
 
 std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
@@ -80,16 +49,15 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
       continue;
     }
-    std::optional<int64_t> reservation = Admission(unit, worker);
+    const UnitNeeds needs = NeedsOf(unit);
+    std::optional<int64_t> reservation = Admission(needs, worker.Load(), options_.memory_admission);
     if (first) {
       first = false;
-      if (!reservation) window = WindowFor(unit, worker, now);
+      if (!reservation && options_.memory_admission) {
+        window = WindowFor(needs, worker.Load(), RunningOn(worker), now);
+      }
     }
-    if (!reservation) continue;
-    if (window && now + unit.planned.demand.wall > window->start &&
-        *reservation > window->leftover_bytes) {
-      continue;
-    }
+    if (!reservation || !BackfillAllows(window, needs, *reservation, now)) continue;
     queue_.erase(it);
     unit.phase = UnitPhase::kRunning;
     ++unit.attempts;
@@ -120,20 +88,9 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
 }
 
 void BuildScheduler::Dispatch(absl::Time now, Deferred& deferred) {
-  for (auto it = parked_.begin(); it != parked_.end() && !queue_.empty();) {
-    if (workers_.Find(it->worker_id) == nullptr) {
-      deferred.leases.emplace_back(std::move(it->callback), std::nullopt);
-      it = parked_.erase(it);
-      continue;
-    }
-    std::optional<v1::Task> task = TakeTaskFor(it->worker_id, now, deferred);
-    if (task) {
-      deferred.leases.emplace_back(std::move(it->callback), std::move(task));
-      it = parked_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  parked_.Serve([&](const std::string& id) { return workers_.Find(id) == nullptr; },
+                [&](const std::string& id) { return TakeTaskFor(id, now, deferred); },
+                [&] { return !queue_.empty(); }, deferred.leases);
 }
 
 std::optional<BuildScheduler::TaskState> BuildScheduler::EndTask(const std::string& task_id) {

@@ -13,22 +13,8 @@ void BuildScheduler::WaitForHistory(const std::string& build_id, int unit_index)
   if (history_ == nullptr) return;
   const PlannedUnit& planned = builds_.at(build_id).units[unit_index].planned;
   const PredictionBasis basis = planned.demand.basis;
-  if (!planned.closure.empty() && basis < PredictionBasis::kSameClosure) {
-    waiting_[planned.closure].units.emplace_back(build_id, unit_index);
-  }
-  if (basis < PredictionBasis::kSimilarUnits) {
-    waiting_[planned.family].units.emplace_back(build_id, unit_index);
-  }
-}
-
-void BuildScheduler::StopWaitingForHistory(const std::string& build_id) {
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    std::vector<std::pair<std::string, int>>& units = it->second.units;
-    units.erase(std::remove_if(units.begin(), units.end(),
-                               [&](const auto& entry) { return entry.first == build_id; }),
-                units.end());
-    it = units.empty() ? waiting_.erase(it) : std::next(it);
-  }
+  if (basis < PredictionBasis::kSameClosure) waiting_.Wait(planned.closure, {build_id, unit_index});
+  if (basis < PredictionBasis::kSimilarUnits) waiting_.Wait(planned.family, {build_id, unit_index});
 }
 
 void BuildScheduler::LearnFrom(const PlannedUnit& measured, Deferred& deferred) {
@@ -36,16 +22,13 @@ void BuildScheduler::LearnFrom(const PlannedUnit& measured, Deferred& deferred) 
       {&measured.closure, PredictionBasis::kSameClosure},
       {&measured.family, PredictionBasis::kSimilarUnits}};
   for (const auto& [key, level] : keys) {
-    auto waiting = waiting_.find(*key);
-    if (key->empty() || waiting == waiting_.end()) continue;
-    const int runs = ++waiting->second.measured;
-    if ((runs & (runs - 1)) != 0) continue;  // on the 1st, 2nd, 4th, ... run
+    std::optional<HistoryWaits::Round> round = waiting_.Measured(*key);
+    if (!round) continue;
     // The same for every unit of one instantiation: asked once.
     std::optional<UnitDemand> one = history_->PredictFromGroup(*key, level, 1);
     if (!one) continue;
-    int repredicted = 0;
-    std::vector<std::pair<std::string, int>> still;
-    for (const auto& [build_id, index] : waiting->second.units) {
+    std::vector<HistoryWaits::UnitRef> still;
+    for (const auto& [build_id, index] : *round->units) {
       auto build = builds_.find(build_id);
       if (build == builds_.end()) continue;
       UnitState& unit = build->second.units[index];
@@ -66,23 +49,18 @@ void BuildScheduler::LearnFrom(const PlannedUnit& measured, Deferred& deferred) 
         unit.moving = true;
         moving_.emplace_back(build_id, index);
       }
-      ++repredicted;
       still.emplace_back(build_id, index);
     }
-    if (repredicted > 0) {
+    const int runs = round->runs;
+    if (!still.empty()) {
       deferred.Info(fmt::format("{} queued units predicted again from {} measured run{} of {} {}",
-                                repredicted, runs, runs == 1 ? "" : "s",
+                                still.size(), runs, runs == 1 ? "" : "s",
                                 level == PredictionBasis::kSameClosure
                                     ? "units with the same headers as"
                                     : "units similar to",
                                 measured.unit.name()));
     }
-    // Later runs refine the quantile; after kRelearnRuns it has settled.
-    if (still.empty() || runs >= kRelearnRuns) {
-      waiting_.erase(waiting);
-    } else {
-      waiting->second.units = std::move(still);
-    }
+    waiting_.Keep(*key, std::move(still), runs);
   }
 }
 

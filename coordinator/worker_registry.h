@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/memory_model.h"
+#include "coordinator/admission.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/worker.pb.h"
 

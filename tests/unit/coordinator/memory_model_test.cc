@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/base/files.h"
+#include "coordinator/admission.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::coordinator {
@@ -52,59 +53,7 @@ INSTANTIATE_TEST_SUITE_P(
                      6}),
     [](const auto& info) { return std::string(info.param.name); });
 
-struct AdmissionCase {
-  const char* name;
-  WorkerLoad worker;
-  int64_t predicted_peak;
-  bool admitted;
-  int64_t reservation;
-};
-
-class AdmissionTest : public ::testing::TestWithParam<AdmissionCase> {};
-
-TEST_P(AdmissionTest, ReservesAndAdmits) {
-  const AdmissionCase& c = GetParam();
-  int64_t reservation = ReservationOn(c.worker, c.predicted_peak);
-  EXPECT_EQ(reservation, c.reservation);
-  EXPECT_EQ(Admits(c.worker, reservation), c.admitted);
-}
-
-// An 8 GiB worker keeps 2% (163.8 MiB) as headroom: 8028.16 MiB usable.
-const int64_t kUsable8 = 8 * kGiB - 8 * kGiB / 50;
-
-INSTANTIATE_TEST_SUITE_P(
-    Table, AdmissionTest,
-    ::testing::Values(
-        AdmissionCase{"FitsAnEmptyWorker", {8 * kGiB, 0, 4, 0}, 3 * kGiB, true, 3 * kGiB},
-        AdmissionCase{"FitsBesideOthers", {8 * kGiB, 4 * kGiB, 4, 1}, 3 * kGiB, true, 3 * kGiB},
-        AdmissionCase{
-            "DoesNotFitBesideOthers", {8 * kGiB, 6 * kGiB, 4, 2}, 3 * kGiB, false, 3 * kGiB},
-        AdmissionCase{"ExactlyUpToTheHeadroom",
-                      {8 * kGiB, 5 * kGiB, 4, 1},
-                      kUsable8 - 5 * kGiB,
-                      true,
-                      kUsable8 - 5 * kGiB},
-        AdmissionCase{"OneByteIntoTheHeadroom",
-                      {8 * kGiB, 5 * kGiB, 4, 1},
-                      kUsable8 - 5 * kGiB + 1,
-                      false,
-                      kUsable8 - 5 * kGiB + 1},
-        AdmissionCase{"NoFreeSlot", {8 * kGiB, 1 * kGiB, 2, 2}, 100 * kMiB, false, 100 * kMiB},
-        AdmissionCase{
-            "LargerThanTheCapTakesTheWholeWorker", {8 * kGiB, 0, 4, 0}, 20 * kGiB, true, kUsable8},
-        AdmissionCase{"LargerThanTheCapWaitsForAnIdleWorker",
-                      {8 * kGiB, 1 * kGiB, 4, 1},
-                      20 * kGiB,
-                      false,
-                      kUsable8},
-        AdmissionCase{"SmallCapHasAtLeast64MiBHeadroom",
-                      {1 * kGiB, 0, 1, 0},
-                      1 * kGiB - 64 * kMiB,
-                      true,
-                      1 * kGiB - 64 * kMiB}),
-    [](const auto& info) { return std::string(info.param.name); });
-
-TEST(AdmissionTest, MultiTargetThreadedUnitsReserveTheirParallelCompilations) {
+TEST(PredictedAdmissionTest, MultiTargetThreadedUnitsReserveTheirParallelCompilations) {
   // A unit never measured: the default per compilation times what runs at once.
   absl::StatusOr<std::unique_ptr<PeakHistory>> history =
       PeakHistory::Open("", PredictionDefaults{1 * kGiB, absl::Seconds(60), 0.95});
