@@ -13,15 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/logging.h"
-#include "common/store/digest.h"
 #include "coordinator/admission.h"
+#include "coordinator/build_book.h"
 #include "coordinator/build_records.h"
 #include "coordinator/history_waits.h"
 #include "coordinator/memory_model.h"
@@ -34,12 +33,6 @@
 #include "distcc_cuda/v1/worker.pb.h"
 
 namespace distcc_cuda::coordinator {
-
-// Receives a build's progress events, in order, each moved in (an
-// acceptance names every unit: 100,000 names, not to be copied). Called
-// under the scheduler's lock (LockedSection), so that events keep their
-// order: it must queue the event and return, never call the scheduler.
-using BuildEventSink = std::function<void(v1::BuildEvent)>;
 
 // Stores a successful unit's result under its action digest.
 using ResultRecorder = std::function<void(const std::string& action_digest, const v1::TaskResult&)>;
@@ -71,32 +64,6 @@ struct SchedulerOptions {
   // records), of its ids' epoch and of its start; the times that drive its
   // decisions (heartbeats, deadlines) are passed to each call as `now`.
   std::function<absl::Time()> clock = absl::Now;
-};
-
-// A unit ready to schedule: the key of its cached result, the keys of its
-// measured history and what it is predicted to cost.
-struct PlannedUnit {
-  v1::CompileUnit unit;  // its input tree as a root: workers expand it
-  Digest inputs;         // the root of all its inputs, the tree's and its own
-  std::string action_digest;
-  std::string identity;
-  std::string family;
-  std::string closure;  // ClosureFamily: units with the same headers and flags; may be ""
-  UnitDemand demand;
-  int instantiations = 1;     // grid points compiled in this unit
-  int parallel = 1;           // compilations nvcc runs at once (ParallelCompilations)
-  int64_t closure_bytes = 0;  // its inputs' size, its tree's and its own; 0: not read
-  // For a unit of several instantiations: makes smaller units of the same
-  // points (named after this one); for one of several -gencode targets: one
-  // unit per target. The last rung of the memory retry ladder.
-  // Called under the scheduler's lock.
-  std::function<absl::StatusOr<std::vector<PlannedUnit>>()> split;
-  // Workers (by the name in their certificate) that must not run it: a
-  // cross-check's second compile never runs where the first one did.
-  std::set<std::string> avoid_peers = {};
-  // False: its result is used by its build only, never cached nor
-  // cross-checked (a cross-check's own compile).
-  bool cacheable = true;
 };
 
 // A unit whose fresh result is to be compiled again by another worker and
@@ -213,66 +180,6 @@ class BuildScheduler {
   void ShowRevocations(const WorkerRevocations* revocations) { revocations_ = revocations; }
 
  private:
-  enum class UnitPhase { kQueued, kRunning, kDone };
-  struct UnitState {
-    // Held compact while it waits (Hold): its unit keeps only its name,
-    // outputs and architecture part, the rest is in `unit_bytes`.
-    PlannedUnit planned;
-    std::string unit_bytes;  // the whole unit, serialized; "": `planned.unit` is whole
-    UnitPhase phase = UnitPhase::kQueued;
-    int attempts = 0;  // leases handed out
-    int losses = 0;    // leases lost to infrastructure (worker gone, failed start)
-    bool failed = false;
-    // The memory retry ladder: what the kills taught us.
-    int memory_kills = 0;
-    int64_t peak_seen = 0;
-    int64_t reservation_floor = 0;                // reserve at least this much
-    bool alone = false;                           // only on an otherwise idle worker
-    int64_t needs_cap_above = 0;                  // only on a worker with a larger cap
-    bool split = false;                           // replaced by smaller units
-    bool moving = false;                          // LearnFrom is moving it in the queue
-    std::set<std::string> refused_by = {};        // workers whose reports for it were refused
-    absl::Time queued_at = absl::InfinitePast();  // when it last joined the queue (for metrics)
-    absl::Time leased_at = absl::InfinitePast();  // its last lease, by the wall clock
-  };
-  struct BuildState {
-    std::string id;
-    std::string toolchain_digest;
-    std::vector<UnitState> units;
-    int remaining = 0;
-    int failed = 0;
-    int cached = 0;
-    int splits = 0;  // units replaced by smaller ones (not in the totals)
-    // Since when no connected worker has the build's toolchain (the last one
-    // left), and what happened to it; cleared when one registers.
-    std::optional<absl::Time> stranded_since;
-    std::string stranded_reason;
-    std::set<std::string> workers_used;
-    BuildEventSink sink;
-    // Submitted in parts (AddUnits): it takes more until its last part, and
-    // its units' names, which must differ, are kept to check the next part's.
-    bool open = false;
-    absl::flat_hash_set<std::string> names;
-    // Its summary and its units' spans, for people.
-    std::optional<BuildLog> log;
-  };
-  struct TaskState {
-    std::string build_id;
-    int unit_index;
-    std::string worker_id;
-    absl::Time leased_at;
-    int64_t reserved_bytes = 0;
-    bool seen_running = false;
-    // Its build was cancelled: the worker is told to kill it (heartbeat
-    // answer), and the lease holds its slot and memory until the worker
-    // reports. What a result that finished anyway needs to enter the cache:
-    struct Cancelled {
-      std::string action_digest;
-      std::string toolchain_digest;
-      std::vector<std::string> output_paths;
-    };
-    std::optional<Cancelled> cancelled;
-  };
   // Work to do once the lock is released: nothing that waits for a disk or
   // another service runs under it.
   struct Deferred {
@@ -339,15 +246,6 @@ class BuildScheduler {
     const std::chrono::steady_clock::time_point locked_at_;
   };
 
-  // A planned unit as the scheduler holds it: its CompileUnit serialized
-  // (a CUTLASS unit's arguments, paths and digests are ~30 strings as a
-  // message, one as bytes: 55,000 units held 1.6 KB each), but for what
-  // the scheduler reads of it; a `cached` one, finished at once, whole.
-  // A finished unit keeps only what the scheduler reads.
-  static UnitState Hold(PlannedUnit planned, bool cached);
-  // Hold of each of `units`, `cached` by index.
-  static std::vector<UnitState> HoldAll(std::vector<PlannedUnit> units,
-                                        const std::map<int, v1::TaskResult>& cached);
   // A build's record for people (BuildLog::Record), its units named.
   static v1::BuildRecord RecordOf(const BuildState& build, const std::string& outcome,
                                   bool with_spans);
@@ -359,9 +257,6 @@ class BuildScheduler {
                                      int& eligible) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // No worker has registered yet, within --startup-grace of the start.
   bool StartingUpLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The whole unit of `unit`, for its task and its result.
-  static v1::CompileUnit WholeUnit(const UnitState& unit);
-
   // Pops the first queued unit, in priority order, that the worker may take
   // and that fits what its memory cap has left.
   std::optional<v1::Task> TakeTaskFor(const std::string& worker_id, absl::Time now,

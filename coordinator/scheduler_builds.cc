@@ -15,51 +15,6 @@
 
 namespace distcc_cuda::coordinator {
 
-namespace {
-
-// What the scheduler reads of a unit it holds: its name, outputs and
-// architecture part.
-v1::CompileUnit CompactUnit(const v1::CompileUnit& unit) {
-  v1::CompileUnit compact;
-  compact.set_name(unit.name());
-  *compact.mutable_output_paths() = unit.output_paths();
-  if (unit.has_architecture_part()) {
-    *compact.mutable_architecture_part() = unit.architecture_part();
-  }
-  return compact;
-}
-
-}  // namespace
-
-BuildScheduler::UnitState BuildScheduler::Hold(PlannedUnit planned, bool cached) {
-  UnitState held;
-  // A cached unit is finished at once, its whole unit in its event.
-  if (!cached) {
-    held.unit_bytes = planned.unit.SerializeAsString();
-    planned.unit = CompactUnit(planned.unit);
-  }
-  held.planned = std::move(planned);
-  return held;
-}
-
-std::vector<BuildScheduler::UnitState> BuildScheduler::HoldAll(
-    std::vector<PlannedUnit> units, const std::map<int, v1::TaskResult>& cached) {
-  std::vector<UnitState> held;
-  held.reserve(units.size());
-  for (size_t i = 0; i < units.size(); ++i) {
-    held.push_back(Hold(std::move(units[i]), cached.count(i) != 0));
-  }
-  return held;
-}
-
-v1::CompileUnit BuildScheduler::WholeUnit(const UnitState& unit) {
-  if (unit.unit_bytes.empty()) return unit.planned.unit;
-  v1::CompileUnit whole;
-  // Its own serialization, made by Hold: it parses.
-  whole.ParseFromString(unit.unit_bytes);
-  return whole;
-}
-
 bool BuildScheduler::StartingUpLocked(absl::Time now) const {
   return workers_.empty() && options_.startup_grace > absl::ZeroDuration() &&
          now - created_ < options_.startup_grace;
@@ -109,7 +64,7 @@ absl::StatusOr<std::string> BuildScheduler::SubmitBuild(const std::string& build
   const size_t count = units.size();
   const bool all_cached = !more_to_come && cached.size() == count;
   // Held, and named for the client, before the lock (see AddUnits).
-  std::vector<UnitState> held = HoldAll(std::move(units), cached);
+  std::vector<UnitState> held = HoldUnits(std::move(units), cached);
   v1::BuildEvent accepted;
   for (const UnitState& unit : held) {
     accepted.mutable_accepted()->add_unit_names(unit.planned.unit.name());
@@ -166,7 +121,7 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
   // Held before the lock: serializing 100,000 units took half a second
   // that every lease, heartbeat and status call waited for.
   const size_t count = units.size();
-  std::vector<UnitState> held = HoldAll(std::move(units), cached);
+  std::vector<UnitState> held = HoldUnits(std::move(units), cached);
   Deferred deferred;
   {
     LockedSection lock(this, &deferred);
@@ -273,10 +228,7 @@ void BuildScheduler::FinishUnit(BuildState& build, int unit_index, const v1::Tas
   *finished->mutable_result() = result;
   finished->set_cached(cached);
   *finished->mutable_unit() = WholeUnit(unit);
-  // Done: nothing reads more of it than its name and outputs again.
-  std::string().swap(unit.unit_bytes);
-  unit.planned.unit = CompactUnit(unit.planned.unit);
-  unit.planned.split = nullptr;
+  ForgetAllButWhatIsRead(unit);
   finished->set_predicted_peak_bytes(unit.planned.demand.peak_bytes);
   finished->set_prediction_source(unit.planned.demand.source);
   finished->set_finished_unix_micros(absl::ToUnixMicros(Now()));

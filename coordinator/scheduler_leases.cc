@@ -93,7 +93,7 @@ void BuildScheduler::Dispatch(absl::Time now, Deferred& deferred) {
                 [&] { return !queue_.empty(); }, deferred.leases);
 }
 
-std::optional<BuildScheduler::TaskState> BuildScheduler::EndTask(const std::string& task_id) {
+std::optional<TaskState> BuildScheduler::EndTask(const std::string& task_id) {
   auto task_it = tasks_.find(task_id);
   if (task_it == tasks_.end()) return std::nullopt;
   TaskState task = task_it->second;

@@ -384,7 +384,7 @@ void BuildScheduler::SplitUnit(const std::string& task_id, std::vector<PlannedUn
     split->add_into(part.unit.name());
     int index = build.units.size();
     std::optional<v1::TaskResult>& hit = hits[i];
-    UnitState state = Hold(std::move(part), hit.has_value());
+    UnitState state = HoldUnit(std::move(part), hit.has_value());
     // A part of fewer targets runs fewer of them at once (--threads).
     state.reservation_floor = peak_seen * state.planned.instantiations / parent_instantiations *
                               std::min(state.planned.parallel, parent_parallel) / parent_parallel;
