@@ -120,8 +120,8 @@ struct PreparedBuild {
 
 absl::StatusOr<PreparedBuild> PrepareBuild(const BuildOptions& options, std::ostream& out) {
   PreparedBuild prepared;
-  ASSIGN_OR_RETURN(prepared.toolchain,
-                   ComputeToolchainFingerprint(options.nvcc_path, "g++", options.state_dir));
+  ASSIGN_OR_RETURN(prepared.toolchain, ComputeToolchainFingerprint(options.nvcc_path, kHostCompiler,
+                                                                   options.state_dir));
   RETURN_IF_ERROR(CheckRequiredRelease(prepared.toolchain, options.required_nvcc_release));
   const bool is_compdb = absl::EndsWith(options.plan_path, ".json");
   RETURN_IF_ERROR(CheckPlanOptions(options, is_compdb));
@@ -399,8 +399,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
                          cluster.channel, trace, out);
   BuildSubmission submission(
       plan,
-      {options.nvcc_path, &scan_cache, UsableCores(), reconnect_timeout > absl::ZeroDuration(),
-       [&] { follower.EndStream(); }, cluster.address},
+      {options.nvcc_path, &scan_cache, UsableCores(),
+       cluster.embedded != nullptr ? cluster.embedded->machine_slots().get() : nullptr,
+       reconnect_timeout > absl::ZeroDuration(), [&] { follower.EndStream(); }, cluster.address},
       cluster.channel, [&](const absl::Status&) { follower.SubmissionFailed(); });
   absl::Time compile_start = absl::Now();
   {

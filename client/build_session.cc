@@ -60,9 +60,14 @@ struct SessionTally {
 // Serves the launcher calls of one command.
 class Session final : public v1::LauncherSession::Service {
  public:
-  Session(RemoteCompiler& compiler, ArchCheck& arch, BuildTrace& trace, const CancelToken* cancel,
-          bool fallback_local, ProgressDisplay& display)
+  // `machine_slots`: the embedded default's (null on a cluster): what the
+  // command compiles or links here holds one while it runs.
+  Session(RemoteCompiler& compiler, std::string nvcc, std::shared_ptr<MachineSlots> machine_slots,
+          ArchCheck& arch, BuildTrace& trace, const CancelToken* cancel, bool fallback_local,
+          ProgressDisplay& display)
       : compiler_(compiler),
+        nvcc_(std::move(nvcc)),
+        machine_slots_(std::move(machine_slots)),
         arch_(arch),
         trace_(trace),
         cancel_(cancel),
@@ -72,15 +77,17 @@ class Session final : public v1::LauncherSession::Service {
   grpc::Status Compile(grpc::ServerContext* context, const v1::LauncherCompileRequest* request,
                        v1::LauncherCompileReply* reply) override {
     LauncherCall call;
-    call.nvcc = request->nvcc();
+    call.compiler = request->nvcc();
+    call.host_compiler = request->host_compiler();
+    if (call.host_compiler) call.toolchain_nvcc = nvcc_;
     call.arguments.assign(request->arguments().begin(), request->arguments().end());
     call.working_directory = request->working_directory();
-    if (!fs::path(call.working_directory).is_absolute() || !fs::path(call.nvcc).is_absolute()) {
+    if (!fs::path(call.working_directory).is_absolute() || !fs::path(call.compiler).is_absolute()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "the launcher must send an absolute folder and nvcc");
+                          "the launcher must send an absolute folder and compiler");
     }
-    LauncherDecision decision = DecideWhereToCompile(call.arguments);
-    if (decision.remote) {
+    LauncherDecision decision = DecideWhereToCompile(call.arguments, call.host_compiler);
+    if (decision.remote && !call.host_compiler) {
       // Targets no GPU that loads the result can run: said at first sight.
       absl::StatusOr<std::vector<std::string>> warnings = arch_.Check(decision.plan.flags);
       absl::MutexLock lock(&mu_);
@@ -121,6 +128,27 @@ class Session final : public v1::LauncherSession::Service {
     watch.join();
     Record(decision, outcome);
     *reply = std::move(outcome.reply);
+    // Compiles and links run here hold a slot of this machine; queries
+    // (-v, --version) do not wait for one.
+    const bool makes_a_file =
+        std::find(call.arguments.begin(), call.arguments.end(), "-o") != call.arguments.end();
+    reply->set_hold_machine_slot(reply->run_locally() && machine_slots_ != nullptr && makes_a_file);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HoldMachineSlot(grpc::ServerContext* context, const v1::HoldMachineSlotRequest*,
+                               grpc::ServerWriter<v1::HoldMachineSlotReply>* writer) override {
+    if (machine_slots_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no slots to hold on a cluster");
+    }
+    auto gone = [&] { return context->IsCancelled() || (cancel_ && cancel_->cancelled()); };
+    std::optional<MachineSlots::Held> held = machine_slots_->Acquire(gone);
+    if (!held.has_value()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    if (!writer->Write(v1::HoldMachineSlotReply())) return grpc::Status::OK;
+    // Held while the launcher's compiler runs; it ends the call then.
+    for (absl::Time until = absl::Now() + absl::Hours(24); !gone() && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     return grpc::Status::OK;
   }
 
@@ -189,6 +217,8 @@ class Session final : public v1::LauncherSession::Service {
   }
 
   RemoteCompiler& compiler_;
+  const std::string nvcc_;  // the build's nvcc: the toolchain of its host compiles too
+  const std::shared_ptr<MachineSlots> machine_slots_;  // may be null
   ArchCheck& arch_;
   BuildTrace& trace_;
   const CancelToken* cancel_;
@@ -313,6 +343,23 @@ absl::Status MakeSessionFolder(SessionFolder& folder) {
   return absl::OkStatus();
 }
 
+// A link to the launcher `self` in `folder`, named as the host compiler
+// `real_cxx` (bin/g++-12); "" without one.
+absl::StatusOr<std::string> MakeCxxLauncher(const SessionFolder& folder, const std::string& self,
+                                            const std::string& real_cxx) {
+  if (real_cxx.empty() || !fs::path(self).is_absolute()) return std::string();
+  const std::string link =
+      absl::StrCat(folder.path, "/bin/", fs::path(real_cxx).filename().string());
+  std::error_code error;
+  fs::create_directories(fs::path(link).parent_path(), error);
+  if (!error) fs::create_symlink(self, link, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot make the launcher's link ", link, ": ", error.message()));
+  }
+  return link;
+}
+
 // Starts the command (StartCommand); on a live terminal its output comes
 // through `display`, above the status line, copied by `forwarders` until
 // the pipes close or `ended`.
@@ -382,8 +429,8 @@ void PrintSessionSummary(const CommandBuildOptions& options, int status, absl::D
         << " include scans unchanged since the last build, from the scan cache\n";
   }
   if (here > 0)
-    out << "  here      " << here << " calls ran nvcc here: " << absl::StrJoin(reasons, "; ")
-        << "\n";
+    out << "  here      " << here
+        << " calls ran their compiler here: " << absl::StrJoin(reasons, "; ") << "\n";
   if (tally.errors > 0) {
     out << "  errors    " << tally.errors
         << " compiles could not run on the cluster (their messages are above)\n";
@@ -409,13 +456,18 @@ void PrintSessionSummary(const CommandBuildOptions& options, int status, absl::D
 int MaxJobsFor(int cluster_slots) { return std::clamp(4 * cluster_slots, 16, 512); }
 
 std::vector<std::pair<std::string, std::string>> SessionEnvironment(
-    const std::string& self, const std::string& nvcc, const std::string& session_address,
-    const std::string& build_id, int max_jobs) {
-  return {{"DISTCC_CUDA_SESSION", session_address},
-          {"DISTCC_CUDA_BUILD_ID", build_id},
-          {"PYTORCH_NVCC", absl::StrCat(self, " ", nvcc)},
-          {"CMAKE_CUDA_COMPILER_LAUNCHER", self},
-          {"MAX_JOBS", std::to_string(max_jobs)}};
+    const std::string& self, const std::string& nvcc, const std::string& cxx_launcher,
+    const std::string& real_cxx, const std::string& session_address, const std::string& build_id,
+    int max_jobs) {
+  std::vector<std::pair<std::string, std::string>> environment = {
+      {"DISTCC_CUDA_SESSION", session_address},        {"DISTCC_CUDA_BUILD_ID", build_id},
+      {"PYTORCH_NVCC", absl::StrCat(self, " ", nvcc)}, {"CMAKE_CUDA_COMPILER_LAUNCHER", self},
+      {"CMAKE_CXX_COMPILER_LAUNCHER", self},           {"MAX_JOBS", std::to_string(max_jobs)}};
+  if (!cxx_launcher.empty()) {
+    environment.emplace_back("CXX", cxx_launcher);
+    environment.emplace_back("DISTCC_CUDA_CXX", real_cxx);
+  }
+  return environment;
 }
 
 absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ostream& out) {
@@ -437,6 +489,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   SessionFolder folder;
   RETURN_IF_ERROR(MakeSessionFolder(folder));
   const std::string session_address = "unix:" + folder.path + "/session";
+  const std::string self = LauncherPath().empty() ? "distcc-cuda" : LauncherPath();
+  ASSIGN_OR_RETURN(const std::string cxx_launcher, MakeCxxLauncher(folder, self, options.real_cxx));
 
   RemoteCompiler compiler(channel, address, UsableCores(),
                           ScanCache::FolderFor(options.state_dir, options.scan_cache),
@@ -450,7 +504,11 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   // failing to start, after the command has.
   CancelToken cancel;
   CancelWatch forward_cancel(options.cancel, [&] { cancel.Cancel(options.cancel->reason()); });
-  Session session(compiler, arch, trace, &cancel, options.fallback_local, display);
+  std::shared_ptr<MachineSlots> machine_slots =
+      embedded != nullptr ? embedded->machine_slots() : nullptr;
+  compiler.ShareMachineSlots(machine_slots);
+  Session session(compiler, options.nvcc_path, machine_slots, arch, trace, &cancel,
+                  options.fallback_local, display);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(session_address, grpc::InsecureServerCredentials());
   builder.RegisterService(&session);
@@ -462,15 +520,17 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   const std::string build_id = RandomId();
   const int max_jobs = MaxJobsFor(slots);
   out << "distcc-cuda: build " << build_id << ": running `" << absl::StrJoin(options.command, " ")
-      << "` with the launcher (PYTORCH_NVCC, CMAKE_CUDA_COMPILER_LAUNCHER; MAX_JOBS=" << max_jobs
-      << " so that the cluster's " << slots << " slots and memory admission decide what runs)\n"
+      << "` with the launcher (PYTORCH_NVCC, CXX, CMAKE_CUDA_COMPILER_LAUNCHER, "
+         "CMAKE_CXX_COMPILER_LAUNCHER; MAX_JOBS="
+      << max_jobs << " so that the cluster's " << slots
+      << " slots and memory admission decide what runs)\n"
       << std::flush;
   absl::Notification child_ended;
   std::vector<std::thread> forwarders;
   absl::StatusOr<pid_t> child =
       StartShownCommand(options.command,
-                        SessionEnvironment(LauncherPath().empty() ? "distcc-cuda" : LauncherPath(),
-                                           options.nvcc_path, session_address, build_id, max_jobs),
+                        SessionEnvironment(self, options.nvcc_path, cxx_launcher, options.real_cxx,
+                                           session_address, build_id, max_jobs),
                         display, child_ended, forwarders);
   if (!child.ok()) {
     server->Shutdown();

@@ -33,6 +33,10 @@ struct CommandBuildOptions : CommonBuildOptions {
   // DISTCC_CUDA_FALLBACK=local: a compile the cluster fails runs here
   // instead of failing (CompileOrRunHere).
   bool fallback_local = false;
+  // The host C++ compiler the caller's $CXX (or c++) names, resolved: the
+  // launcher takes its place as CXX. "": CXX is left as it is (it holds a
+  // launcher already, "ccache g++", or names no compiler found).
+  std::string real_cxx;
   // Whether `out` is a terminal that redraws a status line below the
   // command's output (IsLiveTerminal).
   bool live_terminal = false;
@@ -43,11 +47,15 @@ struct CommandBuildOptions : CommonBuildOptions {
 
 // The environment the command gets, for a session at `session_address`
 // (unix:PATH) whose launcher is `self` and whose nvcc is `nvcc`: the
-// launcher for PyTorch (PYTORCH_NVCC) and CMake (CMAKE_CUDA_COMPILER_LAUNCHER),
-// the session, a build id, and MAX_JOBS = `max_jobs`.
+// launcher for PyTorch (PYTORCH_NVCC) and CMake (CMAKE_CUDA_COMPILER_LAUNCHER,
+// CMAKE_CXX_COMPILER_LAUNCHER); with a `cxx_launcher` (a link to the
+// launcher named as the host compiler: PyTorch runs $CXX as one program, to
+// ask its version too), CXX is that link and DISTCC_CUDA_CXX `real_cxx`, the
+// compiler behind it; the session, a build id, and MAX_JOBS = `max_jobs`.
 std::vector<std::pair<std::string, std::string>> SessionEnvironment(
-    const std::string& self, const std::string& nvcc, const std::string& session_address,
-    const std::string& build_id, int max_jobs);
+    const std::string& self, const std::string& nvcc, const std::string& cxx_launcher,
+    const std::string& real_cxx, const std::string& session_address, const std::string& build_id,
+    int max_jobs);
 
 // How many jobs the build tool may start so that the cluster's memory
 // admission, not the job count, decides what compiles: four per slot of

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -185,8 +186,11 @@ void BuildSubmission::ScanLoop() {
       if (stop_ || next_job_ >= jobs) return;
       job = next_job_++;
     }
+    std::optional<MachineSlots::Held> machine_slot;
+    if (settings_.machine_slots != nullptr) machine_slot = settings_.machine_slots->Acquire();
     const absl::Time began = absl::Now();
     absl::Status status = Scan(job);
+    machine_slot.reset();
     if (!status.ok()) {
       Fail(status);
       return;

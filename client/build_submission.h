@@ -24,6 +24,7 @@
 #include "client/build_plan.h"
 #include "client/scan_cache.h"
 #include "client/unit_request.h"
+#include "common/base/machine_slots.h"
 #include "common/store/cas_client.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 
@@ -33,6 +34,9 @@ struct SubmissionSettings {
   std::string nvcc;                 // scans with it
   ScanCache* scan_cache = nullptr;  // may be null; not owned
   int scan_slots = 1;               // scans at once
+  // The embedded default's slots of this machine (not owned; may be null):
+  // each scan holds one, beside the embedded worker's compiles.
+  MachineSlots* machine_slots = nullptr;
   // A part that cannot go because the coordinator went away waits for
   // Reopen (the caller reconnects) instead of failing the submission;
   // `on_lost` is called then (the caller ends its build stream, if the

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/nvcc/host_compiler_args.h"
 #include "common/nvcc/toolchain.h"
 #include "common/process/subprocess.h"
 
@@ -115,8 +116,11 @@ absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question, const std::stri
   ProcessSpec spec;
   spec.argv = {question.nvcc};
   spec.argv.insert(spec.argv.end(), question.flags.begin(), question.flags.end());
+  // The host compiler scans its own .cpp units; nvcc scans headers as CUDA.
+  const bool host = LooksLikeHostCompiler(question.nvcc);
   std::string extension = fs::path(question.source).extension().string();
-  if (extension != ".cu" && extension != ".cpp" && extension != ".cc" && extension != ".c") {
+  if (!host && extension != ".cu" && extension != ".cpp" && extension != ".cc" &&
+      extension != ".c") {
     spec.argv.push_back("-x");
     spec.argv.push_back("cu");
   }
@@ -126,10 +130,14 @@ absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question, const std::stri
   spec.working_directory = question.directory;
   spec.timeout = absl::Minutes(5);
   std::optional<ProcessResult> fast;
-  if (HostCompilerMayBeGcc(question.flags, nvcc_variables)) {
+  if (host || HostCompilerMayBeGcc(question.flags, nvcc_variables)) {
     ProcessSpec directives_only = spec;
-    directives_only.argv.insert(directives_only.argv.begin() + 1,
-                                {"-Xcompiler", "-fdirectives-only"});
+    if (host) {
+      directives_only.argv.insert(directives_only.argv.begin() + 1, "-fdirectives-only");
+    } else {
+      directives_only.argv.insert(directives_only.argv.begin() + 1,
+                                  {"-Xcompiler", "-fdirectives-only"});
+    }
     ASSIGN_OR_RETURN(fast, RunProcess(directives_only));
   }
   ProcessResult result;
@@ -139,9 +147,9 @@ absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question, const std::stri
     ASSIGN_OR_RETURN(result, RunProcess(spec));
   }
   if (result.exit_code != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nvcc could not scan the includes of ", question.source, " (",
-                     DescribeTermination(result), "):\n", result.stderr_text));
+    return absl::InvalidArgumentError(absl::StrCat(
+        fs::path(question.nvcc).filename().string(), " could not scan the includes of ",
+        question.source, " (", DescribeTermination(result), "):\n", result.stderr_text));
   }
   ScanAnswer answer;
   if (dependency_file.empty()) {

@@ -21,7 +21,8 @@ std::vector<std::string> ExcludedPrefixes(const std::string& nvcc);
 std::vector<std::string> ParseMakeDependencies(const std::string& text);
 
 // Runs `nvcc FLAGS -M SOURCE` in `directory` (with `-x cu` when the source is
-// a header) and returns the absolute paths it reads outside `excluded`.
+// a header; `nvcc` may be a host C++ compiler, LooksLikeHostCompiler, whose
+// own flags then scan its .cpp source) and returns the absolute paths it reads outside `excluded`.
 // INVALID_ARGUMENT carrying nvcc's own message when the scan fails (a
 // missing header, a syntax error in an #if). With `cache`, an answer it
 // holds for the same question with nothing changed is used and no nvcc

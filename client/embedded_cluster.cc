@@ -48,6 +48,8 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.work_dir = state_dir + "/worker";
   worker_options.cas_max_bytes = DefaultCasMaxBytes(worker_options.work_dir + "/cas");
   worker_options.sandbox = sandbox;
+  cluster->machine_slots_ = std::make_shared<MachineSlots>(worker_options.slots);
+  worker_options.machine_slots = cluster->machine_slots_;
   cluster->slots_ = worker_options.slots;
   cluster->memory_cap_bytes_ = worker_options.memory_cap_bytes;
   EmbeddedCluster* self = cluster.get();

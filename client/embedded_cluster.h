@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/options.h"
+#include "common/base/machine_slots.h"
 #include "common/transport/tls_credentials.h"
 #include "coordinator/coordinator.h"
 #include "worker/worker.h"
@@ -51,6 +52,9 @@ class EmbeddedCluster {
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   int slots() const { return slots_; }
   int64_t memory_cap_bytes() const { return memory_cap_bytes_; }
+  // This machine's slots: the worker's compiles hold them, and so must
+  // what the build runs here itself (scans, compiles and links run here).
+  const std::shared_ptr<MachineSlots>& machine_slots() const { return machine_slots_; }
   // How the worker isolates compiles (Worker::sandbox_description); waits
   // for its start.
   std::string sandbox_description();
@@ -64,6 +68,7 @@ class EmbeddedCluster {
   std::shared_ptr<grpc::Channel> channel_;
   int slots_ = 0;
   int64_t memory_cap_bytes_ = 0;
+  std::shared_ptr<MachineSlots> machine_slots_;
 };
 
 // A channel to the coordinator at `address`: `embedded`'s in-process one

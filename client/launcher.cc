@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/launcher.h"
 
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +20,7 @@
 #include "client/remote_compile.h"
 #include "client/scan_cache.h"
 #include "common/base/files.h"
+#include "common/nvcc/host_compiler_args.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/launcher.grpc.pb.h"
@@ -38,7 +43,7 @@ std::string UnitNameFor(const std::string& source) {
 }
 
 // A name for a call in messages, before (or without) parsing it.
-std::string WhatIsCompiled(const std::vector<std::string>& arguments) {
+std::string WhatIsCompiled(const std::vector<std::string>& arguments, const char* program) {
   std::string output;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string& argument = arguments[i];
@@ -53,22 +58,29 @@ std::string WhatIsCompiled(const std::vector<std::string>& arguments) {
     }
   }
   if (!output.empty()) return output;
-  return arguments.empty() ? "nvcc" : absl::StrCat("nvcc ", arguments[0]);
+  return arguments.empty() ? program : absl::StrCat(program, " ", arguments[0]);
 }
 
 }  // namespace
 
-LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments) {
+LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments,
+                                      bool host_compiler) {
   LauncherDecision decision;
-  decision.what = WhatIsCompiled(arguments);
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  decision.what = WhatIsCompiled(arguments, host_compiler ? "c++" : "nvcc");
+  if (host_compiler && std::find(arguments.begin(), arguments.end(), "-c") == arguments.end()) {
+    // Links, queries and preprocessing: said so, not as a refused option.
+    decision.local_reason = "not a compile (no -c): a link, or a query";
+    return decision;
+  }
+  absl::StatusOr<NvccCommand> command = ParseCompileArguments(
+      host_compiler ? v1::UNIT_COMPILER_HOST_CXX : v1::UNIT_COMPILER_NVCC, arguments);
   if (!command.ok()) {
     decision.local_reason = std::string(command.status().message());
     return decision;
   }
   bool only_dependencies = false, with_compile = false, nonsystem = false, phony = false;
   std::string dependency_file;
-  std::vector<std::string> targets;
+  std::vector<std::pair<std::string, std::string>> targets;  // -MT or -MQ, and its value
   for (const NvccArgument& flag : command->dependency_flags) {
     const std::string& o = flag.option;
     if (o == "-M" || o == "--generate-dependencies") {
@@ -85,7 +97,9 @@ LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments)
     } else if (o == "-MF" || o == "--dependency-output") {
       dependency_file = flag.value;
     } else if (o == "-MT" || o == "--dependency-target-name") {
-      targets.push_back(flag.value);
+      targets.emplace_back("-MT", flag.value);
+    } else if (o == "-MQ") {
+      targets.emplace_back("-MQ", flag.value);
     }
   }
   if (only_dependencies) {
@@ -107,8 +121,11 @@ LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments)
     decision.local_reason = absl::StrCat(command->sources.size(), " sources, not one");
     return decision;
   }
-  if (fs::path(command->sources[0]).extension() != ".cu") {
-    decision.local_reason = absl::StrCat(command->sources[0], " is not a CUDA source (.cu)");
+  const std::string& source = command->sources[0];
+  if (host_compiler ? !IsHostSource(source) : fs::path(source).extension() != ".cu") {
+    decision.local_reason =
+        absl::StrCat(source, host_compiler ? " is not a C++ source (.cpp, .cc, .cxx, .c)"
+                                           : " is not a CUDA source (.cu)");
     return decision;
   }
   if (command->output.empty()) {
@@ -116,23 +133,25 @@ LauncherDecision DecideWhereToCompile(const std::vector<std::string>& arguments)
     return decision;
   }
   RemoteCompilePlan& plan = decision.plan;
-  plan.name = UnitNameFor(command->sources[0]);
+  plan.name = UnitNameFor(source);
+  plan.host_compiler = host_compiler;
   plan.flags = command->FlagArguments();
   // -dc stays among the flags; -c is added back when the unit is made.
   plan.action = action == "-c" || action == "--compile" ? "-c" : "";
-  plan.source = command->sources[0];
+  plan.source = source;
   plan.output = command->output;
   if (with_compile) {
-    // nvcc's own defaults: the file beside the object, the object as target.
+    // The compilers' own defaults: the file beside the object, the object
+    // as target.
     plan.dependency_file = dependency_file.empty()
                                ? fs::path(plan.output).replace_extension(".d").string()
                                : dependency_file;
     plan.nonsystem_dependencies = nonsystem;
     plan.dependency_arguments = {nonsystem ? "-MM" : "-M"};
     if (phony) plan.dependency_arguments.push_back("-MP");
-    if (targets.empty()) targets.push_back(plan.output);
-    for (const std::string& target : targets) {
-      plan.dependency_arguments.insert(plan.dependency_arguments.end(), {"-MT", target});
+    if (targets.empty()) targets.emplace_back("-MT", plan.output);
+    for (const auto& [option, target] : targets) {
+      plan.dependency_arguments.insert(plan.dependency_arguments.end(), {option, target});
     }
     plan.dependency_arguments.insert(plan.dependency_arguments.end(),
                                      {"-MF", plan.dependency_file});
@@ -149,6 +168,29 @@ std::string LauncherPath() {
 
 bool LooksLikeNvcc(const std::string& word) { return fs::path(word).filename() == "nvcc"; }
 
+bool LooksLikeCompiler(const std::string& word) {
+  return LooksLikeNvcc(word) || LooksLikeHostCompiler(word);
+}
+
+namespace {
+
+// `word` (a bare program name) in `path`, skipping this program itself (a
+// PATH entry that is a link to distcc-cuda); "" when it is not there.
+std::string FindInPathButSelf(const std::string& word, const std::string& path) {
+  std::error_code error;
+  const fs::path self = fs::canonical(LauncherPath(), error);
+  for (absl::string_view folder : absl::StrSplit(path, ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(folder, "/", word);
+    if (access(candidate.c_str(), X_OK) != 0) continue;
+    std::error_code ignored;
+    if (!self.empty() && fs::canonical(candidate, ignored) == self) continue;  // ourselves
+    return AbsolutePath(candidate);
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
                                             const ClientEnvironment& environment) {
   if (absl::StrContains(word, '/')) {
@@ -158,16 +200,7 @@ absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
     }
     return path;
   }
-  std::error_code error;
-  const fs::path self = fs::canonical(LauncherPath(), error);
-  std::vector<std::string> looked;
-  for (absl::string_view folder : absl::StrSplit(environment.path, ':', absl::SkipEmpty())) {
-    std::string candidate = absl::StrCat(folder, "/", word);
-    if (access(candidate.c_str(), X_OK) != 0) continue;
-    std::error_code ignored;
-    if (!self.empty() && fs::canonical(candidate, ignored) == self) continue;  // ourselves
-    return AbsolutePath(candidate);
-  }
+  if (std::string found = FindInPathButSelf(word, environment.path); !found.empty()) return found;
   for (const std::string& candidate :
        {environment.cuda_home.empty() ? "" : environment.cuda_home + "/bin/nvcc",
         std::string("/usr/local/cuda/bin/nvcc")}) {
@@ -176,6 +209,29 @@ absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
   return absl::NotFoundError(
       "no nvcc found in $PATH (leaving out distcc-cuda itself), $CUDA_HOME/bin or "
       "/usr/local/cuda/bin; name it: distcc-cuda /path/to/nvcc ARGS...");
+}
+
+absl::StatusOr<std::string> ResolveRealCompiler(const std::string& word,
+                                                const ClientEnvironment& environment) {
+  if (!LooksLikeHostCompiler(word)) return ResolveRealNvcc(word, environment);
+  if (absl::StrContains(word, '/')) {
+    std::string path = AbsolutePath(word);
+    if (access(path.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(word, " is not an executable compiler"));
+    }
+    std::error_code error, ignored;
+    const fs::path self = fs::canonical(LauncherPath(), error);
+    if (!error && fs::canonical(path, ignored) == self) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          word, " is distcc-cuda itself, not a compiler; name the real one (DISTCC_CUDA_CXX)"));
+    }
+    return path;
+  }
+  if (std::string found = FindInPathButSelf(word, environment.path); !found.empty()) return found;
+  return absl::NotFoundError(absl::StrCat("no ", word,
+                                          " found in $PATH (leaving out distcc-cuda itself); "
+                                          "name it: distcc-cuda /path/to/",
+                                          word, " ARGS..."));
 }
 
 LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& call,
@@ -223,26 +279,72 @@ LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& c
   return outcome;
 }
 
+namespace {
+
+// Runs `call`'s real compiler here as a child while holding one of the
+// embedded default's slots (HoldMachineSlot of `session`), so that the
+// embedded worker starts no compile in its place; its exit code, 128 +
+// the signal that killed it. Without the session's answer it runs anyway.
+int RunHereHoldingSlot(v1::LauncherSession::Stub& session, const LauncherCall& call,
+                       const std::string& reason, bool verbose) {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::HoldMachineSlotReply>> slot =
+      session.HoldMachineSlot(&context, v1::HoldMachineSlotRequest());
+  v1::HoldMachineSlotReply held;
+  const bool holding = slot->Read(&held);
+  if (verbose) {
+    std::cerr << "distcc-cuda: compiling here with " << call.compiler
+              << (holding ? ", in a slot of this machine" : "") << ": " << reason << "\n";
+  }
+  std::vector<char*> args = {const_cast<char*>(call.compiler.c_str())};
+  for (const std::string& argument : call.arguments)
+    args.push_back(const_cast<char*>(argument.c_str()));
+  args.push_back(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    // The build tool's SIGTERM to the launcher reaches the compiler too.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    execv(call.compiler.c_str(), args.data());
+    static constexpr char kCannot[] = "distcc-cuda: cannot run the compiler\n";
+    (void)!write(STDERR_FILENO, kCannot, sizeof(kCannot) - 1);
+    _exit(127);
+  }
+  int status = 0;
+  if (child < 0) {
+    std::cerr << "distcc-cuda: cannot start " << call.compiler << ": " << strerror(errno) << "\n";
+    status = 127 << 8;
+  } else {
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  context.TryCancel();
+  (void)slot->Finish();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
 int RunLauncher(int argc, char** argv, const ClientEnvironment& environment) {
   const bool verbose = environment.verbose;
   const bool fallback_local = environment.fallback_local;
-  absl::StatusOr<std::string> nvcc = ResolveRealNvcc(argv[1], environment);
-  if (!nvcc.ok()) {
-    std::cerr << "distcc-cuda: " << nvcc.status().message() << "\n";
+  absl::StatusOr<std::string> real = ResolveRealCompiler(argv[1], environment);
+  if (!real.ok()) {
+    std::cerr << "distcc-cuda: " << real.status().message() << "\n";
     return 2;
   }
   LauncherCall call;
-  call.nvcc = *nvcc;
+  call.compiler = *real;
+  call.host_compiler = LooksLikeHostCompiler(argv[1]);
   call.arguments.assign(argv + 2, argv + argc);
   call.working_directory = fs::current_path().string();
   auto run_here = [&](const std::string& reason) -> int {
     if (verbose)
-      std::cerr << "distcc-cuda: compiling here with " << call.nvcc << ": " << reason << "\n";
-    std::vector<char*> args = {const_cast<char*>(call.nvcc.c_str())};
+      std::cerr << "distcc-cuda: compiling here with " << call.compiler << ": " << reason << "\n";
+    std::vector<char*> args = {const_cast<char*>(call.compiler.c_str())};
     for (std::string& argument : call.arguments) args.push_back(argument.data());
     args.push_back(nullptr);
-    execv(call.nvcc.c_str(), args.data());
-    std::cerr << "distcc-cuda: cannot run " << call.nvcc << ": " << strerror(errno) << "\n";
+    execv(call.compiler.c_str(), args.data());
+    std::cerr << "distcc-cuda: cannot run " << call.compiler << ": " << strerror(errno) << "\n";
     return 127;
   };
   auto deliver = [&](const v1::LauncherCompileReply& reply) -> int {
@@ -257,14 +359,17 @@ int RunLauncher(int argc, char** argv, const ClientEnvironment& environment) {
     auto stub = v1::LauncherSession::NewStub(
         grpc::CreateChannel(session, grpc::InsecureChannelCredentials()));
     v1::LauncherCompileRequest request;
-    request.set_nvcc(call.nvcc);
+    request.set_nvcc(call.compiler);
+    request.set_host_compiler(call.host_compiler);
     for (const std::string& argument : call.arguments) request.add_arguments(argument);
     request.set_working_directory(call.working_directory);
     grpc::ClientContext context;
     v1::LauncherCompileReply reply;
     grpc::Status status = stub->Compile(&context, request, &reply);
     if (status.ok()) {
-      const int exit_code = deliver(reply);
+      const int exit_code = reply.run_locally() && reply.hold_machine_slot()
+                                ? RunHereHoldingSlot(*stub, call, reply.reason(), verbose)
+                                : deliver(reply);
       // The caller has its answer; this process has nothing left to write.
       // Returning would tear the channel down first, joining gRPC's threads
       // (about 15 ms of every launched compile, measured).
@@ -285,8 +390,14 @@ int RunLauncher(int argc, char** argv, const ClientEnvironment& environment) {
         "no build session or cluster: run the build under `distcc-cuda build -- COMMAND`, or "
         "set DISTCC_CUDA_COORDINATOR");
   }
-  LauncherDecision decision = DecideWhereToCompile(call.arguments);
+  LauncherDecision decision = DecideWhereToCompile(call.arguments, call.host_compiler);
   if (!decision.remote) return run_here(decision.local_reason);
+  if (call.host_compiler) {
+    // The toolchain is the nvcc's that the workers pin, with their g++.
+    absl::StatusOr<std::string> nvcc = ResolveRealNvcc("nvcc", environment);
+    if (!nvcc.ok()) return run_here(std::string(nvcc.status().message()));
+    call.toolchain_nvcc = *nvcc;
+  }
   auto tls = LoadTlsMaterial(environment.launcher_tls, PeerRole::kClient);
   if (!tls.ok()) {
     std::cerr << "distcc-cuda: " << tls.status().message()

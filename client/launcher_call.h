@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// One nvcc call of a build tool as the launcher receives it, and where it
+// One compiler call of a build tool as the launcher receives it, and where it
 // runs: the plan of a call that can compile on a worker, or why it runs
 // here. The launcher decides (launcher.h); a remote compile carries it out
 // (remote_compile.h).
@@ -10,16 +10,23 @@
 
 namespace distcc_cuda::client {
 
-// One nvcc call of a build tool.
+// One compiler call of a build tool: nvcc, or its host C++ compiler.
 struct LauncherCall {
-  std::string nvcc;                    // absolute path of the real nvcc
-  std::vector<std::string> arguments;  // without nvcc itself
+  std::string compiler;                // absolute path of the real compiler
+  std::vector<std::string> arguments;  // without the compiler itself
   std::string working_directory;       // absolute
+  bool host_compiler = false;          // `compiler` is the host C++ compiler (CXX)
+  // The nvcc whose toolchain fingerprint (which names the host compiler
+  // too) the compile is matched by; "" for an nvcc call: `compiler`.
+  std::string toolchain_nvcc;
+
+  const std::string& nvcc() const { return toolchain_nvcc.empty() ? compiler : toolchain_nvcc; }
 };
 
 // A call that can compile on a worker, and what the caller expects here.
 struct RemoteCompilePlan {
   std::string name;                // the unit's name: the source's file name, made safe
+  bool host_compiler = false;      // the arguments are the host C++ compiler's
   std::vector<std::string> flags;  // without -c/-dc, -o, the source and dependency options
   std::string action;              // "-c", or "" for -dc (which stays in `flags`)
   std::string source;              // as given

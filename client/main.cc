@@ -9,6 +9,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <iostream>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "common/base/signals.h"
 #include "common/base/status.h"
 #include "common/nvcc/gpu_targets.h"
+#include "common/nvcc/host_compiler_args.h"
 #include "common/nvcc/toolchain.h"
 #include "common/transport/tls_credentials.h"
 #include "spdlog/spdlog.h"
@@ -219,6 +221,17 @@ absl::StatusOr<distcc_cuda::v1::ArchitectureSplit> ArchitectureSplitFlag() {
       absl::StrCat("--split-architectures=", split, " is not one of auto, always, never"));
 }
 
+// The host compiler the caller's $CXX (or c++) names, resolved; "" when
+// CXX holds a launcher already ("ccache g++") or names no compiler found.
+std::string RealCxx(const distcc_cuda::client::ClientEnvironment& environment) {
+  const std::string cxx = environment.cxx.empty() ? "c++" : environment.cxx;
+  if (cxx.find_first_of(" \t") != std::string::npos || !distcc_cuda::LooksLikeHostCompiler(cxx)) {
+    return "";
+  }
+  absl::StatusOr<std::string> real = distcc_cuda::client::ResolveRealCompiler(cxx, environment);
+  return real.ok() ? *real : "";
+}
+
 // `distcc-cuda build [FLAGS] -- COMMAND...`: the command's build as one
 // session; exits as the command did (or by its signal).
 int CommandBuildCommand(const std::vector<std::string>& positional,
@@ -241,6 +254,7 @@ int CommandBuildCommand(const std::vector<std::string>& positional,
     options.target_gpus = named.get_future().share();
   }
   options.fallback_local = environment.fallback_local;
+  options.real_cxx = RealCxx(environment);
   options.live_terminal = distcc_cuda::client::IsLiveTerminal(STDERR_FILENO, environment.term);
   distcc_cuda::CancelToken cancel;
   const std::atomic<int>& cancelled_by = CancelOnTerminationSignals(cancel, "the build");
@@ -315,10 +329,20 @@ int PlanBuildCommand(const std::vector<std::string>& positional,
 int main(int argc, char** argv) {
   // The environment, read here once; nothing below calls getenv.
   const auto environment = distcc_cuda::client::ClientEnvironment::Of(environ);
-  // The launcher: `distcc-cuda nvcc ARGS` takes no flags of its own; every
-  // argument is nvcc's.
-  if (argc >= 2 && distcc_cuda::client::LooksLikeNvcc(argv[1])) {
+  // The launcher: `distcc-cuda nvcc ARGS` (or g++, c++...) takes no flags of
+  // its own; every argument is the compiler's.
+  if (argc >= 2 && distcc_cuda::client::LooksLikeCompiler(argv[1])) {
     return distcc_cuda::client::RunLauncher(argc, argv, environment);
+  }
+  // The launcher as $CXX: a link named as the host compiler (`build --`
+  // makes one), whose real compiler DISTCC_CUDA_CXX names.
+  if (const std::string name = std::filesystem::path(argv[0]).filename().string();
+      distcc_cuda::LooksLikeHostCompiler(name)) {
+    std::string compiler = environment.launcher_cxx.empty() ? name : environment.launcher_cxx;
+    std::vector<char*> arguments = {argv[0], compiler.data()};
+    arguments.insert(arguments.end(), argv + 1, argv + argc);
+    arguments.push_back(nullptr);
+    return distcc_cuda::client::RunLauncher(argc + 1, arguments.data(), environment);
   }
   absl::SetProgramUsageMessage(kUsage);
   // `build [FLAGS] -- COMMAND...`: everything after "--" is the command's.

@@ -22,6 +22,8 @@ ClientEnvironment ClientEnvironment::Of(const char* const* environ) {
   ClientEnvironment environment;
   environment.path = value("PATH");
   environment.cuda_home = value("CUDA_HOME");
+  environment.cxx = value("CXX");
+  environment.launcher_cxx = value("DISTCC_CUDA_CXX");
   environment.xdg_cache_home = value("XDG_CACHE_HOME");
   environment.home = value("HOME");
   environment.term = value("TERM");

@@ -29,6 +29,10 @@ inline constexpr const char* kNvccVariables[] = {"NVCC_PREPEND_FLAGS", "NVCC_APP
 struct ClientEnvironment {
   std::string path;       // PATH: where the launcher finds the real nvcc
   std::string cuda_home;  // CUDA_HOME: the pinned nvcc's default
+  std::string cxx;        // CXX: the host C++ compiler a build tool runs
+  // DISTCC_CUDA_CXX: the real host compiler behind the session's CXX (the
+  // launcher, named as that compiler).
+  std::string launcher_cxx;
   // XDG_CACHE_HOME and HOME: where the embedded default keeps its state.
   std::string xdg_cache_home;
   std::string home;

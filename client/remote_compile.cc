@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_text.h"
 #include "client/dependency_scan.h"
@@ -16,6 +17,7 @@
 #include "common/base/terminal_text.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/nvcc/toolchain.h"
+#include "common/process/subprocess.h"
 #include "common/store/cas_client.h"
 #include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -44,10 +46,56 @@ absl::StatusOr<v1::ToolchainFingerprint> RemoteCompiler::ToolchainOf(const std::
   // Callers arriving together wait for one fingerprint, shared with this
   // process's embedded worker.
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   SharedToolchainFingerprint(nvcc, "g++", state_dir_));
+                   SharedToolchainFingerprint(nvcc, kHostCompiler, state_dir_));
   absl::MutexLock lock(&mu_);
   toolchains_[nvcc] = toolchain;
   return toolchain;
+}
+
+namespace {
+
+v1::UnitCompiler CompilerOf(const RemoteCompilePlan& plan) {
+  return plan.host_compiler ? v1::UNIT_COMPILER_HOST_CXX : v1::UNIT_COMPILER_NVCC;
+}
+
+// The version a compiler's `--version` first line names, without the
+// program's own name ("g++ (Debian 12.2.0-14) 12.2.0" and "c++ (Debian
+// 12.2.0-14) 12.2.0" are one compiler).
+std::string VersionWithoutName(const std::string& first_line) {
+  size_t space = first_line.find(' ');
+  return space == std::string::npos ? "" : first_line.substr(space + 1);
+}
+
+}  // namespace
+
+absl::Status RemoteCompiler::CheckHostCompiler(const std::string& compiler,
+                                               const v1::ToolchainFingerprint& toolchain) {
+  std::string version;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto known = host_versions_.find(compiler); known != host_versions_.end()) {
+      version = known->second;
+    }
+  }
+  if (version.empty()) {
+    ProcessSpec spec;
+    spec.argv = {compiler, "--version"};
+    spec.timeout = absl::Seconds(30);
+    absl::StatusOr<ProcessResult> ran = RunProcess(spec);
+    std::string first_line = ran.ok() && ran->exit_code == 0
+                                 ? std::string(absl::StripAsciiWhitespace(
+                                       ran->stdout_text.substr(0, ran->stdout_text.find('\n'))))
+                                 : "";
+    version = VersionWithoutName(first_line);
+    if (version.empty()) version = "(no version)";
+    absl::MutexLock lock(&mu_);
+    host_versions_[compiler] = version;
+  }
+  if (version == VersionWithoutName(toolchain.host_compiler())) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(compiler, " is ", version, ", not the ", kHostCompiler,
+                   " that the workers' toolchain names (", toolchain.host_compiler(),
+                   "); its compiles run here"));
 }
 
 namespace {
@@ -76,7 +124,8 @@ absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& 
   const std::string& directory = call.working_directory;
   std::vector<std::string> anchors = {directory};
   anchors.insert(anchors.end(), launched.closure.begin(), launched.closure.end());
-  for (std::string& folder : IncludeFolders(directory, plan.flags, excluded)) {
+  const v1::UnitCompiler compiler = CompilerOf(plan);
+  for (std::string& folder : IncludeFolders(directory, plan.flags, excluded, compiler)) {
     anchors.push_back(std::move(folder));
   }
   const std::string root = CommonAncestor(anchors);
@@ -89,10 +138,11 @@ absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& 
   *request.mutable_toolchain() = toolchain;
   v1::CompileUnit* unit = request.add_units();
   unit->set_name(plan.name);
+  unit->set_compiler(compiler);
   std::string working = Relative(directory, root);
   unit->set_working_directory(working == "." ? "" : working);
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(plan.flags, directory, root, excluded));
+                   RelativeFlags(plan.flags, directory, root, excluded, compiler));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   // The worker writes the object beside the source's folder under the
   // output's own file name; it lands at -o here.
@@ -234,6 +284,8 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
         +[](int* free) { return *free > 0; }, &scans_free_));
     --scans_free_;
   }
+  std::optional<MachineSlots::Held> machine_slot;
+  if (machine_slots_ != nullptr) machine_slot = machine_slots_->Acquire();
   const absl::Time began = absl::Now();
   const std::string& directory = call.working_directory;
   std::vector<std::string> closure;
@@ -241,16 +293,17 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
     if (!plan.dependency_file.empty()) {
       // The dependency file the caller asked for, written as nvcc writes it.
       ASSIGN_OR_RETURN(closure,
-                       ScanWritingDependencyFile(call.nvcc, directory, plan.flags, plan.source,
+                       ScanWritingDependencyFile(call.compiler, directory, plan.flags, plan.source,
                                                  plan.dependency_arguments, plan.dependency_file,
                                                  excluded, &scan_cache));
       if (!plan.nonsystem_dependencies) return absl::OkStatus();
     }
     // -MMD leaves out headers of -isystem folders, which may be ours to ship.
-    ASSIGN_OR_RETURN(closure, ScanInputClosure(call.nvcc, directory, plan.flags, plan.source,
+    ASSIGN_OR_RETURN(closure, ScanInputClosure(call.compiler, directory, plan.flags, plan.source,
                                                excluded, &scan_cache));
     return absl::OkStatus();
   }();
+  machine_slot.reset();
   {
     absl::MutexLock lock(&mu_);
     ++scans_free_;
@@ -258,7 +311,8 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
   scan_time = absl::Now() - began;
   RETURN_IF_ERROR(scanned);
   if (closure.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("nvcc reported no inputs for ", plan.source));
+    return absl::InvalidArgumentError(absl::StrCat(fs::path(call.compiler).filename().string(),
+                                                   " reported no inputs for ", plan.source));
   }
   return closure;
 }
@@ -276,10 +330,11 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   const std::string& directory = call.working_directory;
   RemoteCompileResult compiled;
   compiled.asked = absl::Now();
-  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc));
-  RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source));
+  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc()));
+  if (plan.host_compiler) RETURN_IF_ERROR(CheckHostCompiler(call.compiler, toolchain));
+  RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source, CompilerOf(plan)));
 
-  const std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc);
+  const std::vector<std::string> excluded = ExcludedPrefixes(call.nvcc());
   ScanCache scan_cache(scan_cache_folder_, toolchain.digest(), nvcc_variables_);
   LauncherUnit launched;
   absl::Duration scan_time;

@@ -19,6 +19,7 @@
 #include "client/launcher_call.h"
 #include "client/scan_cache.h"
 #include "common/base/cancellation.h"
+#include "common/base/machine_slots.h"
 #include "distcc_cuda/v1/build.pb.h"
 #include "distcc_cuda/v1/launcher.pb.h"
 
@@ -60,6 +61,10 @@ class RemoteCompiler {
                  std::string scan_cache_folder, EnvironmentVariables nvcc_variables,
                  std::string state_dir = "");
 
+  // On the embedded default: each scan also holds one of this machine's
+  // slots, which its worker's compiles share. Call before the first Compile.
+  void ShareMachineSlots(std::shared_ptr<MachineSlots> slots) { machine_slots_ = std::move(slots); }
+
   // Compiles `call` (planned by DecideWhereToCompile) on the cluster. Returns
   // nvcc's exit code and output; on exit code 0 the object is at the call's
   // -o. INVALID_ARGUMENT when the compile should run here instead (a check
@@ -83,6 +88,11 @@ class RemoteCompiler {
                                                        const std::vector<std::string>& excluded,
                                                        ScanCache& scan_cache,
                                                        absl::Duration& scan_time);
+  // OK when the host compiler `compiler` is the one `toolchain` names (the
+  // same `--version`, asked once per compiler); INVALID_ARGUMENT, saying
+  // which it is, otherwise: its compiles then run here.
+  absl::Status CheckHostCompiler(const std::string& compiler,
+                                 const v1::ToolchainFingerprint& toolchain);
   // UNAVAILABLE for a coordinator that cannot be reached (`what` says how).
   absl::Status Unreachable(const std::string& what) const;
 
@@ -90,10 +100,12 @@ class RemoteCompiler {
   std::string address_;
   absl::Mutex mu_;
   std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> host_versions_ ABSL_GUARDED_BY(mu_);
   int scans_free_ ABSL_GUARDED_BY(mu_);
   const std::string scan_cache_folder_;
   const EnvironmentVariables nvcc_variables_;
   const std::string state_dir_;
+  std::shared_ptr<MachineSlots> machine_slots_;  // may be null
 };
 
 // A launcher call's answer, and the remote result when it compiled there.

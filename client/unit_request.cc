@@ -23,16 +23,28 @@
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 
+namespace {
+
+// The paths a flag's value names: nvcc's lists split at commas, the host
+// compiler's value whole.
+std::vector<std::string> PathsOf(const NvccArgument& flag, v1::UnitCompiler compiler) {
+  if (compiler == v1::UNIT_COMPILER_HOST_CXX) return {flag.value};
+  return SplitNvccList(flag.value);
+}
+
+}  // namespace
+
 absl::Status CheckBeforeScan(const std::string& name, const std::string& directory,
-                             const std::vector<std::string>& flags, const std::string& source) {
+                             const std::vector<std::string>& flags, const std::string& source,
+                             v1::UnitCompiler compiler) {
   std::vector<std::string> arguments = flags;
   arguments.insert(arguments.end(), {"-c", source, "-o", "distcc-cuda-scan.o"});
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
+  absl::StatusOr<NvccCommand> command = ParseCompileArguments(compiler, arguments);
   if (!command.ok()) return Annotate(command.status(), absl::StrCat("unit ", name));
   std::vector<std::string> paths = {source};
   for (const NvccArgument& flag : command->flags) {
     if (flag.kind != NvccValueKind::kInputPath) continue;
-    for (const std::string& path : SplitNvccList(flag.value)) paths.push_back(path);
+    for (const std::string& path : PathsOf(flag, compiler)) paths.push_back(path);
   }
   for (const std::string& path : paths) {
     std::string absolute = AbsolutePath(path, directory);
@@ -48,16 +60,17 @@ absl::Status CheckBeforeScan(const std::string& name, const std::string& directo
 
 std::vector<std::string> IncludeFolders(const std::string& directory,
                                         const std::vector<std::string>& flags,
-                                        const std::vector<std::string>& excluded) {
+                                        const std::vector<std::string>& excluded,
+                                        v1::UnitCompiler compiler) {
   std::vector<std::string> folders;
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(flags);
+  absl::StatusOr<NvccCommand> command = ParseCompileArguments(compiler, flags);
   if (!command.ok()) return folders;  // refused earlier, with the reason
   for (const NvccArgument& flag : command->flags) {
     if (flag.kind != NvccValueKind::kInputPath || flag.option == "-include" ||
-        flag.option == "--pre-include") {
+        flag.option == "--pre-include" || flag.option == "-imacros") {
       continue;
     }
-    for (const std::string& path : SplitNvccList(flag.value)) {
+    for (const std::string& path : PathsOf(flag, compiler)) {
       std::string absolute = AbsolutePath(path, directory);
       bool system = std::any_of(excluded.begin(), excluded.end(), [&](const std::string& prefix) {
         return absl::StartsWith(absolute + "/", prefix);
@@ -96,8 +109,10 @@ std::string Relative(const std::string& path, const std::string& base) {
 absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
                                                        const std::string& directory,
                                                        const std::string& root,
-                                                       const std::vector<std::string>& toolkit) {
-  ASSIGN_OR_RETURN(NvccCommand parsed, ParseNvccCommand(flags));
+                                                       const std::vector<std::string>& toolkit,
+                                                       v1::UnitCompiler compiler) {
+  ASSIGN_OR_RETURN(NvccCommand parsed, ParseCompileArguments(compiler, flags));
+  const bool host = compiler == v1::UNIT_COMPILER_HOST_CXX;
   const std::vector<std::string> system = SystemIncludePrefixes();
   auto under = [](const std::string& path, const std::vector<std::string>& prefixes) {
     return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& prefix) {
@@ -107,14 +122,15 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
   std::vector<NvccArgument> kept;
   for (NvccArgument& flag : parsed.flags) {
     if (flag.kind == NvccValueKind::kInputPath) {
-      bool search_folder = flag.option != "-include" && flag.option != "--pre-include";
+      // nvcc searches its own toolkit's folders anyway; g++ does not.
+      bool search_folder = !host && flag.option != "-include" && flag.option != "--pre-include";
       std::vector<std::string> pieces;
-      for (const std::string& path : SplitNvccList(flag.value)) {
+      for (const std::string& path : PathsOf(flag, compiler)) {
         std::string absolute = AbsolutePath(path, directory);
         if (search_folder && under(absolute, toolkit) && !under(absolute, system)) continue;
         bool inside = RelativeTo(absolute, root).ok() && !under(absolute, system);
         std::string piece = inside ? Relative(absolute, directory) : absolute;
-        pieces.push_back(absl::StrReplaceAll(piece, {{",", "\\,"}}));
+        pieces.push_back(host ? piece : absl::StrReplaceAll(piece, {{",", "\\,"}}));
       }
       if (pieces.empty()) continue;
       flag.value = absl::StrJoin(pieces, ",");

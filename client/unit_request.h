@@ -27,7 +27,8 @@ namespace distcc_cuda::client {
 // host's private folders. nvcc -M would otherwise read them, and the scan
 // would ship them. INVALID_ARGUMENT naming `name` and the argument.
 absl::Status CheckBeforeScan(const std::string& name, const std::string& directory,
-                             const std::vector<std::string>& flags, const std::string& source);
+                             const std::vector<std::string>& flags, const std::string& source,
+                             v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
 
 // INVALID_ARGUMENT when a file of `closure` (or what a link in it points
 // at) lies in a private folder of this machine: such files never leave it.
@@ -38,7 +39,8 @@ absl::Status CheckClosure(const std::string& name, const std::vector<std::string
 // same paths.
 std::vector<std::string> IncludeFolders(const std::string& directory,
                                         const std::vector<std::string>& flags,
-                                        const std::vector<std::string>& excluded);
+                                        const std::vector<std::string>& excluded,
+                                        v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
 
 // The deepest folder above every path ("/" when they share none).
 std::string CommonAncestor(const std::vector<std::string>& paths);
@@ -51,11 +53,11 @@ std::string Relative(const std::string& path, const std::string& base);
 // forms reach the same files), system folders absolute as they are. Include
 // folders of this machine's own toolkit (`toolkit`) at a non-standard place
 // are dropped: nvcc searches its own toolkit's folders anyway, and the
-// worker's toolkit lies elsewhere.
-absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
-                                                       const std::string& directory,
-                                                       const std::string& root,
-                                                       const std::vector<std::string>& toolkit);
+// worker's toolkit lies elsewhere (a host compiler's flags keep them).
+// `flags` are `compiler`'s.
+absl::StatusOr<std::vector<std::string>> RelativeFlags(
+    const std::vector<std::string>& flags, const std::string& directory, const std::string& root,
+    const std::vector<std::string>& toolkit, v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
 
 // The distinct input files of a build, each hashed once.
 struct WorkspaceFiles {

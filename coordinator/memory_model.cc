@@ -19,6 +19,17 @@
 namespace distcc_cuda::coordinator {
 namespace {
 
+// Keys of the host compiler's units start with this: never those of an nvcc
+// unit with the same flags.
+constexpr char kHostCompilerKey[] = "compiler=host-c++";
+
+// `command`'s flags, as the keys of its family name them.
+std::vector<std::string> KeyFlags(const NvccCommand& command) {
+  std::vector<std::string> flags = command.FlagArguments();
+  if (command.host_compiler) flags.insert(flags.begin(), kHostCompilerKey);
+  return flags;
+}
+
 int64_t Quantile(std::vector<int64_t> values, double quantile) {
   std::sort(values.begin(), values.end());
   // Nearest rank: with few samples this is the largest, as caution wants.
@@ -29,8 +40,8 @@ int64_t Quantile(std::vector<int64_t> values, double quantile) {
 // The flags of a unit without its sources and outputs.
 std::vector<std::string> FlagsOf(const v1::CompileUnit& unit) {
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
-  absl::StatusOr<NvccCommand> command = ParseNvccCommand(arguments);
-  return command.ok() ? command->FlagArguments() : arguments;
+  absl::StatusOr<NvccCommand> command = ParseCompileArguments(unit.compiler(), arguments);
+  return command.ok() ? KeyFlags(*command) : arguments;
 }
 
 // The digest of `unit`'s listed source (`command`'s), "" if not listed.
@@ -97,13 +108,15 @@ int ParallelCompilations(const NvccCommand& command) {
 
 std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit) {
   absl::StatusOr<NvccCommand> command =
-      ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()});
+      ParseCompileArguments(unit.compiler(), {unit.arguments().begin(), unit.arguments().end()});
   return UnitIdentity(toolchain_digest, unit, command.ok() ? *command : NvccCommand());
 }
 
 std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit,
                          const NvccCommand& command) {
   std::vector<std::string> arguments(unit.arguments().begin(), unit.arguments().end());
+  if (unit.compiler() != v1::UNIT_COMPILER_NVCC)
+    arguments.insert(arguments.begin(), kHostCompilerKey);
   return Key({"identity", toolchain_digest, unit.working_directory(), SourceDigest(unit, command)},
              arguments);
 }
@@ -115,13 +128,13 @@ std::string UnitFamily(const std::string& toolchain_digest, const v1::CompileUni
 
 std::string UnitFamily(const std::string& toolchain_digest, const NvccCommand& command,
                        const std::string& family_hint) {
-  return Key({"family", toolchain_digest, family_hint}, command.FlagArguments());
+  return Key({"family", toolchain_digest, family_hint}, KeyFlags(command));
 }
 
 std::string ClosureFamily(const std::string& toolchain_digest, const NvccCommand& command,
                           const v1::CompileUnit& unit) {
   if (!unit.has_input_root() || unit.input_root().hash().empty()) return "";
-  return Key({"closure", toolchain_digest, unit.input_root().hash()}, command.FlagArguments());
+  return Key({"closure", toolchain_digest, unit.input_root().hash()}, KeyFlags(command));
 }
 
 absl::StatusOr<std::unique_ptr<PeakHistory>> PeakHistory::Open(const std::string& path,

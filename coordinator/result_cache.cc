@@ -91,6 +91,11 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
   // without expanding it.
   field("distcc-cuda action v4");
   field(toolchain_digest);
+  // The host compiler's units are told apart from nvcc's; nvcc's keys stay
+  // those of v4 before host compiles joined.
+  if (unit.compiler() != v1::UNIT_COMPILER_NVCC) {
+    field(absl::StrCat("compiler ", static_cast<int>(unit.compiler())));
+  }
   // Where the inputs are mounted: nvcc hashes the source's absolute path
   // into internal symbol names, so the object depends on it.
   field(unit.workspace_root());

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -59,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                                                         "another distcc-cuda-worker"));
   worker->work_dir_lock_ = std::make_unique<FolderLock>(std::move(lock));
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   SharedToolchainFingerprint(options.nvcc_path, "g++", options.work_dir));
+                   SharedToolchainFingerprint(options.nvcc_path, kHostCompiler, options.work_dir));
   RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
   {
     absl::MutexLock lock(&worker->toolchain_mu_);
@@ -307,7 +309,7 @@ void Worker::RefreshToolchainIfChanged() {
   if (files == toolchain_files_) return;
   toolchain_files_ = files;
   absl::StatusOr<v1::ToolchainFingerprint> fresh =
-      ComputeToolchainFingerprint(options_.nvcc_path, "g++", options_.work_dir);
+      ComputeToolchainFingerprint(options_.nvcc_path, kHostCompiler, options_.work_dir);
   if (!fresh.ok()) {
     spdlog::error("worker {}: the toolchain at {} changed and cannot be fingerprinted: {}",
                   options_.name, options_.nvcc_path, fresh.status().ToString());
@@ -469,7 +471,14 @@ void Worker::SlotLoop(int slot) {
     LogFields fields{
         {"build", task.build_id()}, {"unit", task.unit().name()}, {"task", task.task_id()}};
     spdlog::info("slot {} runs unit {} ({})", slot, task.unit().name(), task.task_id());
+    // On the embedded default, behind what the build runs on this machine
+    // itself (a cancel while waiting ends the task at RunTask's start).
+    std::optional<MachineSlots::Held> machine_slot;
+    if (options_.machine_slots != nullptr) {
+      machine_slot = options_.machine_slots->Acquire(cancel.get());
+    }
     v1::TaskResult result = RunTask(task, *cancel);
+    machine_slot.reset();
     metrics_->TaskEnded(result);
     if (result.outcome() == v1::TASK_CANCELLED) {
       spdlog::info("slot {}: unit {} ({}) cancelled: {}", slot, task.unit().name(), task.task_id(),
@@ -549,6 +558,20 @@ std::optional<v1::TaskResult> Worker::Materialize(const v1::Task& task, const Ca
   return std::nullopt;
 }
 
+absl::StatusOr<std::string> Worker::CompilerFor(const v1::CompileUnit& unit) const {
+  if (unit.compiler() != v1::UNIT_COMPILER_HOST_CXX) return options_.nvcc_path;
+  // The g++ whose version the toolchain fingerprint names (found in PATH as
+  // the fingerprint found it), by its absolute path: the sandbox runs it.
+  std::map<std::string, std::string> environment;
+  if (const char* path = std::getenv("PATH")) environment["PATH"] = path;
+  absl::StatusOr<std::string> host = ResolveProgram(kHostCompiler, environment, "");
+  if (!host.ok()) {
+    return Annotate(host.status(), absl::StrCat("worker ", options_.name,
+                                                " has no host compiler for a .cpp unit"));
+  }
+  return AbsolutePath(*host);
+}
+
 absl::StatusOr<ProcessSpec> Worker::PlaceProcess(ProcessSpec spec,
                                                  const MaterializedTask& materialized) const {
   const TaskTree& tree = *materialized.tree;
@@ -582,10 +605,12 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
   absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
       memory_cap_->StartTask(task.task_id(), task.reserved_bytes());
   if (!scope.ok()) return FailedToStart(std::string(scope.status().message()));
+  absl::StatusOr<std::string> compiler = CompilerFor(materialized.unit);
+  if (!compiler.ok()) return FailedToStart(std::string(compiler.status().message()));
   ProcessSpec spec;
   // The unit runs under the node's cap from its first instruction.
   (*scope)->PrepareProcess(spec);
-  spec.argv.push_back(options_.nvcc_path);
+  spec.argv.push_back(*compiler);
   spec.argv.insert(spec.argv.end(), materialized.unit.arguments().begin(),
                    materialized.unit.arguments().end());
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
@@ -597,8 +622,7 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
   absl::StatusOr<ProcessResult> run =
       placed.ok() ? RunProcess(*placed) : absl::StatusOr<ProcessResult>(placed.status());
   if (!run.ok()) {
-    return FailedToStart(
-        absl::StrCat("cannot run ", options_.nvcc_path, ": ", run.status().message()));
+    return FailedToStart(absl::StrCat("cannot run ", *compiler, ": ", run.status().message()));
   }
   // Finish reports Attach's failure too: the unit was killed before it ran.
   absl::StatusOr<TaskMemoryUsage> usage = (*scope)->Finish();

@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/base/cancellation.h"
 #include "common/base/files.h"
+#include "common/base/machine_slots.h"
 #include "common/process/memory_cap.h"
 #include "common/process/sandbox.h"
 #include "common/process/subprocess.h"
@@ -50,6 +51,10 @@ struct WorkerOptions {
   // with --insecure-no-sandbox: nvcc then runs with the worker's own rights.
   bool sandbox = true;
   SandboxOptions sandbox_options;  // bwrap and the user; toolkit_root is set from nvcc_path
+  // The embedded default's: this machine's slots, shared with the client's
+  // own work (scans, compiles and links run here); a leased unit starts
+  // once it holds one. Null on a worker of its own.
+  std::shared_ptr<MachineSlots> machine_slots;
   // What a unit's stdout and stderr may each bring back; the rest is cut
   // with a marker.
   int64_t max_output_bytes = 1 << 20;
@@ -156,6 +161,9 @@ class Worker {
   // The process that runs `spec` for the unit: in the sandbox at the
   // client's workspace root, or (without one) at the unit root or its task
   // path.
+  // The program that compiles `unit`: the pinned nvcc, or for a host
+  // compiler's unit the g++ of this worker's PATH, absolute.
+  absl::StatusOr<std::string> CompilerFor(const v1::CompileUnit& unit) const;
   absl::StatusOr<ProcessSpec> PlaceProcess(ProcessSpec spec,
                                            const MaterializedTask& materialized) const;
   absl::Status Report(const v1::Task& task, const v1::TaskResult& result);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/base/status.h"
 
 namespace distcc_cuda {
 namespace {
@@ -284,6 +285,11 @@ absl::Status CheckShellInert(absl::string_view piece, absl::string_view what) {
         "allowed (no spaces, quotes or shell metacharacters)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckHostCompilerFlag(absl::string_view option, absl::string_view flag) {
+  RETURN_IF_ERROR(CheckShellInert(flag, absl::StrCat(option, " '", flag, "'")));
+  return CheckHostCompilerPiece(option, flag);
 }
 
 absl::Status CheckForwardedFlags(ForwardedTool tool, absl::string_view option,

@@ -40,6 +40,12 @@ absl::Status CheckShellInert(absl::string_view piece, absl::string_view what);
 absl::Status CheckForwardedFlags(ForwardedTool tool, absl::string_view option,
                                  absl::string_view value);
 
+// Checks one flag of the host C++ compiler against the allowlist -Xcompiler
+// pieces meet (-f, -W, -O, -g, -std, -D, -U, -m, --param that name no file,
+// plugin or program), as a compile of its own passes it. INVALID_ARGUMENT
+// naming `option` (how the caller names the flag's source) and why.
+absl::Status CheckHostCompilerFlag(absl::string_view option, absl::string_view flag);
+
 // A character of a C identifier ([A-Za-z0-9_]), and a whole C identifier
 // (a macro or function name): what -D, -U and the forwarded flags accept.
 bool IsIdentifierChar(char c);

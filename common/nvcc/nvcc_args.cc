@@ -16,6 +16,7 @@
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/nvcc/forwarded_flags.h"
+#include "common/nvcc/host_compiler_args.h"
 
 namespace distcc_cuda {
 namespace {
@@ -35,30 +36,6 @@ bool ValueSeparate(const NvccOptionSpec& spec) {
 }
 
 }  // namespace
-
-std::vector<std::string> NvccArgument::Render() const {
-  switch (form) {
-    case Form::kPositional:
-      return {value};
-    case Form::kJoined:
-      return {option + value};
-    case Form::kEquals:
-      return {option + "=" + value};
-    case Form::kSeparate:
-      return value.empty() && kind == NvccValueKind::kNone
-                 ? std::vector<std::string>{option}
-                 : std::vector<std::string>{option, value};
-  }
-  return {};
-}
-
-std::vector<std::string> NvccCommand::FlagArguments() const {
-  std::vector<std::string> out;
-  for (const NvccArgument& flag : flags) {
-    for (std::string& piece : flag.Render()) out.push_back(std::move(piece));
-  }
-  return out;
-}
 
 absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments) {
   NvccCommand command;
@@ -318,6 +295,17 @@ absl::Status CheckCompileCommand(const NvccCommand& command, const PathPolicy& p
 
 }  // namespace
 
+absl::StatusOr<NvccCommand> ParseCompileArguments(v1::UnitCompiler compiler,
+                                                  const std::vector<std::string>& arguments) {
+  if (compiler == v1::UNIT_COMPILER_HOST_CXX) return ParseHostCompileCommand(arguments);
+  if (compiler != v1::UNIT_COMPILER_NVCC) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown compiler ", static_cast<int>(compiler),
+                     " (a client newer than this worker or coordinator?)"));
+  }
+  return ParseNvccCommand(arguments);
+}
+
 absl::Status ValidateCompileArguments(const std::vector<std::string>& arguments,
                                       const PathPolicy& policy) {
   ASSIGN_OR_RETURN(NvccCommand command, ParseNvccCommand(arguments));
@@ -400,7 +388,7 @@ absl::Status ValidateCompileUnit(const v1::CompileUnit& unit,
   }
   PathPolicy policy{root, cwd, system_prefixes};
   absl::StatusOr<NvccCommand> parsed_here =
-      ParseNvccCommand({unit.arguments().begin(), unit.arguments().end()});
+      ParseCompileArguments(unit.compiler(), {unit.arguments().begin(), unit.arguments().end()});
   absl::Status arguments = parsed_here.status();
   if (arguments.ok()) {
     arguments = CheckCompileCommand(*parsed_here, policy,
@@ -516,6 +504,7 @@ absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(
 
 absl::StatusOr<std::vector<ArchitecturePart>> SplitByArchitecture(const NvccCommand& command) {
   auto cannot = [](const std::string& why) { return absl::FailedPreconditionError(why); };
+  if (command.host_compiler) return cannot("a host compiler's unit has no GPU targets");
   if (!command.compile_only || command.output.empty()) {
     return cannot("only a compile to an object (-c ... -o FILE) can be split by architecture");
   }

@@ -13,46 +13,22 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/nvcc/compile_command.h"
 #include "common/nvcc/nvcc_options.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda {
-
-// One argument of a parsed command line, with its option value split off.
-struct NvccArgument {
-  std::string option;  // "-I", "--gpu-architecture", "" for a positional
-  std::string value;   // the option's value or the positional argument
-  NvccValueKind kind = NvccValueKind::kNone;
-  // How the value was attached: "-Ifoo" (joined), "-o=x" (equals), or as the
-  // next argument (separate). Kept so a command renders back unchanged.
-  enum class Form { kJoined, kEquals, kSeparate, kPositional } form;
-
-  // The argument(s) as they appear on the command line.
-  std::vector<std::string> Render() const;
-};
-
-// A compile command split into what distcc-cuda needs to know.
-struct NvccCommand {
-  std::vector<NvccArgument> flags;   // every option but -c, -o and deps
-  std::vector<std::string> sources;  // positional inputs (.cu, .cpp, ...)
-  std::string output;                // the -o value, "" if none
-  bool compile_only = false;         // -c / --compile seen
-  // Every compile action, as written: -c, -dc, -cubin, -ptx, -fatbin.
-  std::vector<std::string> actions;
-  bool dependency_flags_dropped = false;
-  // The dependency options dropped from `flags` (-M, -MD, -MF FILE, ...),
-  // in order, for a client that writes the dependency file itself.
-  std::vector<NvccArgument> dependency_flags;
-
-  // Flags rendered back as arguments (without sources, -c and -o).
-  std::vector<std::string> FlagArguments() const;
-};
 
 // Parses nvcc arguments (without the program name) against the allowlist.
 // INVALID_ARGUMENT naming the option for one that is not in the model, is
 // forbidden (saying why), lacks its value or has a value of the wrong form;
 // for a response file (@file) or a source that is not a plain path.
 absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arguments);
+
+// Parses `arguments` with the model of `compiler`'s command line: nvcc's
+// (ParseNvccCommand) or the host C++ compiler's (ParseHostCompileCommand).
+absl::StatusOr<NvccCommand> ParseCompileArguments(v1::UnitCompiler compiler,
+                                                  const std::vector<std::string>& arguments);
 
 // Where the files of a compile may be.
 struct PathPolicy {

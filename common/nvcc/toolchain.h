@@ -21,8 +21,13 @@ namespace distcc_cuda {
 // ToolchainFilesSignature is unchanged (ccache checks its compiler by
 // modification time the same way). `nvcc --version` and the host
 // compiler's version are asked every time.
+// The host compiler that clients and workers fingerprint, found in PATH:
+// the one nvcc runs by default, and the one that compiles a build's .cpp
+// units on workers (UNIT_COMPILER_HOST_CXX).
+inline constexpr char kHostCompiler[] = "g++";
+
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
-    const std::string& nvcc_path, const std::string& host_compiler = "g++",
+    const std::string& nvcc_path, const std::string& host_compiler = kHostCompiler,
     const std::string& hash_cache_dir = "");
 
 // ComputeToolchainFingerprint, once per process for the same arguments

@@ -400,6 +400,32 @@ TEST_F(AttackTest, CoordinatorRefusesWhatTheClientChecksWouldHave) {
     EXPECT_EQ(raw.Result(), nullptr) << name << ": a unit ran";
     ExpectNothingEscaped("raw", raw.Output());
   }
+  // A unit for the host C++ compiler: its own model, the same path rules.
+  auto host = [](const std::string& name, std::vector<std::string> arguments) {
+    v1::CompileUnit unit = Unit(name, std::move(arguments));
+    unit.set_compiler(v1::UNIT_COMPILER_HOST_CXX);
+    return unit;
+  };
+  const std::vector<Case> host_cases = {
+      {host("cxx-b", {"-B" + root_ + "/evil"}), "replaces the compiler's own programs"},
+      {host("cxx-plugin", {"-fplugin=./a.h"}), "loads code"},
+      {host("cxx-specs", {"-specs=a.h"}), "driver's rules"},
+      {host("cxx-wrapper", {"-wrapper", "sh,-c,touch," + pwned}), "runs another program"},
+      {host("cxx-rsp", {"@a.h"}), "response file"},
+      {host("cxx-sysroot", {"--sysroot=/"}), "system root"},
+      {host("cxx-wp", {"-Wp,-MD," + pwned}), "unchecked"},
+      {host("cxx-shadow", {"-include", "/etc/shadow"}), "/etc/shadow"},
+      {host("cxx-nvcc-flag", {"-Xcompiler", "-fPIC"}), "-Xcompiler"},
+  };
+  for (const Case& c : host_cases) {
+    RawBuild raw =
+        RawSubmit(c.unit, {{"a.cu", *ReadFile(proj_ + "/a.cu")}, {"a.h", "#define A\n"}});
+    EXPECT_EQ(raw.status.code(), absl::StatusCode::kInvalidArgument)
+        << c.unit.name() << ": " << raw.Output();
+    EXPECT_THAT(raw.status.message(), HasSubstr(c.message_has)) << c.unit.name();
+    EXPECT_EQ(raw.Result(), nullptr) << c.unit.name() << ": a unit ran";
+    ExpectNothingEscaped("raw", raw.Output());
+  }
   // Inputs laid over the toolchain: a root at a system folder, or an input
   // at a system program's path, would be the compile's gcc.
   for (const auto& [root, path] : std::vector<std::pair<std::string, std::string>>{
@@ -572,18 +598,28 @@ TEST(HostileCoordinatorTest, WorkerRejectsHostileTasksBeforeAnythingRuns) {
     std::vector<std::string> arguments;
     std::vector<std::string> inputs;
     std::string message_has;
+    bool host_compiler = false;
   };
   std::vector<Case> cases = {
       {{"-Xcompiler", "-DX=1;touch " + pwned + " #", "-c", "a.cu", "-o", "a.o"}, {"a.cu"}, "';'"},
       {{"--run", "-c", "a.cu", "-o", "a.o"}, {"a.cu"}, "--run"},
       {{"-c", "a.cu", "-o", "a.o"}, {"a.cu", "../../x"}, "input"},
       {{"-c", "a.cu", "-o", "a.cu"}, {"a.cu"}, "also one of its inputs"},
+      // The host C++ compiler's units: its own model.
+      {{"-B" + root, "-c", "a.cpp", "-o", "a.o"}, {"a.cpp"}, "replaces the compiler's", true},
+      {{"-fplugin=./a.cpp", "-c", "a.cpp", "-o", "a.o"}, {"a.cpp"}, "loads code", true},
+      {{"-wrapper", "sh,-c,touch," + pwned, "-c", "a.cpp", "-o", "a.o"},
+       {"a.cpp"},
+       "runs another program",
+       true},
+      {{"--run", "-c", "a.cpp", "-o", "a.o"}, {"a.cpp"}, "--run", true},
   };
   for (const Case& c : cases) {
     v1::Task task;
     task.set_task_id("t-hostile");
     v1::CompileUnit* unit = task.mutable_unit();
     unit->set_name("hostile");
+    if (c.host_compiler) unit->set_compiler(v1::UNIT_COMPILER_HOST_CXX);
     for (const std::string& argument : c.arguments) unit->add_arguments(argument);
     unit->add_output_paths(c.arguments.back());
     for (const std::string& path : c.inputs) {

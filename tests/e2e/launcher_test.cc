@@ -564,7 +564,7 @@ TEST_F(LauncherTest, TargetsNoLocalGpuCanLoadAreWarnedAboutOrRefused) {
 
 // A real PyTorch C++/CUDA extension built by its own setup.py (PyTorch's
 // cpp_extension writes build.ninja and runs ninja with MAX_JOBS): every .cu
-// compiles on a worker, and the module imports.
+// and .cpp compiles on a worker, and the module imports.
 TEST_F(LauncherTest, APyTorchExtensionBuildsWithItsOwnSetupPyOnTheWorkers) {
   const char* named = std::getenv("DISTCC_TORCH_PYTHON");
   if (named == nullptr || *named == '\0') {
@@ -614,8 +614,13 @@ PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
   std::cout << "setup.py build_ext through the workers: "
             << absl::FormatDuration(absl::Now() - start) << std::endl;
-  EXPECT_THAT(build.stderr_text, HasSubstr("2 on the cluster (2 compiled, 0 cached, 0 failed)"));
-  EXPECT_THAT(build.stderr_text, Not(HasSubstr("here ")));
+  // The two .cu files and binding.cpp (CXX is the launcher, named c++).
+  EXPECT_THAT(build.stderr_text, HasSubstr("3 on the cluster (3 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(build.stderr_text, ::testing::ContainsRegex("binding.cpp +l-[ab] "));
+  // Here: the link, and torch's own questions to $CXX (-v, -dumpversion).
+  EXPECT_THAT(build.stderr_text,
+              ::testing::ContainsRegex("calls ran their compiler here: [0-9]+ × not a compile"));
+  EXPECT_THAT(build.stderr_text, Not(HasSubstr("is not allowed")));
   ProcessResult imported =
       Run({python, "-c", "import torch, tiny_ext; print(tiny_ext.kernels())"}, ext);
   EXPECT_EQ(imported.exit_code, 0) << imported.stderr_text;

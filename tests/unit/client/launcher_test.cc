@@ -157,14 +157,21 @@ TEST(LauncherTest, BareNvccIsLookedUpInPathSkippingTheLauncherItself) {
 }
 
 TEST(BuildSessionTest, TheCommandGetsTheLauncherAndAJobCountForTheCluster) {
-  auto environment = SessionEnvironment("/opt/bin/distcc-cuda", "/usr/local/cuda/bin/nvcc",
-                                        "unix:/tmp/s/session", "b1", MaxJobsFor(6));
+  auto environment =
+      SessionEnvironment("/opt/bin/distcc-cuda", "/usr/local/cuda/bin/nvcc", "/tmp/s/bin/g++",
+                         "/usr/bin/g++", "unix:/tmp/s/session", "b1", MaxJobsFor(6));
   std::map<std::string, std::string> by_name(environment.begin(), environment.end());
   EXPECT_EQ(by_name["PYTORCH_NVCC"], "/opt/bin/distcc-cuda /usr/local/cuda/bin/nvcc");
   EXPECT_EQ(by_name["CMAKE_CUDA_COMPILER_LAUNCHER"], "/opt/bin/distcc-cuda");
+  EXPECT_EQ(by_name["CMAKE_CXX_COMPILER_LAUNCHER"], "/opt/bin/distcc-cuda");
+  EXPECT_EQ(by_name["CXX"], "/tmp/s/bin/g++");
+  EXPECT_EQ(by_name["DISTCC_CUDA_CXX"], "/usr/bin/g++");
   EXPECT_EQ(by_name["DISTCC_CUDA_SESSION"], "unix:/tmp/s/session");
   EXPECT_EQ(by_name["DISTCC_CUDA_BUILD_ID"], "b1");
   EXPECT_EQ(by_name["MAX_JOBS"], "24");
+  // Without a link for the host compiler, CXX is left as the caller had it.
+  auto without = SessionEnvironment("/d", "/n", "", "", "unix:/s", "b", 16);
+  EXPECT_EQ((std::map<std::string, std::string>(without.begin(), without.end()).count("CXX")), 0u);
   EXPECT_EQ(MaxJobsFor(0), 16);
   EXPECT_EQ(MaxJobsFor(1000), 512);
 }

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host C++ compiler behind `distcc-cuda build -- COMMAND`: the .cpp
+// compiles of a build go to the cluster like its .cu ones, through two
+// loopback workers and through the embedded default, and come back as the
+// local g++ would have written them; what cannot go (a refused argument,
+// another compiler than the toolchain's) runs here and says why.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/files.h"
+#include "common/process/subprocess.h"
+#include "tests/support/loopback_cluster.h"
+#include "tests/support/process_tree.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kHeader[] = "#pragma once\n#include <vector>\ninline int Count() { return 3; }\n";
+constexpr char kSource[] = R"(#include "api.h"
+#include <string>
+std::string Describe() { std::vector<int> v(Count()); return std::to_string(v.size()); }
+)";
+// The compile a build tool would run, with debug information (which names
+// the source's folder) and a dependency file.
+constexpr char kCompile[] =
+    "$CXX -g -O2 -fPIC -std=c++17 -Iinclude -MMD -c src/api.cpp -o obj/api.o";
+
+class HostCompileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nvcc_ = testing::RealNvccPath();
+    if (nvcc_.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
+    root_ = testing::NewTempDir("host-compile-");
+    proj_ = root_ + "/proj";
+    ASSERT_TRUE(WriteFileAtomically(proj_ + "/include/api.h", kHeader).ok());
+    ASSERT_TRUE(WriteFileAtomically(proj_ + "/src/api.cpp", kSource).ok());
+    fs::create_directories(proj_ + "/obj");
+  }
+
+  // `distcc-cuda build FLAGS -- sh -c SCRIPT` in the project.
+  ProcessResult Build(const std::vector<std::string>& flags, const std::string& script,
+                      std::map<std::string, std::string> environment = {}) {
+    ProcessSpec spec;
+    spec.argv = {testing::BinaryPath("distcc-cuda"), "build", "--nvcc", nvcc_};
+    spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
+    spec.argv.insert(spec.argv.end(), {"--", "sh", "-c", script});
+    spec.working_directory = proj_;
+    environment.try_emplace("DISTCC_CUDA_SCAN_CACHE", root_ + "/scan");
+    spec.environment = std::move(environment);
+    spec.timeout = absl::Minutes(5);
+    absl::StatusOr<ProcessResult> ran = RunProcess(spec);
+    EXPECT_TRUE(ran.ok()) << ran.status();
+    return ran.ok() ? *ran : ProcessResult{};
+  }
+
+  // The object and dependency file the build wrote equal those of the same
+  // compile run here with g++, at the same paths.
+  void ExpectTheLocalCompilersFiles() {
+    absl::StatusOr<std::string> object = ReadFile(proj_ + "/obj/api.o");
+    absl::StatusOr<std::string> dependencies = ReadFile(proj_ + "/obj/api.d");
+    ASSERT_TRUE(object.ok() && dependencies.ok()) << "the build wrote no object or .d";
+    ProcessSpec local;
+    local.argv = {"sh", "-c", kCompile};
+    local.working_directory = proj_;
+    local.environment = {{"CXX", "g++"}};
+    absl::StatusOr<ProcessResult> ran = RunProcess(local);
+    ASSERT_TRUE(ran.ok() && ran->exit_code == 0) << (ran.ok() ? ran->stderr_text : "");
+    EXPECT_TRUE(*object == *ReadFile(proj_ + "/obj/api.o"))
+        << "the cluster's object differs from g++'s here";
+    EXPECT_EQ(*dependencies, *ReadFile(proj_ + "/obj/api.d"));
+    EXPECT_THAT(*dependencies, HasSubstr("include/api.h"));
+  }
+
+  std::string nvcc_;
+  std::string root_;
+  std::string proj_;
+};
+
+TEST_F(HostCompileTest, GoesToTwoLoopbackWorkersAndComesBackAsGccsOwn) {
+  auto cluster = testing::LoopbackCluster::Start(root_, nvcc_, {{"h-a"}, {"h-b"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // A compile, then one with an argument the model refuses, then a link.
+  ProcessResult build =
+      Build({"--coordinator", (*cluster)->address()},
+            absl::StrCat(kCompile,
+                         " && $CXX -B/nonexistent -Iinclude -c src/api.cpp -o obj/refused.o"
+                         " && $CXX -shared obj/api.o -o obj/libapi.so"));
+  ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, ContainsRegex("api.cpp +h-[ab] "));
+  EXPECT_THAT(build.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(build.stderr_text,
+              HasSubstr("here   api.cpp: host compiler option -B/nonexistent is not allowed: it "
+                        "replaces the compiler's own programs"));
+  EXPECT_THAT(build.stderr_text, HasSubstr("here   libapi.so: not a compile (no -c)"));
+  EXPECT_TRUE(fs::exists(proj_ + "/obj/refused.o"));
+  EXPECT_TRUE(fs::exists(proj_ + "/obj/libapi.so"));
+  ExpectTheLocalCompilersFiles();
+  // Unchanged, the compile comes from the result cache.
+  fs::remove(proj_ + "/obj/api.o");
+  ProcessResult again = Build({"--coordinator", (*cluster)->address()}, kCompile);
+  ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
+  EXPECT_THAT(again.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
+  ExpectTheLocalCompilersFiles();
+}
+
+TEST_F(HostCompileTest, GoesToTheEmbeddedDefaultsSandboxedWorker) {
+  ProcessResult build = Build({"--state-dir", root_ + "/state"}, kCompile);
+  ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, ContainsRegex("api.cpp +local "));
+  EXPECT_THAT(build.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  ExpectTheLocalCompilersFiles();
+}
+
+TEST_F(HostCompileTest, AnotherCompilerThanTheToolchainsRunsHereSayingWhich) {
+  auto cluster = testing::LoopbackCluster::Start(root_, nvcc_, {{"h-a"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // A g++ of another release: it says so, and compiles as g++ does.
+  const std::string other = root_ + "/other-bin/g++-99";
+  ASSERT_TRUE(WriteFileAtomically(other,
+                                  "#!/bin/sh\n"
+                                  "if [ \"$1\" = --version ]; then echo 'g++-99 (Other) 99.1.0'; "
+                                  "exit 0; fi\nexec g++ \"$@\"\n")
+                  .ok());
+  fs::permissions(other, fs::perms::owner_all);
+  ProcessResult build = Build({"--coordinator", (*cluster)->address()}, kCompile, {{"CXX", other}});
+  ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, HasSubstr("is (Other) 99.1.0, not the g++ that the workers' "
+                                           "toolchain names"));
+  EXPECT_THAT(build.stderr_text, HasSubstr("0 on the cluster"));
+  EXPECT_THAT(build.stderr_text, Not(ContainsRegex("api.cpp +h-a ")));
+  EXPECT_TRUE(fs::exists(proj_ + "/obj/api.o"));
+}
+
+// The most compiler back ends (cc1plus) of this test's processes that ran
+// at once while it lived, sampled every 10 ms.
+class CompilerCount {
+ public:
+  CompilerCount() : thread_([this] { Watch(); }) {}
+  ~CompilerCount() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int most() const { return most_; }
+
+ private:
+  void Watch() {
+    while (!stop_) {
+      int now = 0;
+      for (const testing::ProcessId& process : testing::DescendantsOf(getpid())) {
+        if (process.command == "cc1plus") ++now;
+      }
+      most_ = std::max(most_.load(), now);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  std::atomic<int> most_{0};
+  std::thread thread_;
+};
+
+// On the embedded default this machine is the worker: the compiles that
+// run here (refused by the model) and the include scans hold its slots as
+// the worker's compiles do, so that no more compilers run at once than it
+// has slots.
+TEST_F(HostCompileTest, TheEmbeddedDefaultRunsNoMoreCompilersAtOnceThanItsSlots) {
+  std::string makefile = "all:";
+  std::string rules;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(
+        WriteFileAtomically(absl::StrCat(proj_, "/src/r", i, ".cpp"),
+                            absl::StrCat("#include <regex>\n#include <string>\nstd::string F", i,
+                                         "(const std::string& s) { return std::regex_replace(s, "
+                                         "std::regex(\"a+b",
+                                         i, "\"), \"x\"); }\n"))
+            .ok());
+    absl::StrAppend(&makefile, " obj/r", i, ".o");
+    // Every second one with an argument the model refuses: it runs here.
+    absl::StrAppend(&rules, "obj/r", i, ".o: src/r", i, ".cpp\n\t$(CXX) -O2 ",
+                    i % 2 == 1 ? "-B/nonexistent " : "", "-c $< -o $@\n");
+  }
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/Makefile", makefile + "\n" + rules).ok());
+  CompilerCount count;
+  ProcessResult build = Build({"--state-dir", root_ + "/state", "--slots", "2"}, "make -j8");
+  count.Stop();
+  ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, HasSubstr("3 on the cluster (3 compiled"));
+  EXPECT_THAT(build.stderr_text, HasSubstr("3 calls ran their compiler here"));
+  EXPECT_GT(count.most(), 0) << "no compiler was seen";
+  EXPECT_LE(count.most(), 2) << "more compilers ran at once than the machine's 2 slots";
+  std::cout << "make -j8 of 6 compiles on 2 slots: at most " << count.most() << " compilers at once"
+            << std::endl;
+}
+
+}  // namespace
+}  // namespace distcc_cuda
