@@ -138,7 +138,7 @@ def vmstat_oom_kills():
 
 class Cluster:
     def __init__(self, bin_dir, fake, root, nodes, slots, cap_bytes, admission, default_mem,
-                 mechanism, worker_args=()):
+                 mechanism, worker_args=(), memory_scale=1, time_scale=1):
         self.procs = []
         self.logs = []
         state = os.path.join(root, "state")
@@ -146,7 +146,10 @@ class Cluster:
         self.coordinator = subprocess.Popen(
             [os.path.join(bin_dir, "distcc-cuda-coordinator"), "--listen", "127.0.0.1:0",
              "--state-dir", state, "--admission", admission,
-             "--default-unit-memory", str(default_mem), "--default-unit-seconds", "2"],
+             "--default-unit-memory", str(default_mem), "--default-unit-seconds", "2",
+             # Its measured profiles of real units, scaled as the workload is.
+             "--prior-memory-scale", str(1 / memory_scale),
+             "--prior-time-scale", str(1 / time_scale)],
             stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(self.coordinator)
         self.address = wait_for(os.path.join(root, "coordinator.log"),
@@ -213,7 +216,8 @@ def run_policy(args, label, units, db, root, admission, slots, state_from=None, 
         shutil.rmtree(os.path.join(run_root, "state", "results"), ignore_errors=True)
     default_mem = int(args.default_unit_mib * MIB / args.memory_scale)
     cluster = Cluster(args.bin_dir, args.fake, run_root, args.nodes, slots, args.cap_bytes,
-                      admission, default_mem, args.mechanism, args.worker_args.split())
+                      admission, default_mem, args.mechanism, args.worker_args.split(),
+                      args.memory_scale, args.time_scale)
     settle()
     ooms_before = vmstat_oom_kills()
     start = time.time()
@@ -427,6 +431,7 @@ def main():
         if s[1]:
             # The cold run's kills and prediction error: what a never-built
             # family costs before the history knows it.
+            fields.append(f"{name}_cold_ratio={s[1]['makespan'] / s[0]:.3f}")
             fields.append(f"{name}_cold_kills={s[1]['memory_kills']}")
             fields.append(f"{name}_cold_prediction_error={s[1]['prediction_error']}%")
     if fa and fa[2]:

@@ -43,6 +43,11 @@ struct PlannedUnit {
   int instantiations = 1;     // grid points compiled in this unit
   int parallel = 1;           // compilations nvcc runs at once (ParallelCompilations)
   int64_t closure_bytes = 0;  // its inputs' size, its tree's and its own; 0: not read
+  // The UnitPriors markers its inputs hold, and the prediction its measured
+  // profile gives (none: no row of the table applies); kept so that runs
+  // of its kind here can scale it (BuildScheduler::LearnFrom).
+  std::vector<std::string> markers;
+  std::optional<UnitDemand> prior;
   // For a unit of several instantiations: makes smaller units of the same
   // points (named after this one); for one of several -gencode targets: one
   // unit per target. The last rung of the memory retry ladder.

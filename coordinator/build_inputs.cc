@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/nvcc/nvcc_args.h"
+#include "coordinator/unit_prior.h"
 
 namespace distcc_cuda::coordinator {
 
@@ -79,6 +80,7 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
         absl::StatusOr<int64_t> bytes = inputs->trees_->CountBytes(root, inputs->tree_limits_);
         if (!bytes.ok()) return named(bytes.status());
         inputs->bytes_in_.emplace(root, *bytes);
+        RETURN_IF_ERROR(named(inputs->FindMarkers(root)));
       }
     }
     listed += in_tree + own_files;
@@ -108,6 +110,21 @@ absl::StatusOr<std::unique_ptr<BuildInputs>> BuildInputs::Read(
 int64_t BuildInputs::BytesIn(const v1::Digest& root) const {
   auto known = bytes_in_.find(FromProto(root));
   return known == bytes_in_.end() ? 0 : known->second;
+}
+
+absl::Status BuildInputs::FindMarkers(const Digest& root) {
+  ASSIGN_OR_RETURN(std::vector<v1::InputFile> files, trees_->Expand(root, tree_limits_));
+  std::vector<std::string> paths;
+  paths.reserve(files.size());
+  for (v1::InputFile& file : files) paths.push_back(std::move(*file.mutable_path()));
+  std::vector<std::string> markers = UnitPriors::Builtin().MarkersIn(paths);
+  if (!markers.empty()) markers_in_.emplace(root, std::move(markers));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> BuildInputs::MarkersIn(const v1::Digest& root) const {
+  auto known = markers_in_.find(FromProto(root));
+  return known == markers_in_.end() ? std::vector<std::string>() : known->second;
 }
 
 int64_t BuildInputs::FilesIn(const v1::Digest& root) const {

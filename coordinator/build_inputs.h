@@ -44,6 +44,10 @@ class BuildInputs {
   // Their bytes; 0 for a tree Read did not see.
   int64_t BytesIn(const v1::Digest& root) const;
 
+  // The UnitPriors markers (UnitPriors::Builtin) among the files of the
+  // tree at `root`; none for a tree Read did not see.
+  std::vector<std::string> MarkersIn(const v1::Digest& root) const;
+
   // Every blob the trees name, files and folders, each once: what the store
   // must keep while the build runs.
   const std::vector<Digest>& blobs() const { return blobs_; }
@@ -57,11 +61,14 @@ class BuildInputs {
 
  private:
   BuildInputs() = default;
+  // Notes the markers the tree at `root` holds (markers_in_).
+  absl::Status FindMarkers(const Digest& root);
 
   std::unique_ptr<InputTreeExpander> trees_;
   InputTreeLimits tree_limits_;
-  std::map<Digest, int64_t> files_in_;  // per root
-  std::map<Digest, int64_t> bytes_in_;  // per root
+  std::map<Digest, int64_t> files_in_;                     // per root
+  std::map<Digest, int64_t> bytes_in_;                     // per root
+  std::map<Digest, std::vector<std::string>> markers_in_;  // per root
   std::vector<Digest> blobs_;
   std::map<std::string, int64_t> file_sizes_;
 };

@@ -89,12 +89,17 @@ absl::StatusOr<Digest> CheckUnit(const v1::CompileUnit& unit, const CasStore& ca
 
 UnitDemand Predict(const PeakHistory* history, const std::string& identity,
                    const std::string& family, int parallel, int instantiations,
-                   const std::string& closure = "", int64_t closure_bytes = 0) {
-  return history != nullptr
-             ? history->Predict(identity, family, parallel, instantiations, closure, closure_bytes)
-             : UnitDemand{PredictionDefaults().peak_bytes * parallel * instantiations,
-                          PredictionDefaults().wall * instantiations, "default",
-                          PredictionBasis::kDefault};
+                   const std::string& closure = "", int64_t closure_bytes = 0,
+                   const std::optional<PriorCost>& prior = std::nullopt, int waves = 1) {
+  if (history != nullptr) {
+    return history->Predict(identity, family, parallel, instantiations, closure, closure_bytes,
+                            prior, waves);
+  }
+  // Without a history (a coordinator of no state): the prior, else the
+  // defaults.
+  static const PeakHistory* const none = PeakHistory::Open("", PredictionDefaults())->release();
+  return none->Predict(identity, family, parallel, instantiations, closure, closure_bytes, prior,
+                       waves);
 }
 
 // Whether the source of `point` travels in its unit (InputFile.content)
@@ -183,15 +188,31 @@ v1::CompileUnit SentUnit(const v1::SubmitBuildRequest& request, const v1::Compil
   return unit;
 }
 
+// The UnitPriors markers among `unit`'s inputs: its tree's and its own.
+std::vector<std::string> MarkersOf(const v1::CompileUnit& unit, const BuildInputs& trees) {
+  std::vector<std::string> markers =
+      unit.has_input_root() ? trees.MarkersIn(unit.input_root()) : std::vector<std::string>();
+  std::vector<std::string> own;
+  for (const v1::InputFile& input : unit.inputs()) own.push_back(input.path());
+  for (std::string& marker : UnitPriors::Builtin().MarkersIn(own)) {
+    if (std::find(markers.begin(), markers.end(), marker) == markers.end()) {
+      markers.insert(std::upper_bound(markers.begin(), markers.end(), marker), std::move(marker));
+    }
+  }
+  return markers;
+}
+
 // Keys and predicts one unit, whose arguments parse as `command`.
 // `inputs`: the root of all its inputs (InputTreeExpander::RootWith), of
 // `closure_bytes` (0: not read).
 PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccCommand& command,
                  const std::string& family, int instantiations, const PeakHistory* history,
-                 const Digest& inputs, int64_t closure_bytes = 0) {
+                 const Digest& inputs, int64_t closure_bytes = 0,
+                 std::vector<std::string> markers = {}) {
   PlannedUnit plan;
   plan.inputs = inputs;
   plan.closure_bytes = closure_bytes;
+  plan.markers = std::move(markers);
   plan.action_digest = ActionDigest(toolchain, unit, inputs);
   plan.identity = UnitIdentity(toolchain, unit, command);
   plan.family = UnitFamily(toolchain, command, family);
@@ -199,8 +220,17 @@ PlannedUnit Plan(const std::string& toolchain, v1::CompileUnit unit, const NvccC
   int parallel = ParallelCompilations(command);
   plan.instantiations = instantiations;
   plan.parallel = parallel;
+  std::optional<PriorCost> prior;
+  if (!plan.markers.empty() && !command.sources.empty()) {
+    prior = UnitPriors::Builtin().CostOf(plan.markers, command.sources[0]);
+  }
+  const int waves = TargetWaves(command);
   plan.demand = Predict(history, plan.identity, plan.family, parallel, instantiations, plan.closure,
-                        closure_bytes);
+                        closure_bytes, prior, waves);
+  if (prior.has_value()) {
+    plan.prior = history != nullptr ? history->FromPrior(*prior, parallel, waves, instantiations)
+                                    : plan.demand;
+  }
   plan.unit = std::move(unit);
   return plan;
 }
@@ -227,7 +257,7 @@ absl::StatusOr<std::vector<PlannedUnit>> ArchitectureParts(
     NvccCommand command;
     RETURN_IF_ERROR(ValidateCompileUnit(unit, SystemIncludePrefixes(), nullptr, &command));
     parts.push_back(Plan(toolchain, std::move(unit), command, family_hint, whole.instantiations,
-                         history, whole.inputs, whole.closure_bytes));
+                         history, whole.inputs, whole.closure_bytes, whole.markers));
   }
   return parts;
 }
@@ -351,8 +381,8 @@ std::string SplitKey(const std::string& action_digest) {
 void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
                 std::shared_ptr<const SplitContext> context) {
   if (group.members.size() < 2) return;
-  plan.split = [group = std::move(group), context,
-                parent = plan.action_digest]() -> absl::StatusOr<std::vector<PlannedUnit>> {
+  plan.split = [group = std::move(group), context, parent = plan.action_digest,
+                markers = plan.markers]() -> absl::StatusOr<std::vector<PlannedUnit>> {
     // The set's tree, read again: the build's reading of it is long gone.
     InputTreeExpander trees(FoldersFrom(*context->cas));
     // The next build of the same group starts from its halves.
@@ -376,7 +406,7 @@ void AllowSplit(PlannedUnit& plan, GeneratedUnit group,
       ASSIGN_OR_RETURN(Digest inputs, InputsRoot(unit, trees));
       halves.push_back(Plan(context->toolchain, std::move(unit), command,
                             absl::StrCat("set:", context->set.name()), part.instantiations,
-                            context->history, inputs));
+                            context->history, inputs, 0, markers));
       AllowSplit(halves.back(), std::move(part), context);
       if (context->split_architectures) {
         AllowArchitectureSplit(halves.back(), SplitByArchitecture(command), context->toolchain,
@@ -611,8 +641,9 @@ absl::StatusOr<std::vector<PlannedUnit>> PlanBuild(
     int64_t closure_bytes = 0;
     ASSIGN_OR_RETURN(Digest all_inputs, CheckUnit(units[i], cas, system_prefixes, checked, present,
                                                   trees, limits, command, closure_bytes));
+    std::vector<std::string> markers = MarkersOf(units[i], trees);
     PlannedUnit plan = Plan(toolchain, std::move(units[i]), command, families[i], instantiations[i],
-                            history, all_inputs, closure_bytes);
+                            history, all_inputs, closure_bytes, std::move(markers));
     absl::StatusOr<std::vector<ArchitecturePart>> targets =
         absl::FailedPreconditionError("split by architecture: never");
     if (mode != v1::ARCHITECTURE_SPLIT_NEVER) {

@@ -26,7 +26,17 @@ std::optional<HistoryWaits::Round> HistoryWaits::Measured(const std::string& key
   if (key.empty() || waiting == waiting_.end()) return std::nullopt;
   const int runs = ++waiting->second.measured;
   if ((runs & (runs - 1)) != 0) return std::nullopt;  // on the 1st, 2nd, 4th, ... run
-  return Round{&waiting->second.units, runs};
+  const PriorScale& scale = waiting->second.scale;
+  return Round{&waiting->second.units, runs, scale.runs > 0 ? &scale : nullptr};
+}
+
+void HistoryWaits::CompareWithPrior(const std::string& key, double peak_ratio, double wall_ratio) {
+  auto waiting = waiting_.find(key);
+  if (key.empty() || waiting == waiting_.end()) return;
+  PriorScale& scale = waiting->second.scale;
+  scale.peak = std::max(scale.peak, peak_ratio);
+  scale.wall = (scale.wall * scale.runs + wall_ratio) / (scale.runs + 1);
+  ++scale.runs;
 }
 
 void HistoryWaits::Keep(const std::string& key, std::vector<UnitRef> still, int runs) {

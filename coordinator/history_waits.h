@@ -25,12 +25,27 @@ class HistoryWaits {
   // Forgets the units of `build_id` (it ended or was cancelled).
   void Forget(const std::string& build_id);
 
+  // How the group's runs compared with what their measured profiles
+  // (UnitPriors) predicted: the largest ratio of peaks (memory errs on the
+  // safe side) and the mean ratio of wall times.
+  struct PriorScale {
+    double peak = 0;
+    double wall = 0;
+    int runs = 0;
+  };
+  // A run of the group `key` whose profile predicted `prior_peak` and
+  // `prior_wall` took `peak` and `wall`; before Measured. Nothing for a
+  // group no unit waits for.
+  void CompareWithPrior(const std::string& key, double peak_ratio, double wall_ratio);
+
   // A run of the group `key` was measured. When it is one to learn from:
-  // the units waiting for the group (valid until the next call) and how
-  // many of its runs were measured; else nullopt.
+  // the units waiting for the group (valid until the next call), how many
+  // of its runs were measured and how they compared with their profiles
+  // (null: none had one); else nullopt.
   struct Round {
     const std::vector<UnitRef>* units;
     int runs;
+    const PriorScale* scale;
   };
   std::optional<Round> Measured(const std::string& key);
   // After a round of `key`: the units still waiting (those predicted again;
@@ -45,6 +60,7 @@ class HistoryWaits {
   struct Waiting {
     std::vector<UnitRef> units;
     int measured = 0;
+    PriorScale scale;
   };
   std::map<std::string, Waiting> waiting_;
 };

@@ -40,6 +40,11 @@ ABSL_FLAG(std::string, default_unit_memory, "2GiB",
           "peak memory predicted for a unit never measured and with no similar unit, per "
           "parallel compilation (-gencode targets run at once under --threads)");
 ABSL_FLAG(int, default_unit_seconds, 60, "wall time predicted for such a unit");
+ABSL_FLAG(double, prior_memory_scale, 1.0,
+          "multiplies the peaks of the measured profiles units of a known kind are first "
+          "predicted from (coordinator/data/unit_priors.csv); for simulations whose units are "
+          "scaled (bench/replay.py)");
+ABSL_FLAG(double, prior_time_scale, 1.0, "the same for their wall times");
 ABSL_FLAG(std::string, admission, "memory",
           "memory: start a unit only where its predicted peak fits (the default); static: "
           "fill every worker slot regardless of memory, like ninja -j (for comparisons)");
@@ -190,6 +195,8 @@ int main(int argc, char** argv) {
   }
   options.scheduler.memory_admission = admission == "memory";
   options.prediction.wall = absl::Seconds(absl::GetFlag(FLAGS_default_unit_seconds));
+  options.prediction.prior_memory_scale = std::max(1e-6, absl::GetFlag(FLAGS_prior_memory_scale));
+  options.prediction.prior_time_scale = std::max(1e-6, absl::GetFlag(FLAGS_prior_time_scale));
   auto coordinator = distcc_cuda::coordinator::Coordinator::Start(options);
   if (!coordinator.ok()) {
     distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(coordinator.status().message()));

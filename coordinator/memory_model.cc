@@ -106,6 +106,16 @@ int ParallelCompilations(const NvccCommand& command) {
   return parallel * split;
 }
 
+int TargetWaves(const NvccCommand& command) {
+  int targets = 0;
+  for (const NvccArgument& flag : command.flags) {
+    if (flag.option == "-gencode" || flag.option == "--generate-code") ++targets;
+  }
+  if (targets <= 1) return 1;
+  const int at_once = std::max(1, ParallelCompilations(command));
+  return (targets + at_once - 1) / at_once;
+}
+
 std::string UnitIdentity(const std::string& toolchain_digest, const v1::CompileUnit& unit) {
   absl::StatusOr<NvccCommand> command =
       ParseCompileArguments(unit.compiler(), {unit.arguments().begin(), unit.arguments().end()});
@@ -264,9 +274,27 @@ void PeakHistory::WritePending() {
   if (!out) spdlog::warn("cannot append to {}; the history stays in memory", path_);
 }
 
+UnitDemand PeakHistory::FromPrior(const PriorCost& prior, int parallel_compilations, int waves,
+                                  int instantiations) const {
+  const int64_t scale = int64_t{std::max(1, parallel_compilations)} * std::max(1, instantiations);
+  const auto peak =
+      static_cast<int64_t>(static_cast<double>(prior.peak_bytes) * defaults_.prior_memory_scale);
+  return UnitDemand{
+      WithMargin(peak * scale),
+      prior.wall * defaults_.prior_time_scale * std::max(1, waves) * std::max(1, instantiations),
+      "measured profile", PredictionBasis::kPrior};
+}
+
 UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& family,
                                 int parallel_compilations, int instantiations,
-                                const std::string& closure, int64_t closure_bytes) const {
+                                const std::string& closure, int64_t closure_bytes,
+                                const std::optional<PriorCost>& prior, int waves) const {
+  if (prior.has_value()) {
+    // Anything measured here of its own closure or family knows better.
+    UnitDemand measured = Predict(identity, family, parallel_compilations, instantiations, closure);
+    if (measured.basis >= PredictionBasis::kSimilarUnits) return measured;
+    return FromPrior(*prior, parallel_compilations, waves, instantiations);
+  }
   instantiations = std::max(1, instantiations);
   absl::MutexLock lock(&mu_);
   if (auto own = by_identity_.find(identity); own != by_identity_.end()) {
@@ -334,9 +362,13 @@ std::optional<UnitDemand> PeakHistory::SimilarSizeDemand(int64_t closure_bytes, 
     wall_ms = std::max(wall_ms, wall);
   }
   if (peak_per_compilation == 0) return std::nullopt;
-  return UnitDemand{WithMargin(peak_per_compilation * parallel * instantiations),
-                    absl::Milliseconds(wall_ms * instantiations), "similar size",
-                    PredictionBasis::kSimilarSize};
+  // Units of other closures may instantiate far more than those they are
+  // near in size (a CUTLASS kernel beside the library's registration unit):
+  // never below the default.
+  const int64_t scale = int64_t{parallel} * instantiations;
+  return UnitDemand{
+      std::max(WithMargin(peak_per_compilation * scale), defaults_.peak_bytes * scale),
+      absl::Milliseconds(wall_ms * instantiations), "similar size", PredictionBasis::kSimilarSize};
 }
 
 int64_t PeakHistory::WithMargin(int64_t peak) const {

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/nvcc/nvcc_args.h"
+#include "coordinator/unit_prior.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {
@@ -24,6 +25,9 @@ namespace distcc_cuda::coordinator {
 // 1 for a plain single-target compile.
 int ParallelCompilations(const std::vector<std::string>& arguments);
 int ParallelCompilations(const NvccCommand& command);
+// How many rounds of compilations that takes: the -gencode targets over
+// those run at once (5 targets with --threads 4: 2). 1 for one target.
+int TargetWaves(const NvccCommand& command);
 
 // The key of a unit's own history: toolchain, working directory and
 // arguments (which name the source and output), and the source's content.
@@ -53,6 +57,7 @@ std::string ClosureFamily(const std::string& toolchain_digest, const NvccCommand
 enum class PredictionBasis {
   kDefault,       // nothing measured: the defaults
   kSimilarSize,   // units of other families whose inputs are of about its size
+  kPrior,         // a measured profile of its kind (unit_prior.h), nothing measured here
   kSimilarUnits,  // units of the same family (flags and folder or set)
   kSameClosure,   // units of the same include closure and flags
   kOwnHistory,    // this unit's own runs
@@ -74,6 +79,10 @@ struct PredictionDefaults {
   double quantile = 0.95;
   // Added to a measured peak: the same unit varies a little from run to run.
   double margin = 0.05;
+  // The measured profiles' (UnitPriors') peaks and times are multiplied by
+  // these: 1 but in a simulation that scales its units (bench/replay.py).
+  double prior_memory_scale = 1.0;
+  double prior_time_scale = 1.0;
 };
 
 // Measured peaks and times per unit identity and family, appended to a file
@@ -117,9 +126,17 @@ class PeakHistory {
   // once: nvcc's front end grows with what it reads) times
   // `parallel_compilations` and `instantiations`, else the default times
   // both; plus the margin.
+  // Before the similar sizes: `prior`, one compilation of its kind as
+  // measured elsewhere (UnitPriors), times `parallel_compilations`, the
+  // `waves` of targets and `instantiations`, when its family is not known.
+  // A prediction from similar sizes is never below the default.
   UnitDemand Predict(const std::string& identity, const std::string& family,
                      int parallel_compilations, int instantiations = 1,
-                     const std::string& closure = "", int64_t closure_bytes = 0) const;
+                     const std::string& closure = "", int64_t closure_bytes = 0,
+                     const std::optional<PriorCost>& prior = std::nullopt, int waves = 1) const;
+  // `prior` as Predict makes it.
+  UnitDemand FromPrior(const PriorCost& prior, int parallel_compilations, int waves,
+                       int instantiations) const;
 
   // How far apart two closures' sizes may be for one to predict the other.
   static constexpr double kSimilarSizeRatio = 1.5;

@@ -60,6 +60,10 @@ struct SchedulerOptions {
   // The share of freshly compiled units (0 to 1) whose result is handed to
   // the cross-check (SetCrossCheck) to be compiled again by another worker.
   double cross_check_rate = 0;
+  // A careful start: of the units of a closure (or family) that nothing
+  // measured predicts (no runs here, no measured profile), at most this many
+  // run at once until the first of them reports; 0: no limit.
+  int careful_start_units = 2;
   // The wall clock of the times it keeps for people (leases, ends, build
   // records), of its ids' epoch and of its start; the times that drive its
   // decisions (heartbeats, deadlines) are passed to each call as `now`.
@@ -311,9 +315,17 @@ class BuildScheduler {
   // of them finish, in this build; those whose predicted time changed move
   // to their place in the longest-first order (PlaceMovedUnits, before the
   // next lease: many runs of one round of reports reorder the queue once).
-  void LearnFrom(const PlannedUnit& measured, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A unit predicted from its measured profile is predicted from it again,
+  // scaled by how the group's runs (`peak_bytes`, `wall`) compared with
+  // theirs.
+  void LearnFrom(const PlannedUnit& measured, int64_t peak_bytes, absl::Duration wall,
+                 Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlaceMovedUnits() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `planned` starts carefully (SchedulerOptions::careful_start_units),
+  // and the group it counts in.
+  bool StartsCarefully(const PlannedUnit& planned) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The units running that start carefully, per group.
+  std::map<std::string, int> RunningCarefully() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts units in priority order (longest predicted wall time first) and
   // notes those waiting for history.
   void Enqueue(const std::string& build_id, const std::vector<int>& units)

@@ -3,6 +3,7 @@
 // rules), parked lease requests, and taking units back from
 // leases that ended without a result (a lost worker, a failed start).
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -30,6 +31,30 @@ std::vector<RunningUnit> BuildScheduler::RunningOn(const WorkerState& worker) co
   return running;
 }
 
+namespace {
+
+const std::string& CarefulGroup(const PlannedUnit& planned) {
+  return planned.closure.empty() ? planned.family : planned.closure;
+}
+
+}  // namespace
+
+bool BuildScheduler::StartsCarefully(const PlannedUnit& planned) const {
+  return options_.memory_admission && options_.careful_start_units > 0 &&
+         planned.demand.basis < PredictionBasis::kPrior;
+}
+
+std::map<std::string, int> BuildScheduler::RunningCarefully() const {
+  std::map<std::string, int> running;
+  for (const auto& [id, task] : tasks_) {
+    auto build = builds_.find(task.build_id);
+    if (build == builds_.end()) continue;
+    const PlannedUnit& planned = build->second.units[task.unit_index].planned;
+    if (StartsCarefully(planned)) ++running[CarefulGroup(planned)];
+  }
+  return running;
+}
+
 std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
                                                     Deferred& deferred) {
   WorkerState& worker = *workers_.Find(worker_id);
@@ -41,6 +66,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
   // room (EASY backfilling): a large unit is not starved by small ones.
   bool first = true;
   std::optional<BackfillWindow> window;
+  std::optional<std::map<std::string, int>> careful;  // counted once needed
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     BuildState& build = builds_.at(it->first);
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
@@ -48,6 +74,13 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     UnitState& unit = build.units[index];
     if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
       continue;
+    }
+    if (StartsCarefully(unit.planned)) {
+      // Nothing measured tells what it needs: a few of its kind at once
+      // until the first reports and the rest are predicted from it.
+      if (!careful) careful = RunningCarefully();
+      int& running = (*careful)[CarefulGroup(unit.planned)];
+      if (running >= options_.careful_start_units) continue;
     }
     const UnitNeeds needs = NeedsOf(unit);
     std::optional<int64_t> reservation = Admission(needs, worker.Load(), options_.memory_admission);

@@ -4,6 +4,7 @@
 // units still waiting (history relearning).
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/fmt/fmt.h"
 
@@ -17,16 +18,40 @@ void BuildScheduler::WaitForHistory(const std::string& build_id, int unit_index)
   if (basis < PredictionBasis::kSimilarUnits) waiting_.Wait(planned.family, {build_id, unit_index});
 }
 
-void BuildScheduler::LearnFrom(const PlannedUnit& measured, Deferred& deferred) {
+namespace {
+
+// `prior` (a measured profile's prediction) scaled by how runs of its
+// group here compared with theirs: its memory only ever up (the first runs
+// to report are the smallest; a unit of another size may not shrink as
+// they did), its time both ways.
+UnitDemand ScaledPrior(const UnitDemand& prior, const HistoryWaits::PriorScale& scale) {
+  return UnitDemand{
+      static_cast<int64_t>(static_cast<double>(prior.peak_bytes) * std::max(1.0, scale.peak)),
+      prior.wall * scale.wall,
+      absl::StrCat("measured profile, scaled by ", scale.runs, " run", scale.runs == 1 ? "" : "s",
+                   " here"),
+      PredictionBasis::kPrior};
+}
+
+}  // namespace
+
+void BuildScheduler::LearnFrom(const PlannedUnit& measured, int64_t peak_bytes, absl::Duration wall,
+                               Deferred& deferred) {
   const std::pair<const std::string*, PredictionBasis> keys[] = {
       {&measured.closure, PredictionBasis::kSameClosure},
       {&measured.family, PredictionBasis::kSimilarUnits}};
   for (const auto& [key, level] : keys) {
+    if (measured.prior.has_value() && measured.prior->peak_bytes > 0 &&
+        measured.prior->wall > absl::ZeroDuration()) {
+      waiting_.CompareWithPrior(
+          *key, static_cast<double>(peak_bytes) / static_cast<double>(measured.prior->peak_bytes),
+          absl::FDivDuration(wall, measured.prior->wall));
+    }
     std::optional<HistoryWaits::Round> round = waiting_.Measured(*key);
     if (!round) continue;
     // The same for every unit of one instantiation: asked once.
     std::optional<UnitDemand> one = history_->PredictFromGroup(*key, level, 1);
-    if (!one) continue;
+    if (!one && round->scale == nullptr) continue;
     std::vector<HistoryWaits::UnitRef> still;
     for (const auto& [build_id, index] : *round->units) {
       auto build = builds_.find(build_id);
@@ -39,9 +64,17 @@ void BuildScheduler::LearnFrom(const PlannedUnit& measured, Deferred& deferred) 
       // Predict would find.
       if (unit.phase != UnitPhase::kQueued || unit.split || planned.demand.basis > level) continue;
       const absl::Duration before = planned.demand.wall;
-      planned.demand = planned.instantiations <= 1
-                           ? *one
-                           : *history_->PredictFromGroup(*key, level, planned.instantiations);
+      if (planned.prior.has_value() && round->scale != nullptr) {
+        // Its own profile, as runs of its kind here bear it out: units of
+        // one closure differ in size (flash-attention's head dimensions).
+        planned.demand = ScaledPrior(*planned.prior, *round->scale);
+      } else if (!one) {
+        continue;
+      } else {
+        planned.demand = planned.instantiations <= 1
+                             ? *one
+                             : *history_->PredictFromGroup(*key, level, planned.instantiations);
+      }
       // A unit moves when its predicted time changed by more than a second
       // and a fifth: the order is coarse, and moving costs a pass over the queue.
       const absl::Duration change = absl::AbsDuration(planned.demand.wall - before);

@@ -137,7 +137,8 @@ void BuildScheduler::CompleteTask(const std::string& task_id, const v1::TaskResu
                     absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
                     planned.closure, planned.closure_bytes, planned.parallel);
     deferred.learnt = true;
-    LearnFrom(planned, deferred);
+    LearnFrom(planned, result.peak_memory_bytes(), absl::Milliseconds(result.wall_time_ms()),
+              deferred);
   }
   FinishUnit(build_it->second, task->unit_index, result, false, deferred, cacheable);
 }
@@ -245,7 +246,8 @@ void BuildScheduler::RetryAfterMemoryKill(const std::string& task_id, const v1::
                     absl::Milliseconds(result.wall_time_ms()), unit.planned.instantiations,
                     unit.planned.closure, unit.planned.closure_bytes, unit.planned.parallel);
     deferred.learnt = true;
-    LearnFrom(unit.planned, deferred);
+    LearnFrom(unit.planned, result.peak_memory_bytes(), absl::Milliseconds(result.wall_time_ms()),
+              deferred);
   }
   const std::string killed =
       absl::StrCat("killed for memory on ", worker.info.name(), " at ",

@@ -437,6 +437,51 @@ TEST_F(CachedBuildTest, ACachedBuildIsKeyedAsPlanBuildKeysItWithoutItsTrees) {
 // The launcher sends a unit's source beside its tree: the cached plan reads
 // the folders on the source's path from the store (not the tree's files)
 // and keys it as PlanBuild does.
+// A unit whose tree holds a header of a kind the coordinator has a
+// measured profile of (UnitPriors) is predicted from it, sized by its file
+// name, not from the default or units of about its size: a CUTLASS GEMM
+// kernel, a flash-attention backward kernel of head dimension 256.
+TEST_F(CachedBuildTest, AUnitOfAKindWithAMeasuredProfileIsPredictedFromIt) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  v1::SubmitBuildRequest request = Launched({});
+  auto add = [&](const std::string& source, const std::string& header) {
+    google::protobuf::RepeatedPtrField<v1::InputFile> files;
+    for (const std::string& path : {"src/" + source, header}) {
+      v1::InputFile* input = files.Add();
+      input->set_path(path);
+      *input->mutable_digest() = ToProto(*cas_->PutBytes("// " + path));
+    }
+    absl::StatusOr<InputTree> tree = BuildInputTree(files);
+    ASSERT_TRUE(tree.ok()) << tree.status();
+    for (const auto& [digest, bytes] : tree->directories)
+      ASSERT_TRUE(cas_->Put(digest, bytes).ok());
+    v1::CompileUnit* unit = request.add_units();
+    unit->set_name(source);
+    unit->set_working_directory("src");
+    for (const std::string& arg : {std::string("-c"), source, std::string("-o"), source + ".o"}) {
+      unit->add_arguments(arg);
+    }
+    unit->add_output_paths(source + ".o");
+    *unit->mutable_input_root() = ToProto(tree->root);
+  };
+  add("flash_bwd_hdim256_fp16_sm80.cu", "src/flash_bwd_launch_template.h");
+  add("cutlass3x_sm100_gemm_f16.cu", "include/cutlass/gemm/collective/collective_builder.hpp");
+  add("plain.cu", "include/plain.h");
+  absl::StatusOr<std::vector<PlannedUnit>> planned =
+      PlanBuild(request, *cas_, nullptr, ClusterCapacity{}, nullptr);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  ASSERT_EQ(planned->size(), 3u);
+  const UnitDemand& bwd = (*planned)[0].demand;
+  EXPECT_EQ(bwd.basis, PredictionBasis::kPrior);
+  EXPECT_EQ(bwd.peak_bytes, 7069 * kMiB + 7069 * kMiB / 20) << "its profile, plus the margin";
+  EXPECT_EQ(bwd.wall, absl::Seconds(166.6));
+  ASSERT_TRUE((*planned)[0].prior.has_value());
+  EXPECT_EQ((*planned)[1].demand.source, "measured profile");
+  EXPECT_EQ((*planned)[1].demand.peak_bytes, 3605 * kMiB + 3605 * kMiB / 20);
+  EXPECT_EQ((*planned)[2].demand.basis, PredictionBasis::kDefault);
+  EXPECT_FALSE((*planned)[2].prior.has_value());
+}
+
 TEST_F(CachedBuildTest, AUnitWithItsSourceBesideItsTreeIsKeyedAsPlanBuildKeysIt) {
   const v1::SubmitBuildRequest request = Launched({"a", "b"}, /*own_source=*/true);
   ASSERT_EQ(request.units(0).inputs_size(), 1);

@@ -229,7 +229,9 @@ TEST(PeakHistoryTest, AFamilyNeverBuiltPredictsFromClosuresOfAboutItsSize) {
   EXPECT_EQ(threaded.peak_bytes, 7 * kGiB);
   UnitDemand grouped = (*history)->Predict("new-3", "new-folder-3", 1, 3, "new-3", 210'000);
   EXPECT_EQ(grouped.source, "similar size");
-  EXPECT_EQ(grouped.peak_bytes, 3 * 200 * kMiB) << "three instantiations of a small one";
+  EXPECT_EQ(grouped.peak_bytes, 3 * 2 * kGiB)
+      << "never below the default: units of other closures may instantiate far more than a "
+         "small one near their size (three of it would be 600 MiB)";
   // Nothing within 1.5x: 100 KB and 1 MB, or a size not known.
   for (int64_t bytes : {int64_t{100'000}, int64_t{1'000'000}, int64_t{0}}) {
     UnitDemand cold = (*history)->Predict("lone", "lone-folder", 1, 1, "lone", bytes);
@@ -247,7 +249,7 @@ TEST(PeakHistoryTest, ClosureSizesSurviveReopening) {
   {
     absl::StatusOr<std::unique_ptr<PeakHistory>> history = PeakHistory::Open(path, {});
     ASSERT_TRUE(history.ok());
-    (*history)->Record("gemm-1", "gemm-folder", 3 * kGiB, absl::Seconds(60), 1, "gemm", 30'000'000,
+    (*history)->Record("gemm-1", "gemm-folder", 6 * kGiB, absl::Seconds(60), 1, "gemm", 30'000'000,
                        2);
   }
   // A torn line of eight fields and one of seven are skipped.
@@ -260,7 +262,7 @@ TEST(PeakHistoryTest, ClosureSizesSurviveReopening) {
   EXPECT_EQ((*reopened)->samples(), 1u);
   UnitDemand sized = (*reopened)->Predict("new", "new-folder", 1, 1, "new", 30'000'000);
   EXPECT_EQ(sized.source, "similar size");
-  EXPECT_EQ(sized.peak_bytes, (3 * kGiB / 2) + (3 * kGiB / 2) / 20) << "per compilation, margin";
+  EXPECT_EQ(sized.peak_bytes, (6 * kGiB / 2) + (6 * kGiB / 2) / 20) << "per compilation, margin";
 }
 
 TEST(PeakHistoryTest, ClosureFamiliesSurviveReopeningAndOldLinesStillLoad) {
@@ -380,6 +382,36 @@ TEST(PeakHistoryTest, OpeningCompactsTheFileToEachUnitsLatestRuns) {
   absl::StatusOr<std::unique_ptr<PeakHistory>> again = PeakHistory::Open(path, {});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(ReadFile(path).value_or(""), *after);
+}
+
+// A unit of a kind with a measured profile (UnitPriors) and nothing of its
+// closure or family measured here is predicted from the profile: one
+// compilation's cost times those at once, the waves of targets and the
+// instantiations, plus the margin; anything measured here of its closure or
+// family goes first, and the profile before units of about its size.
+TEST(PeakHistoryTest, AMeasuredProfileComesAfterWhatIsMeasuredHereAndBeforeSimilarSizes) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.05});
+  ASSERT_TRUE(history.ok());
+  const PriorCost bwd{6 * kGiB, absl::Seconds(150), "flash_bwd (a profile)"};
+  // A unit of 5 targets compiled 4 at once: 4 x the memory, 2 waves.
+  UnitDemand threaded = (*history)->Predict("bwd-x5", "folder", 4, 1, "bwd", 0, bwd, 2);
+  EXPECT_EQ(threaded.basis, PredictionBasis::kPrior);
+  EXPECT_EQ(threaded.source, "measured profile");
+  EXPECT_EQ(threaded.peak_bytes, 24 * kGiB + 24 * kGiB / 20);
+  EXPECT_EQ(threaded.wall, absl::Seconds(300));
+  // A similar size knows less than the profile.
+  (*history)->Record("other", "elsewhere", 9 * kGiB, absl::Seconds(10), 1, "other-closure",
+                     1'000'000);
+  EXPECT_EQ((*history)->Predict("bwd-1", "folder", 1, 1, "bwd", 1'000'000, bwd).basis,
+            PredictionBasis::kPrior);
+  EXPECT_EQ((*history)->Predict("bwd-1", "folder", 1, 1, "bwd", 1'000'000).basis,
+            PredictionBasis::kSimilarSize);
+  // Its family's runs here know more.
+  (*history)->Record("bwd-0", "folder", 5 * kGiB, absl::Seconds(100), 1, "bwd");
+  UnitDemand measured = (*history)->Predict("bwd-1", "folder", 1, 1, "bwd", 0, bwd);
+  EXPECT_EQ(measured.basis, PredictionBasis::kSameClosure);
+  EXPECT_EQ(measured.peak_bytes, 5 * kGiB + 5 * kGiB / 20);
 }
 
 }  // namespace

@@ -79,10 +79,16 @@ v1::TaskResult Completed(int exit_code) {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  SchedulerTest()
+  // The tests' units are predicted as given, whatever their basis: no
+  // careful start unless `careful_start_units` (CarefulStartTest).
+  explicit SchedulerTest(int careful_start_units = 0)
       : history_(*PeakHistory::Open("", {})),
         scheduler_(
-            SchedulerOptions{absl::Seconds(1), absl::Seconds(5), absl::Minutes(30), 3},
+            [careful_start_units] {
+              SchedulerOptions options{absl::Seconds(1), absl::Seconds(5), absl::Minutes(30), 3};
+              options.careful_start_units = careful_start_units;
+              return options;
+            }(),
             [this](const std::string& action, const v1::TaskResult&) {
               recorded_.push_back(action);
             },
@@ -728,6 +734,101 @@ TEST_F(SchedulerTest, QueuedUnitsOfANeverBuiltFamilyLearnFromItsFirstRuns) {
   EXPECT_EQ(sources["unit1"], "same closure");
   EXPECT_EQ(sources["unit3"], "similar units");
   EXPECT_EQ(sources["unit4"], "same closure");
+}
+
+class CarefulStartTest : public SchedulerTest {
+ protected:
+  CarefulStartTest() : SchedulerTest(2) {}
+};
+
+// Units that nothing measured predicts start two of a kind at a time until
+// the first of them reports; then they are predicted from it and run at
+// full speed. Units of a measured profile start at once.
+TEST_F(CarefulStartTest, UnitsOfAKindNothingMeasuredStartAFewAtATimeUntilTheFirstReports) {
+  std::string worker = AddWorker("w", "13.0", 8, 64 * kGiB);
+  std::vector<PlannedUnit> units = Units(8, 2 * kGiB);
+  for (int i = 0; i < 8; ++i) units[i].closure = "new-kind";
+  for (int i = 6; i < 8; ++i) {
+    units[i].closure = "profiled";
+    units[i].demand.basis = PredictionBasis::kPrior;
+    units[i].demand.source = "measured profile";
+  }
+  ASSERT_TRUE(SubmitUnits(units).ok());
+  std::vector<v1::Task> leased;
+  while (std::optional<v1::Task> task = LeaseNow(worker)) leased.push_back(*task);
+  std::vector<std::string> names;
+  for (const v1::Task& task : leased) names.push_back(task.unit().name());
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("unit0", "unit1", "unit6", "unit7"))
+      << "8 slots and 64 GiB free, but two of the kind nothing measured";
+  // The first report teaches the rest: they start together.
+  ASSERT_TRUE(Report(worker, leased[0], Measured(3 * kGiB, 2000)).ok());
+  int more = 0;
+  while (LeaseNow(worker)) ++more;
+  EXPECT_EQ(more, 4);
+}
+
+// A unit predicted from its measured profile keeps its own size when runs
+// of its kind here come in: the profile, scaled by how they compared.
+TEST_F(SchedulerTest, UnitsOfAMeasuredProfileAreScaledByTheRunsOfTheirKind) {
+  std::string worker = AddWorker("w", "13.0", 1, 64 * kGiB);
+  std::vector<PlannedUnit> units = Units(3, 4 * kGiB, {100, 200, 300});
+  for (int i = 0; i < 3; ++i) {
+    units[i].closure = "fwd";
+    units[i].demand.basis = PredictionBasis::kPrior;
+    units[i].demand.peak_bytes = (4 + 2 * i) * kGiB;  // 4, 6, 8 GiB
+    units[i].prior = units[i].demand;
+  }
+  ASSERT_TRUE(SubmitUnits(units).ok());
+  std::optional<v1::Task> first = LeaseNow(worker);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->unit().name(), "unit2") << "the longest first";
+  // It took 1.5 x its profile's memory and half its time.
+  ASSERT_TRUE(Report(worker, *first, Measured(12 * kGiB, 150'000)).ok());
+  std::optional<v1::Task> second = LeaseNow(worker);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->unit().name(), "unit1");
+  EXPECT_EQ(second->reserved_bytes(), 9 * kGiB) << "its own 6 GiB, times 1.5";
+  ASSERT_TRUE(Report(worker, *second, Measured(6 * kGiB, 100'000)).ok());
+  std::optional<v1::Task> third = LeaseNow(worker);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->reserved_bytes(), 6 * kGiB) << "its own 4 GiB times the largest ratio, 1.5";
+  std::string source;
+  for (const auto& event : events_) {
+    if (event.has_unit_started() && event.unit_started().unit_name() == "unit1") {
+      source = "started";
+    }
+    if (event.has_unit_finished() && event.unit_finished().unit_name() == "unit1") {
+      source = event.unit_finished().prediction_source();
+    }
+  }
+  EXPECT_EQ(source, "measured profile, scaled by 1 run here");
+}
+
+// The first runs of a kind to report are its smallest: a unit of another
+// size is never predicted below its own profile because they came in under
+// theirs; its time follows them.
+TEST_F(SchedulerTest, RunsBelowTheirProfileDoNotShrinkTheOthersMemory) {
+  std::string worker = AddWorker("w", "13.0", 1, 64 * kGiB);
+  std::vector<PlannedUnit> units = Units(2, 4 * kGiB, {300, 200});
+  for (PlannedUnit& unit : units) {
+    unit.closure = "fwd";
+    unit.demand.basis = PredictionBasis::kPrior;
+    unit.prior = unit.demand;
+  }
+  ASSERT_TRUE(SubmitUnits(units).ok());
+  std::optional<v1::Task> first = LeaseNow(worker);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(Report(worker, *first, Measured(2 * kGiB, 150'000)).ok());
+  std::optional<v1::Task> second = LeaseNow(worker);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->reserved_bytes(), 4 * kGiB) << "not halved";
+  ASSERT_TRUE(Report(worker, *second, Measured(2 * kGiB, 100'000)).ok());
+  for (const auto& event : events_) {
+    if (event.has_unit_finished() && event.unit_finished().unit_name() == "unit1") {
+      EXPECT_EQ(event.unit_finished().prediction_source(),
+                "measured profile, scaled by 1 run here");
+    }
+  }
 }
 
 TEST_F(SchedulerTest, UnitsLearnedToBeLongMoveAheadInTheQueue) {
