@@ -34,6 +34,7 @@
 #include "common/base/files.h"
 #include "common/base/host_resources.h"
 #include "common/base/status.h"
+#include "common/store/digest.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "distcc_cuda/v1/launcher.grpc.pb.h"
 
@@ -343,16 +344,25 @@ absl::Status MakeSessionFolder(SessionFolder& folder) {
   return absl::OkStatus();
 }
 
-// A link to the launcher `self` in `folder`, named as the host compiler
-// `real_cxx` (bin/g++-12); "" without one.
-absl::StatusOr<std::string> MakeCxxLauncher(const SessionFolder& folder, const std::string& self,
+// A link to the launcher `self` named as the host compiler `real_cxx`
+// (STATE_DIR/compilers/HASH/g++-12, beside a file `real` naming it), or ""
+// without one. It outlives the session: CMake keeps CXX in a build folder's
+// cache, and the link still runs the real compiler after the session.
+absl::StatusOr<std::string> MakeCxxLauncher(const std::string& state_dir, const std::string& self,
                                             const std::string& real_cxx) {
   if (real_cxx.empty() || !fs::path(self).is_absolute()) return std::string();
-  const std::string link =
-      absl::StrCat(folder.path, "/bin/", fs::path(real_cxx).filename().string());
+  const std::string folder =
+      absl::StrCat(state_dir, "/compilers/", DigestOf(real_cxx).hash.substr(0, 16));
+  const std::string link = absl::StrCat(folder, "/", fs::path(real_cxx).filename().string());
+  RETURN_IF_ERROR(MakeDirectories(folder));
+  RETURN_IF_ERROR(WriteFileAtomically(folder + "/" + kRealCompilerFile, real_cxx + "\n"));
   std::error_code error;
-  fs::create_directories(fs::path(link).parent_path(), error);
-  if (!error) fs::create_symlink(self, link, error);
+  if (fs::read_symlink(link, error) == fs::path(self)) return link;
+  // Replaced whole, should a build of another session run it meanwhile.
+  const std::string fresh = absl::StrCat(link, ".new-", getpid());
+  fs::remove(fresh, error);
+  fs::create_symlink(self, fresh, error);
+  if (!error) fs::rename(fresh, link, error);
   if (error) {
     return absl::InternalError(
         absl::StrCat("cannot make the launcher's link ", link, ": ", error.message()));
@@ -490,7 +500,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   RETURN_IF_ERROR(MakeSessionFolder(folder));
   const std::string session_address = "unix:" + folder.path + "/session";
   const std::string self = LauncherPath().empty() ? "distcc-cuda" : LauncherPath();
-  ASSIGN_OR_RETURN(const std::string cxx_launcher, MakeCxxLauncher(folder, self, options.real_cxx));
+  ASSIGN_OR_RETURN(const std::string cxx_launcher,
+                   MakeCxxLauncher(options.state_dir, self, options.real_cxx));
 
   RemoteCompiler compiler(channel, address, UsableCores(),
                           ScanCache::FolderFor(options.state_dir, options.scan_cache),

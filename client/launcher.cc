@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -209,6 +210,18 @@ absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
   return absl::NotFoundError(
       "no nvcc found in $PATH (leaving out distcc-cuda itself), $CUDA_HOME/bin or "
       "/usr/local/cuda/bin; name it: distcc-cuda /path/to/nvcc ARGS...");
+}
+
+std::string RealCompilerBehind(const std::string& argv0, const ClientEnvironment& environment) {
+  if (!environment.launcher_cxx.empty()) return environment.launcher_cxx;
+  if (absl::StrContains(argv0, '/')) {
+    absl::StatusOr<std::string> named =
+        ReadFile((fs::path(argv0).parent_path() / kRealCompilerFile).string());
+    if (named.ok() && !absl::StripAsciiWhitespace(*named).empty()) {
+      return std::string(absl::StripAsciiWhitespace(*named));
+    }
+  }
+  return fs::path(argv0).filename().string();
 }
 
 absl::StatusOr<std::string> ResolveRealCompiler(const std::string& word,

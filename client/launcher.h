@@ -43,6 +43,15 @@ bool LooksLikeCompiler(const std::string& word);
 absl::StatusOr<std::string> ResolveRealNvcc(const std::string& word,
                                             const ClientEnvironment& environment);
 
+// The file beside a link to the launcher named as a host compiler (`build
+// --` makes STATE_DIR/compilers/HASH/c++) that names the real compiler.
+inline constexpr char kRealCompilerFile[] = "real";
+
+// The real compiler behind the launcher run as `argv0` (a link named as a
+// host compiler): $DISTCC_CUDA_CXX, else what the link's folder's `real`
+// file names, else the link's own name (looked up in PATH).
+std::string RealCompilerBehind(const std::string& argv0, const ClientEnvironment& environment);
+
 // The real compiler for `word`: ResolveRealNvcc for nvcc; a host compiler
 // as a path (made absolute) or looked up in $PATH, skipping this program.
 absl::StatusOr<std::string> ResolveRealCompiler(const std::string& word,

@@ -335,10 +335,11 @@ int main(int argc, char** argv) {
     return distcc_cuda::client::RunLauncher(argc, argv, environment);
   }
   // The launcher as $CXX: a link named as the host compiler (`build --`
-  // makes one), whose real compiler DISTCC_CUDA_CXX names.
+  // makes one), whose real compiler DISTCC_CUDA_CXX or the link's folder
+  // names.
   if (const std::string name = std::filesystem::path(argv[0]).filename().string();
       distcc_cuda::LooksLikeHostCompiler(name)) {
-    std::string compiler = environment.launcher_cxx.empty() ? name : environment.launcher_cxx;
+    std::string compiler = distcc_cuda::client::RealCompilerBehind(argv[0], environment);
     std::vector<char*> arguments = {argv[0], compiler.data()};
     arguments.insert(arguments.end(), argv + 1, argv + argc);
     arguments.push_back(nullptr);

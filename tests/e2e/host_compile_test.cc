@@ -120,11 +120,28 @@ TEST_F(HostCompileTest, GoesToTwoLoopbackWorkersAndComesBackAsGccsOwn) {
 }
 
 TEST_F(HostCompileTest, GoesToTheEmbeddedDefaultsSandboxedWorker) {
-  ProcessResult build = Build({"--state-dir", root_ + "/state"}, kCompile);
+  ProcessResult build =
+      Build({"--state-dir", root_ + "/state"}, kCompile + std::string(" && echo \"CXX=$CXX\""));
   ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
   EXPECT_THAT(build.stderr_text, ContainsRegex("api.cpp +local "));
   EXPECT_THAT(build.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
   ExpectTheLocalCompilersFiles();
+  // The command's CXX is a link that outlives the session (CMake keeps it
+  // in its cache): afterwards it runs the real compiler here.
+  const size_t at = build.stdout_text.find("CXX=");
+  ASSERT_NE(at, std::string::npos) << build.stdout_text;
+  const std::string cxx =
+      build.stdout_text.substr(at + 4, build.stdout_text.find('\n', at) - at - 4);
+  EXPECT_THAT(cxx, ::testing::StartsWith(root_ + "/state/compilers/"));
+  EXPECT_EQ(fs::path(cxx).filename(), "c++");
+  ProcessSpec after;
+  after.argv = {cxx, "-O2", "-Iinclude", "-c", "src/api.cpp", "-o", "obj/after.o"};
+  after.working_directory = proj_;
+  after.environment = {{"DISTCC_CUDA_SESSION", ""}};
+  absl::StatusOr<ProcessResult> ran = RunProcess(after);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->exit_code, 0) << ran->stderr_text;
+  EXPECT_TRUE(fs::exists(proj_ + "/obj/after.o"));
 }
 
 TEST_F(HostCompileTest, AnotherCompilerThanTheToolchainsRunsHereSayingWhich) {
