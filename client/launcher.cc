@@ -234,11 +234,15 @@ absl::StatusOr<std::string> ResolveRealCompiler(const std::string& word,
     }
     std::error_code error, ignored;
     const fs::path self = fs::canonical(LauncherPath(), error);
-    if (!error && fs::canonical(path, ignored) == self) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          word, " is distcc-cuda itself, not a compiler; name the real one (DISTCC_CUDA_CXX)"));
+    if (error || fs::canonical(path, ignored) != self) return path;
+    // The link `build --` makes as CXX, behind CMAKE_CXX_COMPILER_LAUNCHER
+    // too (a build folder configured in a session): the compiler it names.
+    const std::string behind = RealCompilerBehind(path, environment);
+    if (behind != fs::path(path).filename().string() && behind != word) {
+      return ResolveRealCompiler(behind, environment);
     }
-    return path;
+    return absl::InvalidArgumentError(absl::StrCat(
+        word, " is distcc-cuda itself, not a compiler; name the real one (DISTCC_CUDA_CXX)"));
   }
   if (std::string found = FindInPathButSelf(word, environment.path); !found.empty()) return found;
   return absl::NotFoundError(absl::StrCat("no ", word,

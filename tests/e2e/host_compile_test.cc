@@ -142,6 +142,13 @@ TEST_F(HostCompileTest, GoesToTheEmbeddedDefaultsSandboxedWorker) {
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_EQ(ran->exit_code, 0) << ran->stderr_text;
   EXPECT_TRUE(fs::exists(proj_ + "/obj/after.o"));
+  // Behind CMAKE_CXX_COMPILER_LAUNCHER as well: `distcc-cuda LINK ARGS`.
+  after.argv.insert(after.argv.begin(), testing::BinaryPath("distcc-cuda"));
+  after.argv.back() = "obj/launched.o";
+  ran = RunProcess(after);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->exit_code, 0) << ran->stderr_text;
+  EXPECT_TRUE(fs::exists(proj_ + "/obj/launched.o"));
 }
 
 TEST_F(HostCompileTest, AnotherCompilerThanTheToolchainsRunsHereSayingWhich) {
