@@ -1,23 +1,33 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Trims flash-attention's source distribution to a build this machine can
-finish in minutes: the forward kernels (plain and split-KV, fp16 and bf16,
-causal or not) of head dimension 64, 8 .cu units, plus flash_api.cpp.
+finish in minutes: the first UNITS (1 to 3, default 3) of three kernels that
+cost what flash-attention's do (forward hdim64 fp16, forward hdim128 bf16
+causal, backward hdim64 fp16), plus flash_api.cpp.
 
 flash_api.cpp dispatches on every head dimension; HEADDIM_SWITCH is cut to
-64, and the backward kernels of head dimension 64 (which run_mha_bwd still
-names) become stubs in a host-only file, so the module links and imports.
-Its -std=c++17 becomes -std=c++20, which the headers of torch 2.10 and
-later need. Everything else is flash-attention's own setup.py, flags and
-sources.
+64 and 128, and every kernel it names that this build leaves out (the other
+dtypes, causal or not, the split-KV ones, the backward ones) becomes a stub
+in a host-only file, so that the module links and imports. Its -std=c++17
+becomes -std=c++20, which the headers of torch 2.10 and later need.
+Everything else is flash-attention's own setup.py, flags and sources.
 
-Usage: trim.py SOURCE_DIR (the unpacked flash_attn-*.tar.gz), in place.
+Usage: trim.py SOURCE_DIR [UNITS] (the unpacked flash_attn-*.tar.gz), in
+place.
 """
 import pathlib
 import re
 import sys
 
 root = pathlib.Path(sys.argv[1])
+units = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+KERNELS = [  # (file, kind, dtype, head dimension, causal)
+    ("flash_fwd_hdim64_fp16_sm80.cu", "fwd", "cutlass::half_t", 64, "false"),
+    ("flash_fwd_hdim128_bf16_causal_sm80.cu", "fwd", "cutlass::bfloat16_t", 128, "true"),
+    ("flash_bwd_hdim64_fp16_sm80.cu", "bwd", "cutlass::half_t", 64, "false"),
+]
+assert 1 <= units <= len(KERNELS), f"UNITS is 1 to {len(KERNELS)}"
+chosen = KERNELS[:units]
 setup = root / "setup.py"
 text = setup.read_text()
 
@@ -26,11 +36,8 @@ kept = []
 
 def keep(match):
     name = match.group(1)
-    if name == "csrc/flash_attn/flash_api.cpp":
-        kept.append(name)
-        return match.group(0)
     base = pathlib.Path(name).name
-    if re.fullmatch(r"flash_fwd(_split)?_hdim64_(fp16|bf16)(_causal)?_sm80\.cu", base):
+    if name == "csrc/flash_attn/flash_api.cpp" or base in [k[0] for k in chosen]:
         kept.append(name)
         return match.group(0)
     return ""
@@ -51,21 +58,28 @@ s = switch.read_text()
 start = s.index("#define HEADDIM_SWITCH(HEADDIM, ...)")
 end = s.index("}()", start) + 3
 s = s[:start] + ("#define HEADDIM_SWITCH(HEADDIM, ...)   \\\n  [&] {                                    \\\n"
-                 "    constexpr static int kHeadDim = 64;  \\\n    return __VA_ARGS__();                \\\n"
-                 "  }()") + s[end:]
+                 "    if (HEADDIM <= 64) {                   \\\n"
+                 "      constexpr static int kHeadDim = 64;  \\\n      return __VA_ARGS__();                \\\n"
+                 "    } else {                               \\\n"
+                 "      constexpr static int kHeadDim = 128; \\\n      return __VA_ARGS__();                \\\n"
+                 "    }                                      \\\n  }()") + s[end:]
 switch.write_text(s)
 
-(root / "csrc/flash_attn/bench_stubs.cpp").write_text("""// Written by distcc-cuda's bench/flash_attention/trim.py: the backward
-// kernels this trimmed build leaves out, so that the module links.
-#include <cstdlib>
-#include <cuda_runtime_api.h>
-#include "src/flash.h"
-#include "cutlass/numeric_types.h"
-namespace FLASH_NAMESPACE {
-template <> void run_mha_bwd_<cutlass::half_t, 64, false>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
-template <> void run_mha_bwd_<cutlass::half_t, 64, true>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
-template <> void run_mha_bwd_<cutlass::bfloat16_t, 64, false>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
-template <> void run_mha_bwd_<cutlass::bfloat16_t, 64, true>(Flash_bwd_params &, cudaStream_t) { std::abort(); }
-}  // namespace FLASH_NAMESPACE
-""")
+stubs = []
+for kind, function, params in (("fwd", "run_mha_fwd_", "Flash_fwd_params"),
+                               ("split", "run_mha_fwd_splitkv_dispatch", "Flash_fwd_params"),
+                               ("bwd", "run_mha_bwd_", "Flash_bwd_params")):
+    for dtype in ("cutlass::half_t", "cutlass::bfloat16_t"):
+        for hdim in (64, 128):
+            for causal in ("false", "true"):
+                if (kind, dtype, hdim, causal) in [(k[1], k[2], k[3], k[4]) for k in chosen]:
+                    continue
+                stubs.append(f"template <> void {function}<{dtype}, {hdim}, {causal}>"
+                             f"({params} &, cudaStream_t) {{ std::abort(); }}")
+(root / "csrc/flash_attn/bench_stubs.cpp").write_text(
+    "// Written by distcc-cuda's bench/flash_attention/trim.py: the kernels this\n"
+    "// trimmed build leaves out, so that the module links.\n"
+    "#include <cstdlib>\n#include <cuda_runtime_api.h>\n#include \"src/flash.h\"\n"
+    "#include \"cutlass/numeric_types.h\"\nnamespace FLASH_NAMESPACE {\n" + "\n".join(stubs) +
+    "\n}  // namespace FLASH_NAMESPACE\n")
 print(f"kept {len(kept)} sources: " + ", ".join(pathlib.Path(k).name for k in kept))
