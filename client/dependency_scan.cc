@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/pragma_once_twins.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/nvcc/host_compiler_args.h"
@@ -162,9 +163,27 @@ absl::StatusOr<ScanAnswer> RunScan(const ScanQuestion& question, const std::stri
   return answer;
 }
 
+// The `files` (relative to `directory` or absolute) under none of the
+// `excluded` prefixes, absolute.
+std::vector<std::string> OutsideOf(const std::vector<std::string>& excluded,
+                                   const std::string& directory,
+                                   const std::vector<std::string>& files) {
+  std::vector<std::string> outside;
+  for (const std::string& file : files) {
+    std::string absolute = AbsolutePath(file, directory);
+    bool system = false;
+    for (const std::string& prefix : excluded) {
+      if (absl::StartsWith(absolute, prefix)) system = true;
+    }
+    if (!system) outside.push_back(std::move(absolute));
+  }
+  return outside;
+}
+
 // The answer from `cache` when it holds it (writing the dependency file as
 // nvcc would have), else from nvcc, remembered in `cache`; then the files
-// outside `excluded`, absolute.
+// outside `excluded`, absolute, with the #pragma once twins GCC left out
+// (pragma_once_twins.h).
 absl::StatusOr<std::vector<std::string>> Scan(const ScanQuestion& question,
                                               const std::string& dependency_file,
                                               const std::vector<std::string>& excluded,
@@ -178,18 +197,15 @@ absl::StatusOr<std::vector<std::string>> Scan(const ScanQuestion& question,
     const absl::Time began = absl::Now();
     ASSIGN_OR_RETURN(answer, RunScan(question, dependency_file,
                                      cache ? cache->nvcc_variables() : EnvironmentVariables()));
+    // The twins join the answer the cache keeps: a cached scan needs them too.
+    for (std::string& twin :
+         PragmaOnceTwins(OutsideOf(excluded, question.directory, answer->files),
+                         IncludeFoldersOf(question.flags, question.directory))) {
+      answer->files.push_back(std::move(twin));
+    }
     if (cache) cache->Remember(question, *answer, began);
   }
-  std::vector<std::string> files;
-  for (const std::string& file : answer->files) {
-    std::string absolute = AbsolutePath(file, question.directory);
-    bool system = false;
-    for (const std::string& prefix : excluded) {
-      if (absl::StartsWith(absolute, prefix)) system = true;
-    }
-    if (!system) files.push_back(absolute);
-  }
-  return files;
+  return OutsideOf(excluded, question.directory, answer->files);
 }
 
 }  // namespace

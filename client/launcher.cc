@@ -251,6 +251,19 @@ absl::StatusOr<std::string> ResolveRealCompiler(const std::string& word,
                                           word, " ARGS..."));
 }
 
+std::string MissingFileNamedIn(absl::string_view compiler_errors) {
+  constexpr absl::string_view kFatal = "fatal error: ";
+  constexpr absl::string_view kMissing = ": No such file or directory";
+  for (absl::string_view line : absl::StrSplit(compiler_errors, '\n')) {
+    size_t at = line.find(kFatal);
+    if (at == absl::string_view::npos || !absl::EndsWith(line, kMissing)) continue;
+    line.remove_prefix(at + kFatal.size());
+    line.remove_suffix(kMissing.size());
+    if (!line.empty()) return std::string(line);
+  }
+  return "";
+}
+
 LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& call,
                                  const LauncherDecision& decision, const CancelToken* cancel,
                                  bool fallback_local) {
@@ -262,6 +275,19 @@ LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& c
     return outcome;
   }
   absl::StatusOr<RemoteCompileResult> compiled = compiler.Compile(call, decision.plan, cancel);
+  const std::string missing = compiled.ok() && compiled->exit_code != 0
+                                  ? MissingFileNamedIn(compiled->stderr_text)
+                                  : std::string();
+  if (!missing.empty()) {
+    // The scan here found every header, so the worker lacking one is a gap
+    // in what was shipped, not the user's error: the local compile decides.
+    reply.set_run_locally(true);
+    reply.set_reason(absl::StrCat("the worker found no ", missing,
+                                  ", which the include scan here did not list; "
+                                  "compiling here (please report this with the compile line)"));
+    outcome.cluster_error = reply.reason();
+    return outcome;
+  }
   if (compiled.ok()) {
     reply.set_exit_code(compiled->exit_code);
     reply.set_stdout_text(compiled->stdout_text);

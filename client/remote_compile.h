@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/launcher_call.h"
@@ -118,9 +119,15 @@ struct LauncherOutcome {
 // Runs `decision`: a local one becomes a reply that says so; a remote one
 // compiles on `compiler`. A compile refused before anything left (or whose
 // scan failed) runs here; a cluster that fails is an error for the caller
-// (exit code 2, the reason on stderr) unless `fallback_local`.
+// (exit code 2, the reason on stderr) unless `fallback_local`. A compile
+// that failed on its worker for a missing file (MissingFileNamedIn) runs
+// here too: the scan here found every file, so what was shipped fell short.
 LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& call,
                                  const LauncherDecision& decision, const CancelToken* cancel,
                                  bool fallback_local);
+
+// The file of a compiler's "fatal error: NAME: No such file or directory"
+// line in `compiler_errors` (GCC's and nvcc's form); "" when none.
+std::string MissingFileNamedIn(absl::string_view compiler_errors);
 
 }  // namespace distcc_cuda::client

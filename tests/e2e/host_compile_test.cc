@@ -4,8 +4,10 @@
 // loopback workers and through the embedded default, and come back as the
 // local g++ would have written them; what cannot go (a refused argument,
 // another compiler than the toolchain's) runs here and says why.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,6 +151,33 @@ TEST_F(HostCompileTest, GoesToTheEmbeddedDefaultsSandboxedWorker) {
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_EQ(ran->exit_code, 0) << ran->stderr_text;
   EXPECT_TRUE(fs::exists(proj_ + "/obj/launched.o"));
+}
+
+// torch 2.15 ships torch/csrc/utils/python_stub.h and c10/util/python_stub.h
+// with the same bytes and time: GCC's #pragma once takes the second for the
+// first and its dependency output never names it, yet the worker's lookup
+// of that name needs the file (flash-attention's flash_api.cpp failed so).
+TEST_F(HostCompileTest, AHeaderThatPragmaOnceTookForAnotherReachesTheWorker) {
+  constexpr char kStub[] = "#pragma once\nstruct _object;\nusing PyObject = _object;\n";
+  for (const char* stub : {"/include/torch/python_stub.h", "/include/c10/python_stub.h"}) {
+    ASSERT_TRUE(WriteFileAtomically(proj_ + stub, kStub).ok());
+    const struct timespec times[2] = {{1700000000, 0}, {1700000000, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, (proj_ + stub).c_str(), times, 0), 0);
+  }
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/src/stub.cpp",
+                                  "#include <torch/python_stub.h>\n#include <c10/python_stub.h>\n"
+                                  "PyObject* Nothing() { return nullptr; }\n")
+                  .ok());
+  ProcessResult build = Build({"--state-dir", root_ + "/state"},
+                              "$CXX -O2 -Iinclude -MMD -c src/stub.cpp -o obj/stub.o");
+  ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  EXPECT_TRUE(fs::exists(proj_ + "/obj/stub.o"));
+  // The dependency file stays g++'s own, which names the first stub only.
+  absl::StatusOr<std::string> dependencies = ReadFile(proj_ + "/obj/stub.d");
+  ASSERT_TRUE(dependencies.ok()) << dependencies.status();
+  EXPECT_THAT(*dependencies, HasSubstr("torch/python_stub.h"));
+  EXPECT_THAT(*dependencies, Not(HasSubstr("c10/python_stub.h")));
 }
 
 TEST_F(HostCompileTest, AnotherCompilerThanTheToolchainsRunsHereSayingWhich) {

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "client/build_session.h"
+#include "client/remote_compile.h"
 #include "common/base/files.h"
 #include "tests/support/test_paths.h"
 
@@ -22,6 +23,16 @@ using ::testing::HasSubstr;
 
 LauncherDecision Decide(std::vector<std::string> arguments) {
   return DecideWhereToCompile(arguments);
+}
+
+TEST(MissingFileNamedInTest, FindsTheFileACompilerCouldNotOpen) {
+  EXPECT_EQ(MissingFileNamedIn("In file included from src/a.cpp:3:\n"
+                               "include/b.h:2:10: fatal error: c10/util/python_stub.h: No such "
+                               "file or directory\n    2 | #include <c10/util/python_stub.h>\n"
+                               "compilation terminated.\n"),
+            "c10/util/python_stub.h");
+  EXPECT_EQ(MissingFileNamedIn("k.cu(3): error: identifier \"x\" is undefined\n"), "");
+  EXPECT_EQ(MissingFileNamedIn("a.cpp:1:1: error: expected ';': No such file or directory\n"), "");
 }
 
 TEST(LauncherDecisionTest, PyTorchsNinjaRuleGoesRemoteWithItsDependencyFile) {
