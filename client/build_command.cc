@@ -408,9 +408,12 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
     // A cancel ends the stream; the coordinator, seeing its client go,
     // stops the build's units on the workers.
     CancelWatch cancel_watch(options.cancel, [&] { follower.EndStream(); });
-    RETURN_IF_ERROR(follower.Follow(
-        OpeningRequest(options.plan_path, prepared.toolchain, options.architecture_split),
-        submission, scan_cache));
+    v1::SubmitBuildRequest opening =
+        OpeningRequest(options.plan_path, prepared.toolchain, options.architecture_split);
+    // Every entry is known before the first is scanned: the coordinator
+    // keeps slots for those still to come.
+    opening.set_entries_expected(static_cast<int32_t>(plan.units.size() + plan.sets.size()));
+    RETURN_IF_ERROR(follower.Follow(opening, submission, scan_cache));
   }
   const FollowedBuild& followed = follower.result();
   // Scans, checks and parts: a failure there ended the build.

@@ -107,6 +107,10 @@ struct BuildState {
   // its units' names, which must differ, are kept to check the next part's.
   bool open = false;
   absl::flat_hash_set<std::string> names;
+  // The share of an open build that its client has still to send
+  // (SubmitBuildRequest.entries_expected): its units take at most the
+  // rest of its toolchain's slots until it comes.
+  double share_to_come = 0;
   // Its summary and its units' spans, for people.
   std::optional<BuildLog> log;
 };

@@ -40,6 +40,11 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
   ASSIGN_OR_RETURN(v1::SubmitBuildRequest request,
                    ReadBuildPlan(submitted, *planning.cas, planning.limits));
   RETURN_IF_ERROR(CheckClientText(request));
+  if (request.entries_expected() < 0 || request.entries_expected() > planning.limits.max_units) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("entries_expected is ", request.entries_expected(), ": a build holds 0 to ",
+                     planning.limits.max_units, " units and sets (--max-units-per-build)"));
+  }
   std::map<std::string, v1::TaskResult> hits;
   auto hit = [&](const std::string& action_digest) {
     std::optional<v1::TaskResult> result = planning.results->Lookup(action_digest);
@@ -47,6 +52,7 @@ absl::StatusOr<PlannedPart> PlanPart(const v1::SubmitBuildRequest& submitted,
     return result.has_value();
   };
   PlannedPart part;
+  part.entries = request.units_size() + request.instantiation_sets_size();
   if (std::optional<std::vector<PlannedUnit>> units =
           PlanCachedBuild(request, planning.history, planning.limits, hit, planning.cas)) {
     part.units = std::move(*units);
@@ -114,7 +120,16 @@ struct OpenBuild {
   std::shared_ptr<BuildEventHandle> handle;
   absl::Mutex mu;  // one part is planned and added at a time
   int64_t units ABSL_GUARDED_BY(mu) = 0;
+  int64_t entries ABSL_GUARDED_BY(mu) = 0;  // units and sets as submitted
+  int64_t entries_expected = 0;             // SubmitBuildRequest's; 0: not known
 };
+
+// The share of an open build still to come when `entries` of the
+// `expected` have arrived (0 when the client did not say).
+double ShareToCome(int64_t entries, int64_t expected) {
+  if (expected <= 0 || entries >= expected) return 0;
+  return 1.0 - static_cast<double>(entries) / static_cast<double>(expected);
+}
 
 class BuildService::OpenBuilds {
  public:
@@ -170,6 +185,7 @@ class BuildEventStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
     std::shared_ptr<BuildEventHandle> handle = handle_;
     std::vector<std::string> notes = std::move(part->notes);
     const int64_t units = part->units.size();
+    const int64_t entries = part->entries;
     absl::StatusOr<std::string> id = scheduler_->SubmitBuild(
         request.build_name(), request.toolchain(), std::move(part->units), std::move(part->cached),
         [handle, notes](v1::BuildEvent event) {
@@ -187,10 +203,13 @@ class BuildEventStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
       *open->header.mutable_toolchain() = request.toolchain();
       open->header.set_architecture_split(request.architecture_split());
       open->handle = handle_;
+      open->entries_expected = request.entries_expected();
       {
         absl::MutexLock lock(&open->mu);
         open->units = units;
+        open->entries = entries;
       }
+      scheduler_->HoldSlotsForTheRest(*id, ShareToCome(entries, open->entries_expected));
       open_builds_->Add(*id, std::move(open));
     }
     StartDone(id.ok() ? *id : "", id.status());
@@ -332,6 +351,9 @@ absl::StatusOr<int> AddPart(const std::string& build_id, OpenBuild& build,
         " a build may have (--max-units-per-build of distcc-cuda-coordinator); split it into "
         "several builds, or raise the limit"));
   }
+  build.entries += planned.entries;
+  planning.scheduler->HoldSlotsForTheRest(
+      build_id, request.last() ? 0 : ShareToCome(build.entries, build.entries_expected));
   RETURN_IF_ERROR(planning.scheduler->AddUnits(build_id, std::move(planned.units),
                                                std::move(planned.cached), std::move(planned.notes),
                                                request.last(), absl::Now()));

@@ -24,6 +24,7 @@ struct PlannedPart {
   std::vector<PlannedUnit> units;
   std::map<int, v1::TaskResult> cached;  // by index in `units`
   std::vector<std::string> notes;        // what the user should know
+  int entries = 0;                       // units and sets as submitted
 };
 
 // What planning a part needs of the coordinator.

@@ -142,6 +142,13 @@ class BuildScheduler {
   absl::Status AddUnits(const std::string& build_id, std::vector<PlannedUnit> units,
                         std::map<int, v1::TaskResult> cached, std::vector<std::string> notes,
                         bool last, absl::Time now);
+  // Notes that `share_to_come` (0 to 1) of the open build `build_id` is
+  // still to be sent: until then its units hold at most the rest of its
+  // toolchain's slots, so that units scanned last (often a build's
+  // heaviest: flash-attention's backward kernels) find slots when they
+  // come. Called before the part it follows is added; nothing for a build
+  // that is not open.
+  void HoldSlotsForTheRest(const std::string& build_id, double share_to_come);
   // Drops a build whose client went away or cancelled it: its queued units
   // are forgotten and its running tasks are cancelled on their workers
   // (the next heartbeat answer tells them), keeping their slots and memory
@@ -326,6 +333,11 @@ class BuildScheduler {
   bool StartsCarefully(const PlannedUnit& planned) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The units running that start carefully, per group.
   std::map<std::string, int> RunningCarefully() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `build`, still arriving, holds all the slots it may hold now
+  // (HoldSlotsForTheRest); `running` counts tasks per build, filled once.
+  bool HoldsItsShare(const BuildState& build,
+                     std::optional<std::map<std::string, int>>& running) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inserts units in priority order (longest predicted wall time first) and
   // notes those waiting for history.
   void Enqueue(const std::string& build_id, const std::vector<int>& units)

@@ -174,6 +174,14 @@ absl::Status BuildScheduler::AddUnits(const std::string& build_id, std::vector<P
   return absl::OkStatus();
 }
 
+void BuildScheduler::HoldSlotsForTheRest(const std::string& build_id, double share_to_come) {
+  LockedSection lock(this);
+  auto it = builds_.find(build_id);
+  if (it != builds_.end() && it->second.open) {
+    it->second.share_to_come = std::clamp(share_to_come, 0.0, 1.0);
+  }
+}
+
 void BuildScheduler::AdmitUnits(const std::string& build_id, size_t first,
                                 std::map<int, v1::TaskResult> cached, absl::Time now,
                                 Deferred& deferred) {

@@ -55,6 +55,19 @@ std::map<std::string, int> BuildScheduler::RunningCarefully() const {
   return running;
 }
 
+bool BuildScheduler::HoldsItsShare(const BuildState& build,
+                                   std::optional<std::map<std::string, int>>& running) const {
+  if (!build.open || build.share_to_come <= 0) return false;
+  if (!running) {
+    running.emplace();
+    for (const auto& [id, task] : tasks_) ++(*running)[task.build_id];
+  }
+  const int slots = workers_.Capacity(build.toolchain_digest).total_slots;
+  const int allowed =
+      std::max(1, static_cast<int>(static_cast<double>(slots) * (1 - build.share_to_come)));
+  return (*running)[build.id] >= allowed;
+}
+
 std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id, absl::Time now,
                                                     Deferred& deferred) {
   WorkerState& worker = *workers_.Find(worker_id);
@@ -67,6 +80,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
   bool first = true;
   std::optional<BackfillWindow> window;
   std::optional<std::map<std::string, int>> careful;  // counted once needed
+  std::optional<std::map<std::string, int>> per_build;
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     BuildState& build = builds_.at(it->first);
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
@@ -75,6 +89,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
       continue;
     }
+    if (HoldsItsShare(build, per_build)) continue;
     if (StartsCarefully(unit.planned)) {
       // Nothing measured tells what it needs: a few of its kind at once
       // until the first reports and the rest are predicted from it.

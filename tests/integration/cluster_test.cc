@@ -590,6 +590,19 @@ TEST(BuildInPartsTest, AHostileOrOversizedPartIsRefusedWholeAndTheBuildGoesOn) {
   open.set_build_name("in parts");
   *open.mutable_toolchain() = *toolchain;
   open.set_more_units_follow(true);
+  // How many entries are to come is checked like any other count.
+  for (int bad : {-1, 4}) {
+    grpc::ClientContext bad_context;
+    v1::SubmitBuildRequest hostile = open;
+    hostile.set_entries_expected(bad);
+    auto refused = stub->SubmitBuild(&bad_context, hostile);
+    v1::BuildEvent none;
+    EXPECT_FALSE(refused->Read(&none)) << none.DebugString();
+    grpc::Status why = refused->Finish();
+    EXPECT_EQ(why.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << why.error_message();
+    EXPECT_THAT(why.error_message(), HasSubstr("entries_expected"));
+  }
+  open.set_entries_expected(3);
   auto reader = stub->SubmitBuild(&stream_context, open);
   v1::BuildEvent event;
   ASSERT_TRUE(reader->Read(&event));

@@ -532,6 +532,40 @@ TEST_F(SchedulerTest, BuildSubmittedInPartsEndsOnlyAfterItsLastPart) {
       << "the build ended";
 }
 
+// A build of 8 entries arriving in parts on 8 slots: its first quarter
+// takes 2 slots, not 8, and the longer units of later parts start before
+// the rest of the first; once the last part is in, every slot is its.
+TEST_F(SchedulerTest, ABuildStillArrivingKeepsSlotsForWhatIsToCome) {
+  std::string worker = AddWorker("a", "13.0", 8, 64 * kGiB);
+  absl::StatusOr<std::string> build = scheduler_.SubmitBuild(
+      "parts", Toolchain("13.0"), {}, {},
+      [this](const v1::BuildEvent& event) { events_.push_back(event); }, kStart,
+      /*more_to_come=*/true);
+  ASSERT_TRUE(build.ok()) << build.status();
+  auto lease_all = [&] {
+    std::vector<std::string> names;
+    while (std::optional<v1::Task> task = LeaseNow(worker)) names.push_back(task->unit().name());
+    return names;
+  };
+  scheduler_.HoldSlotsForTheRest(*build, 0.75);
+  ASSERT_TRUE(scheduler_.AddUnits(*build, PartUnits(0, 4, 10), {}, {}, false, kStart).ok());
+  EXPECT_THAT(lease_all(), ::testing::SizeIs(2)) << "a quarter of the build: a quarter of 8 slots";
+  scheduler_.HoldSlotsForTheRest(*build, 0.25);
+  ASSERT_TRUE(scheduler_.AddUnits(*build, PartUnits(4, 2, 100), {}, {}, false, kStart).ok());
+  EXPECT_THAT(lease_all(), ::testing::UnorderedElementsAre("part4", "part5", "part2", "part3"))
+      << "6 of 8 slots: the longer units of the later part first";
+  ASSERT_TRUE(scheduler_.AddUnits(*build, PartUnits(6, 2, 1), {}, {}, /*last=*/true, kStart).ok());
+  EXPECT_THAT(lease_all(), ::testing::UnorderedElementsAre("part6", "part7"))
+      << "the last part is in: nothing is held back";
+  // A build submitted whole holds nothing back, whatever it was told.
+  absl::StatusOr<std::string> whole = Submit(2);
+  ASSERT_TRUE(whole.ok());
+  scheduler_.HoldSlotsForTheRest(*whole, 0.9);
+  std::string other = AddWorker("b", "13.0", 2, 64 * kGiB);
+  EXPECT_TRUE(LeaseNow(other));
+  EXPECT_TRUE(LeaseNow(other));
+}
+
 TEST_F(SchedulerTest, LastPartOfCachedUnitsEndsTheBuildAtOnce) {
   AddWorker("a");
   absl::StatusOr<std::string> build = scheduler_.SubmitBuild(
