@@ -176,6 +176,8 @@ class Session final : public v1::LauncherSession::Service {
     }
     const RemoteCompileResult& result = *outcome.remote;
     const std::string& name = decision.plan.name;
+    const std::string exit_label =
+        decision.plan.host_compiler ? "host compiler exit code" : "nvcc exit code";
     trace_.Add("this machine", name, "scan", result.asked, result.scanned);
     trace_.Add("this machine", name, "upload", result.scanned, result.uploaded);
     trace_.Add("coordinator queue", name, "queue", result.uploaded,
@@ -184,7 +186,7 @@ class Session final : public v1::LauncherSession::Service {
                {{"peak memory", FormatByteSize(result.peak_bytes)},
                 {"predicted peak", FormatByteSize(result.predicted_bytes)},
                 {"nvcc wall time", absl::StrFormat("%.1f s", result.wall_ms / 1000.0)},
-                {"nvcc exit code", std::to_string(result.exit_code)}});
+                {exit_label, std::to_string(result.exit_code)}});
     trace_.Add("this machine", name, result.cached ? "download (cached)" : "download",
                result.finished, result.downloaded);
     tally_.toolchain = result.toolchain;
@@ -194,7 +196,10 @@ class Session final : public v1::LauncherSession::Service {
     } else {
       ++tally_.remote;
       ++tally_.per_worker[result.worker];
-      tally_.predictions.Add(result.peak_bytes, result.predicted_bytes, result.prediction_source);
+      // A compile that failed stopped early: its peak says nothing of the unit's.
+      if (result.exit_code == 0) {
+        tally_.predictions.Add(result.peak_bytes, result.predicted_bytes, result.prediction_source);
+      }
       if (result.peak_bytes > tally_.largest_peak) {
         tally_.largest_peak = result.peak_bytes;
         tally_.largest_name = decision.plan.name;
@@ -212,7 +217,7 @@ class Session final : public v1::LauncherSession::Service {
                                   result.wall_ms / 1000.0, FormatByteSize(result.peak_bytes),
                                   FormatByteSize(result.predicted_bytes),
                                   result.exit_code != 0
-                                      ? absl::StrCat("  nvcc exit code ", result.exit_code)
+                                      ? absl::StrCat("  ", exit_label, " ", result.exit_code)
                                       : "")),
         "\n"));
   }
