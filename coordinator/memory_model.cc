@@ -292,7 +292,7 @@ UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& 
   if (prior.has_value()) {
     // Anything measured here of its own closure or family knows better.
     UnitDemand measured = Predict(identity, family, parallel_compilations, instantiations, closure);
-    if (measured.basis >= PredictionBasis::kSimilarUnits) return measured;
+    if (measured.basis >= PredictionBasis::kSameClosure) return measured;
     return FromPrior(*prior, parallel_compilations, waves, instantiations);
   }
   instantiations = std::max(1, instantiations);
@@ -308,7 +308,7 @@ UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& 
     }
   }
   if (auto similar = GroupDemand(family, PredictionBasis::kSimilarUnits, instantiations)) {
-    return *similar;
+    return AtLeastDefaultForOtherClosure(*similar, closure, parallel_compilations, instantiations);
   }
   if (closure_bytes > 0) {
     if (auto sized =
@@ -319,6 +319,14 @@ UnitDemand PeakHistory::Predict(const std::string& identity, const std::string& 
   int64_t scale = std::max(1, parallel_compilations) * instantiations;
   return UnitDemand{defaults_.peak_bytes * scale, defaults_.wall * instantiations, "default",
                     PredictionBasis::kDefault};
+}
+
+UnitDemand PeakHistory::AtLeastDefaultForOtherClosure(UnitDemand demand, const std::string& closure,
+                                                      int parallel, int instantiations) const {
+  if (closure.empty()) return demand;
+  const int64_t floor = defaults_.peak_bytes * std::max(1, parallel) * std::max(1, instantiations);
+  demand.peak_bytes = std::max(demand.peak_bytes, floor);
+  return demand;
 }
 
 std::optional<UnitDemand> PeakHistory::PredictFromGroup(const std::string& key,

@@ -128,8 +128,11 @@ class PeakHistory {
   // both; plus the margin.
   // Before the similar sizes: `prior`, one compilation of its kind as
   // measured elsewhere (UnitPriors), times `parallel_compilations`, the
-  // `waves` of targets and `instantiations`, when its family is not known.
-  // A prediction from similar sizes is never below the default.
+  // `waves` of targets and `instantiations`, when its closure is not known
+  // (its kind's profile knows it better than its folder's other kinds). A
+  // prediction from similar sizes, or from its family for a unit whose own
+  // `closure` nothing measured (it includes, so instantiates, other things
+  // than the family's measured units), is never below the default.
   UnitDemand Predict(const std::string& identity, const std::string& family,
                      int parallel_compilations, int instantiations = 1,
                      const std::string& closure = "", int64_t closure_bytes = 0,
@@ -149,6 +152,11 @@ class PeakHistory {
   // while `key` has none.
   std::optional<UnitDemand> PredictFromGroup(const std::string& key, PredictionBasis basis,
                                              int instantiations) const;
+  // `demand` from a family (kSimilarUnits) raised to the default of a unit
+  // of `parallel` compilations and `instantiations` when the unit has a
+  // `closure` of its own (Predict); else `demand`.
+  UnitDemand AtLeastDefaultForOtherClosure(UnitDemand demand, const std::string& closure,
+                                           int parallel, int instantiations) const;
 
   size_t samples() const;
 

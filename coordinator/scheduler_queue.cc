@@ -68,12 +68,18 @@ void BuildScheduler::LearnFrom(const PlannedUnit& measured, int64_t peak_bytes, 
         // Its own profile, as runs of its kind here bear it out: units of
         // one closure differ in size (flash-attention's head dimensions).
         planned.demand = ScaledPrior(*planned.prior, *round->scale);
-      } else if (!one) {
+      } else if (!one || (planned.prior.has_value() && level == PredictionBasis::kSimilarUnits)) {
+        // Nothing measured, or only its folder's other kinds, which its
+        // own kind's profile knows better (PeakHistory::Predict).
         continue;
       } else {
         planned.demand = planned.instantiations <= 1
                              ? *one
                              : *history_->PredictFromGroup(*key, level, planned.instantiations);
+        if (level == PredictionBasis::kSimilarUnits) {
+          planned.demand = history_->AtLeastDefaultForOtherClosure(
+              planned.demand, planned.closure, planned.parallel, planned.instantiations);
+        }
       }
       // A unit moves when its predicted time changed by more than a second
       // and a fifth: the order is coarse, and moving costs a pass over the queue.

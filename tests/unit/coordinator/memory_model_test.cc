@@ -414,5 +414,38 @@ TEST(PeakHistoryTest, AMeasuredProfileComesAfterWhatIsMeasuredHereAndBeforeSimil
   EXPECT_EQ(measured.peak_bytes, 5 * kGiB + 5 * kGiB / 20);
 }
 
+// A folder's forward kernels ran; a backward kernel of the same folder (its
+// family), of another closure, keeps its own kind's profile: the forward
+// kernels' 3 GiB would have had it killed at 6 (the order ninja or a scan
+// sends units in decides which ran first).
+TEST(PeakHistoryTest, AProfileComesBeforeTheRunsOfItsFoldersOtherKinds) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
+  ASSERT_TRUE(history.ok());
+  (*history)->Record("fwd-64", "folder", 3 * kGiB, absl::Seconds(100), 1, "fwd");
+  const PriorCost bwd{6 * kGiB, absl::Seconds(150), "flash_bwd (a profile)"};
+  UnitDemand demand = (*history)->Predict("bwd-64", "folder", 1, 1, "bwd", 0, bwd);
+  EXPECT_EQ(demand.basis, PredictionBasis::kPrior);
+  EXPECT_EQ(demand.peak_bytes, 6 * kGiB);
+}
+
+// flash-attention's bench stub (471 MiB) and flash_api.cpp (1.9 GiB, all
+// of torch's headers) share a folder and flags: the stub's run must not
+// predict flash_api.cpp below the default. A unit with no closure known
+// (no input tree) still takes its family's figure as it is.
+TEST(PeakHistoryTest, AFamilysRunNeverPredictsAnotherClosureBelowTheDefault) {
+  absl::StatusOr<std::unique_ptr<PeakHistory>> history =
+      PeakHistory::Open("", PredictionDefaults{2 * kGiB, absl::Seconds(60), 0.95, 0.0});
+  ASSERT_TRUE(history.ok());
+  (*history)->Record("stubs", "folder", 471 * kMiB, absl::Seconds(4), 1, "stub-headers");
+  UnitDemand api = (*history)->Predict("flash_api", "folder", 1, 1, "torch-headers");
+  EXPECT_EQ(api.basis, PredictionBasis::kSimilarUnits);
+  EXPECT_EQ(api.peak_bytes, 2 * kGiB);
+  EXPECT_EQ(api.wall, absl::Seconds(4));
+  EXPECT_EQ((*history)->Predict("flash_api", "folder", 2, 3, "torch-headers").peak_bytes, 12 * kGiB)
+      << "the default of 2 compilations at once, 3 instantiations";
+  EXPECT_EQ((*history)->Predict("no-tree", "folder", 1).peak_bytes, 471 * kMiB);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator
