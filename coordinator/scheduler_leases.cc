@@ -81,6 +81,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
   std::optional<BackfillWindow> window;
   std::optional<std::map<std::string, int>> careful;  // counted once needed
   std::optional<std::map<std::string, int>> per_build;
+  std::map<std::string, bool> holding;  // per build, asked once
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     BuildState& build = builds_.at(it->first);
     if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
@@ -89,7 +90,11 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
       continue;
     }
-    if (HoldsItsShare(build, per_build)) continue;
+    if (build.open && build.share_to_come > 0) {
+      auto [holds, fresh] = holding.try_emplace(build.id, false);
+      if (fresh) holds->second = HoldsItsShare(build, per_build);
+      if (holds->second) continue;
+    }
     if (StartsCarefully(unit.planned)) {
       // Nothing measured tells what it needs: a few of its kind at once
       // until the first reports and the rest are predicted from it.
