@@ -21,6 +21,7 @@
 #include "client/remote_compile.h"
 #include "client/scan_cache.h"
 #include "common/base/files.h"
+#include "common/base/terminal_text.h"
 #include "common/nvcc/host_compiler_args.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/transport/tls_credentials.h"
@@ -282,7 +283,7 @@ LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& c
     // The scan here found every header, so the worker lacking one is a gap
     // in what was shipped, not the user's error: the local compile decides.
     reply.set_run_locally(true);
-    reply.set_reason(absl::StrCat("the worker found no ", missing,
+    reply.set_reason(absl::StrCat("the worker found no ", TerminalSafe(missing.substr(0, 200)),
                                   ", which the include scan here did not list; "
                                   "compiling here (please report this with the compile line)"));
     outcome.cluster_error = reply.reason();
