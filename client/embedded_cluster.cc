@@ -25,6 +25,8 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   // before it has waits for it, as at a coordinator's own start, instead of
   // being refused for want of workers.
   coordinator_options.scheduler.startup_grace = 2 * coordinator_options.scheduler.heartbeat_timeout;
+  // The launcher's calls of a burst start longest first (scan_cohort.h).
+  coordinator_options.scheduler.arrival_grace = absl::Milliseconds(coordinator::kArrivalGraceMs);
   absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> started =
       coordinator::Coordinator::Start(coordinator_options);
   if (absl::IsFailedPrecondition(started.status())) {

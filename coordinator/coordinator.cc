@@ -143,6 +143,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       self->memory_release_.ReleaseIfDue(absl::Now());
     }
   });
+  if (options.scheduler.arrival_grace > absl::ZeroDuration()) {
+    coordinator->grace_timer_ = std::thread([self] {
+      while (!self->stop_.HasBeenNotified()) {
+        self->scheduler_->OfferAfterGrace(absl::Milliseconds(200));
+      }
+    });
+  }
   coordinator->SayHowItServes(mode, state);
   return coordinator;
 }
@@ -259,6 +266,7 @@ Coordinator::~Coordinator() {
   // gRPC thread.
   if (reports_) reports_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
+  if (grace_timer_.joinable()) grace_timer_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (cas_io_) cas_io_->Shutdown();
   cross_checker_.reset();

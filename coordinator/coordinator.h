@@ -149,6 +149,9 @@ class Coordinator {
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;
+  // Offers the units an arrival grace held back when it ends
+  // (SchedulerOptions::arrival_grace); none without a grace.
+  std::thread grace_timer_;
 };
 
 }  // namespace distcc_cuda::coordinator

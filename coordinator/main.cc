@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, default_unit_memory, "2GiB",
           "peak memory predicted for a unit never measured and with no similar unit, per "
           "parallel compilation (-gencode targets run at once under --threads)");
 ABSL_FLAG(int, default_unit_seconds, 60, "wall time predicted for such a unit");
+ABSL_FLAG(int, arrival_grace_ms, distcc_cuda::coordinator::kArrivalGraceMs,
+          "units that reach an empty queue wait this long before the first is offered, so "
+          "that units submitted together start longest first; 0: offered at once");
 ABSL_FLAG(double, prior_memory_scale, 1.0,
           "multiplies the peaks of the measured profiles units of a known kind are first "
           "predicted from (coordinator/data/unit_priors.csv); for simulations whose units are "
@@ -147,6 +150,13 @@ int main(int argc, char** argv) {
   // of heartbeats; builds resubmitted meanwhile wait for them.
   options.scheduler.startup_grace = 2 * options.scheduler.heartbeat_timeout;
   options.scheduler.cross_check_rate = absl::GetFlag(FLAGS_cross_check_rate);
+  options.scheduler.arrival_grace = absl::Milliseconds(absl::GetFlag(FLAGS_arrival_grace_ms));
+  if (absl::GetFlag(FLAGS_arrival_grace_ms) < 0 || absl::GetFlag(FLAGS_arrival_grace_ms) > 10000) {
+    std::cerr << "distcc-cuda-coordinator: --arrival-grace-ms must be between 0 (offer units at "
+                 "once) and 10000, not "
+              << absl::GetFlag(FLAGS_arrival_grace_ms) << "\n";
+    return 2;
+  }
   if (!(options.scheduler.cross_check_rate >= 0 && options.scheduler.cross_check_rate <= 1)) {
     std::cerr << "distcc-cuda-coordinator: --cross-check-rate must be between 0 and 1 (0.01: one "
                  "unit in a hundred), not "

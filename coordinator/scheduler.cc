@@ -169,7 +169,9 @@ absl::Status BuildScheduler::RequestLease(const std::string& worker_id, absl::Ti
   {
     LockedSection lock(this, &deferred);
     RETURN_IF_ERROR(WorkerOf(worker_id, peer, deferred).status());
-    std::optional<v1::Task> task = TakeTaskFor(worker_id, now, deferred);
+    // During an arrival grace nothing is offered (Dispatch offers it after).
+    std::optional<v1::Task> task;
+    if (!in_grace_ || now >= offer_after_) task = TakeTaskFor(worker_id, now, deferred);
     if (task || deadline <= now) {
       deferred.leases.emplace_back(std::move(callback), std::move(task));
     } else {

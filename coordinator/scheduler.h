@@ -39,6 +39,10 @@ using ResultRecorder = std::function<void(const std::string& action_digest, cons
 // Finds a stored result by action digest (for units made during a build).
 using ResultLookup = std::function<std::optional<v1::TaskResult>(const std::string& action_digest)>;
 
+// SchedulerOptions::arrival_grace of a coordinator (--arrival-grace-ms) and
+// of the embedded default.
+inline constexpr int kArrivalGraceMs = 50;
+
 struct SchedulerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A worker with no heartbeat for this long is dropped and its units re-queued.
@@ -64,6 +68,12 @@ struct SchedulerOptions {
   // measured predicts (no runs here, no measured profile), at most this many
   // run at once until the first of them reports; 0: no limit.
   int careful_start_units = 2;
+  // Units that reach an empty queue wait this long before the first of them
+  // is offered to a worker, so that units submitted together (a launcher
+  // session's burst, client/scan_cohort.h) are queued side by side and start
+  // longest first, not in the order their calls happened to reach us. A
+  // grace is not extended by what arrives during it. 0: offered at once.
+  absl::Duration arrival_grace = absl::ZeroDuration();
   // The wall clock of the times it keeps for people (leases, ends, build
   // records), of its ids' epoch and of its start; the times that drive its
   // decisions (heartbeats, deadlines) are passed to each call as `now`.
@@ -159,6 +169,10 @@ class BuildScheduler {
   // Drops silent workers (re-queueing their units), times out tasks and
   // answers parked lease requests whose wait ran out. Call periodically.
   void Tick(absl::Time now);
+  // For the coordinator's timer: waits up to `most` for units held back by
+  // SchedulerOptions::arrival_grace, then until their grace ends, and offers
+  // them. Returns at once (after `most`) when nothing is held back.
+  void OfferAfterGrace(absl::Duration most);
 
   v1::ClusterStatus Status(absl::Time now) const;
   // What it counts for /metrics (thread-safe).
@@ -418,6 +432,10 @@ class BuildScheduler {
   // Queued units waiting for the first runs of a closure family or family
   // (WaitForHistory, LearnFrom).
   HistoryWaits waiting_ ABSL_GUARDED_BY(mu_);
+  // Units reached an empty queue: none is offered before offer_after_
+  // (SchedulerOptions::arrival_grace).
+  bool in_grace_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time offer_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace distcc_cuda::coordinator

@@ -190,6 +190,11 @@ void BuildScheduler::AdmitUnits(const std::string& build_id, size_t first,
   for (size_t i = first; i < build.units.size(); ++i) {
     if (!cached.count(i - first)) ready.push_back(i);
   }
+  if (!ready.empty() && queue_.empty() && options_.arrival_grace > absl::ZeroDuration() &&
+      !in_grace_) {
+    in_grace_ = true;
+    offer_after_ = now + options_.arrival_grace;
+  }
   Enqueue(build_id, ready);
   const std::string toolchain_digest = build.toolchain_digest;
   for (auto& [index, result] : cached) {

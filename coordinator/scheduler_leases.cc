@@ -141,9 +141,29 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
 }
 
 void BuildScheduler::Dispatch(absl::Time now, Deferred& deferred) {
+  if (in_grace_) {
+    if (now < offer_after_) return;
+    in_grace_ = false;
+  }
   parked_.Serve([&](const std::string& id) { return workers_.Find(id) == nullptr; },
                 [&](const std::string& id) { return TakeTaskFor(id, now, deferred); },
                 [&] { return !queue_.empty(); }, deferred.leases);
+}
+
+void BuildScheduler::OfferAfterGrace(absl::Duration most) {
+  absl::Time until;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&in_grace_), most)) return;
+    until = offer_after_;
+  }
+  absl::SleepFor(until - absl::Now());
+  Deferred deferred;
+  {
+    LockedSection lock(this, &deferred);
+    Dispatch(absl::Now(), deferred);
+  }
+  RunDeferred(deferred);
 }
 
 std::optional<TaskState> BuildScheduler::EndTask(const std::string& task_id) {
