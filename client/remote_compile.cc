@@ -317,6 +317,29 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
   return closure;
 }
 
+bool RemoteCompiler::ToolchainServed(const v1::ToolchainFingerprint& toolchain) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (served_toolchains_.count(toolchain.digest())) return true;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ClusterStatus status;
+  if (!v1::BuildService::NewStub(channel_)
+           ->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &status)
+           .ok()) {
+    return false;
+  }
+  for (const v1::WorkerStatus& worker : status.workers()) {
+    if (worker.toolchain().digest() == toolchain.digest()) {
+      absl::MutexLock lock(&mu_);
+      served_toolchains_.insert(toolchain.digest());
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::Status RemoteCompiler::Unreachable(const std::string& what) const {
   return absl::UnavailableError(
       absl::StrCat("cannot reach the coordinator at ", address_, " (", what,
@@ -330,6 +353,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   const std::string& directory = call.working_directory;
   RemoteCompileResult compiled;
   compiled.asked = absl::Now();
+  ScanCohort::Member member(cohort_, compiled.asked);
   ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain, ToolchainOf(call.nvcc()));
   if (plan.host_compiler) RETURN_IF_ERROR(CheckHostCompiler(call.compiler, toolchain));
   RETURN_IF_ERROR(CheckBeforeScan(plan.name, directory, plan.flags, plan.source, CompilerOf(plan)));
@@ -347,16 +371,8 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   };
   RETURN_IF_ERROR(UseKnownTreeOrBuild(launched, scan_cache));
 
-  // The unit goes first: a result the coordinator holds needs none of its
-  // inputs, so an unchanged rebuild uploads nothing and asks for nothing.
-  // A coordinator that lacks an input says so (FAILED_PRECONDITION naming
-  // them MISSING); the missing ones are uploaded and the unit sent again.
-  // Any other refusal (no worker has this toolchain) ends here at once.
   CasClient cas(v1::ContentStore::NewStub(channel_));
-  compiled.uploaded = absl::Now();  // nothing to upload, until the coordinator asks
-  Submitted submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
-  const bool cancelled = cancel != nullptr && cancel->cancelled();
-  if (WorthUploading(submitted.status) && !cancelled) {
+  auto upload = [&]() -> absl::Status {
     if (!launched.tree_built) RETURN_IF_ERROR(BuildLaunchedTree(launched, scan_cache));
     absl::StatusOr<int> uploaded = cas.UploadMissing(launched.files.AllBlobs());
     if (!uploaded.ok()) {
@@ -366,6 +382,27 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
       return Annotate(uploaded.status(), "uploading the inputs of " + plan.source);
     }
     compiled.uploaded = absl::Now();
+    return absl::OkStatus();
+  };
+  // A tree built here is new or changed: what the store lacks goes up
+  // before the call waits for its cohort, so that the units of a burst
+  // reach the coordinator's queue moments apart, not one upload apart, and
+  // it starts the longest first (ScanCohort). Only for a toolchain that a
+  // worker has: otherwise the unit goes first, and its refusal uploads
+  // nothing.
+  compiled.uploaded = absl::Now();
+  if (launched.tree_built && ToolchainServed(toolchain)) RETURN_IF_ERROR(upload());
+  member.AwaitCohort(ScanCohort::kMostGatherWait, cancel);
+
+  // The unit goes first: a result the coordinator holds needs none of its
+  // inputs, so an unchanged rebuild uploads nothing and asks for nothing.
+  // A coordinator that lacks an input says so (FAILED_PRECONDITION naming
+  // them MISSING); the missing ones are uploaded and the unit sent again.
+  // Any other refusal (no worker has this toolchain) ends here at once.
+  Submitted submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
+  const bool cancelled = cancel != nullptr && cancel->cancelled();
+  if (WorthUploading(submitted.status) && !cancelled) {
+    RETURN_IF_ERROR(upload());
     submitted = SubmitOnce(channel_, launched.request, cancel, compiled);
   }
   if (cancel != nullptr && cancel->cancelled()) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "absl/time/time.h"
 #include "client/launcher_call.h"
 #include "client/scan_cache.h"
+#include "client/scan_cohort.h"
 #include "common/base/cancellation.h"
 #include "common/base/machine_slots.h"
 #include "distcc_cuda/v1/build.pb.h"
@@ -94,6 +96,9 @@ class RemoteCompiler {
   // which it is, otherwise: its compiles then run here.
   absl::Status CheckHostCompiler(const std::string& compiler,
                                  const v1::ToolchainFingerprint& toolchain);
+  // Whether a connected worker has `toolchain`, from the coordinator's
+  // status: a yes is kept for the session, a no (or no answer) asked again.
+  bool ToolchainServed(const v1::ToolchainFingerprint& toolchain);
   // UNAVAILABLE for a coordinator that cannot be reached (`what` says how).
   absl::Status Unreachable(const std::string& what) const;
 
@@ -102,11 +107,14 @@ class RemoteCompiler {
   absl::Mutex mu_;
   std::map<std::string, v1::ToolchainFingerprint> toolchains_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> host_versions_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> served_toolchains_ ABSL_GUARDED_BY(mu_);  // their digests
   int scans_free_ ABSL_GUARDED_BY(mu_);
   const std::string scan_cache_folder_;
   const EnvironmentVariables nvcc_variables_;
   const std::string state_dir_;
   std::shared_ptr<MachineSlots> machine_slots_;  // may be null
+  // The calls started together reach the coordinator together.
+  ScanCohort cohort_;
 };
 
 // A launcher call's answer, and the remote result when it compiled there.

@@ -200,6 +200,51 @@ TEST_F(HostCompileTest, AnotherCompilerThanTheToolchainsRunsHereSayingWhich) {
   EXPECT_TRUE(fs::exists(proj_ + "/obj/api.o"));
 }
 
+// A build tool starts its jobs together, and its calls are ready to be
+// submitted at different times: here the kernel, with 1,500 headers of the
+// project to hash and upload, a second after the host compiles. The calls
+// of such a burst reach the coordinator together (ScanCohort) and its queue
+// starts the longest predicted first (the arrival grace): the kernel (a
+// flash-attention forward kernel by its marker header and name: 131 s from
+// the measured prior) before the host compiles (the 60 s default), on one
+// slot. Without them the host compiles, ready first, all ran before it.
+TEST_F(HostCompileTest, TheLongestOfABurstStartsFirstThoughItIsReadyLast) {
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/include/flash_fwd_launch_template.h",
+                                  "#pragma once\ntemplate <int D> __global__ void Fwd(float* o) "
+                                  "{ o[threadIdx.x] = D; }\n")
+                  .ok());
+  std::string all;
+  for (int i = 0; i < 1500; ++i) {
+    ASSERT_TRUE(
+        WriteFileAtomically(absl::StrCat(proj_, "/include/gen/g", i, ".h"),
+                            absl::StrCat("#pragma once\nconstexpr int kG", i, " = ", i, ";\n"))
+            .ok());
+    absl::StrAppend(&all, "#include \"gen/g", i, ".h\"\n");
+  }
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/include/gen/all.h", all).ok());
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/src/flash_fwd_hdim64_fp16.cu",
+                                  "#include \"flash_fwd_launch_template.h\"\n"
+                                  "#include \"gen/all.h\"\n"
+                                  "template __global__ void Fwd<64>(float*);\n")
+                  .ok());
+  std::string makefile = "all: obj/fwd.o";
+  std::string rules =
+      "obj/fwd.o: src/flash_fwd_hdim64_fp16.cu\n"
+      "\t$(PYTORCH_NVCC) -gencode arch=compute_100,code=sm_100 -Iinclude -c $< -o $@\n";
+  for (const char* name : {"h1", "h2", "h3"}) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(proj_, "/src/", name, ".cpp"), kSource).ok());
+    absl::StrAppend(&makefile, " obj/", name, ".o");
+    absl::StrAppend(&rules, "obj/", name, ".o: src/", name,
+                    ".cpp\n\t$(CXX) -O2 -Iinclude -c $< -o $@\n");
+  }
+  ASSERT_TRUE(WriteFileAtomically(proj_ + "/Makefile", makefile + "\n" + rules).ok());
+  ProcessResult build = Build({"--state-dir", root_ + "/state", "--slots", "1"}, "make -j4");
+  ASSERT_EQ(build.exit_code, 0) << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, HasSubstr("4 on the cluster (4 compiled"));
+  // On one slot, what finishes first started first.
+  EXPECT_THAT(build.stderr_text, HasSubstr("[1 done, 3 on the cluster] flash_fwd_hdim64_fp16.cu"));
+}
+
 // The most compiler back ends (cc1plus) of this test's processes that ran
 // at once while it lived, sampled every 10 ms.
 class CompilerCount {
