@@ -138,7 +138,7 @@ def vmstat_oom_kills():
 
 class Cluster:
     def __init__(self, bin_dir, fake, root, nodes, slots, cap_bytes, admission, default_mem,
-                 mechanism, worker_args=(), memory_scale=1, time_scale=1):
+                 mechanism, worker_args=(), memory_scale=1, time_scale=1, coordinator_args=()):
         self.procs = []
         self.logs = []
         state = os.path.join(root, "state")
@@ -149,7 +149,7 @@ class Cluster:
              "--default-unit-memory", str(default_mem), "--default-unit-seconds", "2",
              # Its measured profiles of real units, scaled as the workload is.
              "--prior-memory-scale", str(1 / memory_scale),
-             "--prior-time-scale", str(1 / time_scale)],
+             "--prior-time-scale", str(1 / time_scale), *coordinator_args],
             stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(self.coordinator)
         self.address = wait_for(os.path.join(root, "coordinator.log"),
@@ -217,7 +217,7 @@ def run_policy(args, label, units, db, root, admission, slots, state_from=None, 
     default_mem = int(args.default_unit_mib * MIB / args.memory_scale)
     cluster = Cluster(args.bin_dir, args.fake, run_root, args.nodes, slots, args.cap_bytes,
                       admission, default_mem, args.mechanism, args.worker_args.split(),
-                      args.memory_scale, args.time_scale)
+                      args.memory_scale, args.time_scale, args.coordinator_args.split())
     settle()
     ooms_before = vmstat_oom_kills()
     start = time.time()
@@ -332,6 +332,8 @@ def main():
                         help="cold-start prediction per compilation, simulated MiB")
     parser.add_argument("--mechanism", default="", help="worker --memory-mechanism")
     parser.add_argument("--worker-args", default="", help="more worker flags, space-separated")
+    parser.add_argument("--coordinator-args", default="",
+                        help="more coordinator flags, space-separated (e.g. --arrival-grace-ms=0)")
     parser.add_argument("--max-k", type=int, default=16)
     parser.add_argument("--workloads", default="fa96,fa96x5")
     parser.add_argument("--policies", default="",

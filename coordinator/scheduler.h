@@ -68,11 +68,13 @@ struct SchedulerOptions {
   // measured predicts (no runs here, no measured profile), at most this many
   // run at once until the first of them reports; 0: no limit.
   int careful_start_units = 2;
-  // Units that reach an empty queue wait this long before the first of them
-  // is offered to a worker, so that units submitted together (a launcher
-  // session's burst, client/scan_cohort.h) are queued side by side and start
-  // longest first, not in the order their calls happened to reach us. A
-  // grace is not extended by what arrives during it. 0: offered at once.
+  // The units of a build submitted whole that reach an empty queue wait
+  // this long before the first of them is offered to a worker, so that
+  // builds submitted together (a launcher session's burst of builds of one
+  // unit, client/scan_cohort.h) are queued side by side and start longest
+  // first, not in the order their calls happened to reach us. A grace is
+  // not extended by what arrives during it; a build arriving in parts
+  // starts none (it keeps its slots by HoldSlotsForTheRest). 0: at once.
   absl::Duration arrival_grace = absl::ZeroDuration();
   // The wall clock of the times it keeps for people (leases, ends, build
   // records), of its ids' epoch and of its start; the times that drive its

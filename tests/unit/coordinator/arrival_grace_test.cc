@@ -23,6 +23,19 @@ v1::ToolchainFingerprint Toolchain() {
   return toolchain;
 }
 
+// A unit named `name`, predicted to take `wall`.
+PlannedUnit UnitNamed(const std::string& name, absl::Duration wall) {
+  PlannedUnit unit;
+  unit.unit.set_name(name);
+  unit.action_digest = "action-" + name;
+  unit.identity = "identity-" + name;
+  unit.family = "family";
+  unit.demand.peak_bytes = 100 * kMiB;
+  unit.demand.wall = wall;
+  unit.demand.source = "default";
+  return unit;
+}
+
 class ArrivalGraceTest : public ::testing::Test {
  protected:
   void Start(absl::Duration grace, absl::Time now = kStart) {
@@ -33,7 +46,7 @@ class ArrivalGraceTest : public ::testing::Test {
     request.set_name("w");
     *request.mutable_toolchain() = Toolchain();
     request.set_memory_cap_bytes(8 * 1024 * kMiB);
-    request.set_slots(1);
+    request.set_slots(2);
     absl::StatusOr<std::string> id = scheduler_->RegisterWorker(request, now);
     ASSERT_TRUE(id.ok()) << id.status();
     worker_ = *id;
@@ -41,18 +54,11 @@ class ArrivalGraceTest : public ::testing::Test {
 
   // A build of one unit named `name`, predicted to take `wall`.
   void Submit(const std::string& name, absl::Duration wall, absl::Time now) {
-    PlannedUnit unit;
-    unit.unit.set_name(name);
-    unit.action_digest = "action-" + name;
-    unit.identity = "identity-" + name;
-    unit.family = "family";
-    unit.demand.peak_bytes = 100 * kMiB;
-    unit.demand.wall = wall;
-    unit.demand.source = "default";
-    ASSERT_TRUE(scheduler_
-                    ->SubmitBuild(
-                        name, Toolchain(), {unit}, {}, [](const v1::BuildEvent&) {}, now)
-                    .ok());
+    ASSERT_TRUE(
+        scheduler_
+            ->SubmitBuild(
+                name, Toolchain(), {UnitNamed(name, wall)}, {}, [](const v1::BuildEvent&) {}, now)
+            .ok());
   }
 
   // The worker asks for work at `now` and waits up to a minute.
@@ -103,6 +109,26 @@ TEST_F(ArrivalGraceTest, AGraceIsNotExtendedByWhatArrivesDuringIt) {
   EXPECT_FALSE(leased_) << "offered during the grace";
   scheduler_->Tick(kStart + absl::Seconds(1));
   EXPECT_EQ(leased_, "later");
+}
+
+// A build arriving in parts starts no grace: it keeps its slots by
+// HoldSlotsForTheRest, and a grace made its longest units start all at
+// once (more memory kills in bench/scheduler.sh's fa96x5).
+TEST_F(ArrivalGraceTest, ABuildArrivingInPartsStartsNoGrace) {
+  Start(absl::Seconds(1));
+  absl::StatusOr<std::string> build = scheduler_->SubmitBuild(
+      "parts", Toolchain(), {}, {}, [](const v1::BuildEvent&) {}, kStart,
+      /*more_to_come=*/true);
+  ASSERT_TRUE(build.ok()) << build.status();
+  auto part = [](const std::string& name) {
+    return std::vector<PlannedUnit>{UnitNamed(name, absl::Seconds(10))};
+  };
+  AskForWork(kStart);
+  ASSERT_TRUE(scheduler_->AddUnits(*build, part("first"), {}, {}, false, kStart).ok());
+  EXPECT_EQ(leased_, "first") << "a part waited for a grace";
+  ASSERT_TRUE(scheduler_->AddUnits(*build, part("second"), {}, {}, true, kStart).ok());
+  AskForWork(kStart);
+  EXPECT_EQ(leased_, "second") << "a part waited for a grace";
 }
 
 // The coordinator's timer offers the units held back as the grace ends,
