@@ -41,8 +41,9 @@ ABSL_FLAG(std::string, default_unit_memory, "2GiB",
           "parallel compilation (-gencode targets run at once under --threads)");
 ABSL_FLAG(int, default_unit_seconds, 60, "wall time predicted for such a unit");
 ABSL_FLAG(int, arrival_grace_ms, distcc_cuda::coordinator::kArrivalGraceMs,
-          "units that reach an empty queue wait this long before the first is offered, so "
-          "that units submitted together start longest first; 0: offered at once");
+          "the units of a build submitted whole (a launcher call) that reach an empty queue "
+          "wait this long before the first is offered, so that builds submitted together start "
+          "longest first; 0: offered at once");
 ABSL_FLAG(double, prior_memory_scale, 1.0,
           "multiplies the peaks of the measured profiles units of a known kind are first "
           "predicted from (coordinator/data/unit_priors.csv); for simulations whose units are "
