@@ -40,14 +40,20 @@ class CasService final : public CasServiceBase {
   grpc::ServerWriteReactor<v1::ReadBlobResponse>* ReadBlob(
       grpc::CallbackServerContext* context, const v1::ReadBlobRequest* request) override;
 
- private:
-  // OK if the caller may use the content store.
-  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
-  // The calls' work, on parsed messages.
+  // The calls' work, on parsed messages (also the Remote Execution API's,
+  // reapi_cas_service.h). Disk work: not on a reactor's thread.
   absl::Status FindMissing(const v1::FindMissingBlobsRequest& request,
                            v1::FindMissingBlobsResponse& response);
   void BatchUpdate(const v1::BatchUpdateBlobsRequest& request,
                    v1::BatchUpdateBlobsResponse& response);
+
+  CasStore* store() const { return store_; }
+  int64_t max_blob_bytes() const { return max_blob_bytes_; }
+  BoundedExecutor* io() const { return io_; }
+
+ private:
+  // OK if the caller may use the content store.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 
   const AccessControl* access_;
   CasStore* store_;
