@@ -12,6 +12,8 @@
 #include "coordinator/build_service.h"
 #include "coordinator/cas_service.h"
 #include "coordinator/dashboard.h"
+#include "coordinator/reapi_cas_service.h"
+#include "coordinator/reapi_execution_service.h"
 #include "coordinator/result_cache.h"
 #include "coordinator/scheduler_metrics.h"
 #include "coordinator/worker_service.h"
@@ -135,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use or not local?); choose another --listen address"));
   }
+  RETURN_IF_ERROR(coordinator->StartReapiServer());
   RETURN_IF_ERROR(coordinator->StartHttpServers(registry));
   coordinator->ticker_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
@@ -152,6 +155,42 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   coordinator->SayHowItServes(mode, state);
   return coordinator;
+}
+
+absl::Status Coordinator::StartReapiServer() {
+  if (options_.reapi_listen.empty()) return absl::OkStatus();
+  if (!options_.tls && !options_.insecure && !IsLoopbackAddress(options_.reapi_listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to serve the Remote Execution API on ", options_.reapi_listen,
+        " without TLS: anyone who can reach it could run compiles and read sources. Pass "
+        "--tls-ca, --tls-cert and --tls-key (REAPI clients then need a client certificate: Bazel's "
+        "--tls_certificate, --tls_client_certificate, --tls_client_key), or serve it on "
+        "127.0.0.1"));
+  }
+  Planning planning{cas_.get(),       results_.get(),  history_.get(), unit_sizes_.get(),
+                    scheduler_.get(), options_.limits, nullptr};
+  const AccessControl* access = access_.get();
+  reapi_services_.push_back(std::make_unique<ReapiCapabilities>(access));
+  reapi_services_.push_back(std::make_unique<ReapiContentStore>(access, cas_service_.get()));
+  reapi_services_.push_back(std::make_unique<ReapiByteStream>(access, cas_service_.get()));
+  reapi_services_.push_back(std::make_unique<ReapiActionCache>(access, planning, cas_io_.get()));
+  reapi_services_.push_back(std::make_unique<ReapiExecution>(access, planning, planner_.get()));
+  grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(
+      options_.reapi_listen,
+      options_.tls ? ServerCredentials(*options_.tls) : grpc::InsecureServerCredentials(),
+      &reapi_port_);
+  for (const auto& service : reapi_services_) builder.RegisterService(service.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  reapi_server_ = builder.BuildAndStart();
+  if (reapi_server_ == nullptr || reapi_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve the Remote Execution API on ", options_.reapi_listen,
+                     " (address in use or not local?); choose another --reapi-listen address"));
+  }
+  spdlog::info("serving the Remote Execution API on port {}", reapi_port_);
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::StartHttpServers(std::shared_ptr<prometheus::Registry> registry) {
@@ -267,6 +306,9 @@ Coordinator::~Coordinator() {
   if (reports_) reports_->Shutdown();
   if (ticker_.joinable()) ticker_.join();
   if (grace_timer_.joinable()) grace_timer_.join();
+  if (reapi_server_) {
+    reapi_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (cas_io_) cas_io_->Shutdown();
   cross_checker_.reset();

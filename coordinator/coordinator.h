@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -28,6 +29,7 @@
 namespace grpc {
 class Channel;
 class Server;
+class Service;
 }  // namespace grpc
 
 namespace distcc_cuda::coordinator {
@@ -58,6 +60,10 @@ struct CoordinatorOptions {
   BuildLimits limits;
   // The largest blob the content store takes (--max-blob-size).
   int64_t max_blob_bytes = int64_t{4} << 30;
+  // HOST:PORT to serve the Remote Execution API on (Bazel's
+  // --remote_executor; reapi_execution_service.h), with the same
+  // credentials and roles as `listen_address`; "": not served.
+  std::string reapi_listen;
   // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
   std::string metrics_listen;
   // HOST:PORT to serve the live dashboard on (/, /api/status,
@@ -87,6 +93,8 @@ class Coordinator {
   ~Coordinator();
 
   int port() const { return port_; }
+  // The port the Remote Execution API is served on; 0 if it is not.
+  int reapi_port() const { return reapi_port_; }
   // "127.0.0.1:PORT", where clients and workers reach it; for one started
   // `in_process`, a description for messages.
   std::string address() const;
@@ -104,6 +112,8 @@ class Coordinator {
   // options_ asks for them (registry: the coordinator's metrics); the log
   // line that says how it serves, with a warning when that is insecure.
   absl::Status StartHttpServers(std::shared_ptr<prometheus::Registry> registry);
+  // Serves the Remote Execution API where options_ asks for it.
+  absl::Status StartReapiServer();
   void SayHowItServes(AccessControl::Mode mode, const std::string& state) const;
 
   // Revokes the worker identity `name` for `reason` and acts on it.
@@ -143,6 +153,10 @@ class Coordinator {
   std::unique_ptr<BuildService> build_service_;
   std::unique_ptr<WorkerService> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  // The Remote Execution API, on its own address (options_.reapi_listen).
+  std::vector<std::unique_ptr<grpc::Service>> reapi_services_;
+  std::unique_ptr<grpc::Server> reapi_server_;
+  int reapi_port_ = 0;
   // Reads the scheduler and the store: stopped first.
   std::unique_ptr<HttpServer> metrics_server_;
   std::unique_ptr<HttpServer> dashboard_server_;

@@ -72,6 +72,10 @@ ABSL_FLAG(std::string, max_output, "1MiB",
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on, at /metrics (e.g. 127.0.0.1:9464); off by "
           "default; an address other than loopback needs --http-open");
+ABSL_FLAG(std::string, reapi_listen, "",
+          "HOST:PORT to serve the Remote Execution API on (Bazel: "
+          "--remote_executor=grpc://HOST:PORT): its nvcc and g++ actions run on this "
+          "coordinator's workers, under the same TLS and roles as --listen; empty: not served");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT to serve the live dashboard on (e.g. 127.0.0.1:8080): workers, their "
           "memory and running units, the queue, the last builds and their timelines; off by "
@@ -145,6 +149,7 @@ int main(int argc, char** argv) {
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.reapi_listen = absl::GetFlag(FLAGS_reapi_listen);
   options.http_reachable = absl::GetFlag(FLAGS_http_open);
   options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   // Workers of a coordinator that restarted register again within a couple
@@ -215,6 +220,13 @@ int main(int argc, char** argv) {
   }
   // Lets scripts started with port 0 learn the port.
   std::cout << "listening on " << (*coordinator)->address() << std::endl;
+  if ((*coordinator)->reapi_port() != 0) {
+    const std::string& reapi = options.reapi_listen;
+    std::string host = reapi.substr(0, reapi.rfind(':'));
+    std::cout << "Remote Execution API on " << host << ":" << (*coordinator)->reapi_port()
+              << " (Bazel: --remote_executor=grpc://" << host << ":" << (*coordinator)->reapi_port()
+              << ")" << std::endl;
+  }
   if (!(*coordinator)->dashboard_url().empty()) {
     std::cout << "dashboard at " << (*coordinator)->dashboard_url() << "/" << std::endl;
   }

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coordinator/reapi_execution_service.h"
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/base/status.h"
+#include "coordinator/reapi_action.h"
+#include "coordinator/reapi_cas_service.h"
+#include "coordinator/reapi_operations.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::coordinator {
+namespace {
+
+// The toolchains of the connected workers.
+std::vector<v1::ToolchainFingerprint> ServedToolchains(const BuildScheduler& scheduler) {
+  std::vector<v1::ToolchainFingerprint> served;
+  const v1::ClusterStatus status = scheduler.Status(absl::Now());
+  for (const v1::WorkerStatus& worker : status.workers()) {
+    served.push_back(worker.toolchain());
+  }
+  return served;
+}
+
+// The platform an Action asks for: its own, or (REAPI before 2.2) its
+// Command's.
+const reapi::Platform& PlatformOf(const reapi::Action& action, const reapi::Command& command) {
+  return action.has_platform() ? action.platform() : command.platform();
+}
+
+// What an Execute needs to know of its Action before it plans it.
+struct ReadAction {
+  reapi::Action action;
+  reapi::Command command;
+  v1::ToolchainFingerprint toolchain;
+};
+
+absl::StatusOr<ReadAction> ReadActionOf(const reapi::Digest& digest, const Planning& planning) {
+  ReadAction read;
+  RETURN_IF_ERROR(ReadMessageBlob(*planning.cas, digest, "the action", read.action));
+  RETURN_IF_ERROR(ReadMessageBlob(*planning.cas, read.action.command_digest(),
+                                  "the action's command", read.command));
+  ASSIGN_OR_RETURN(read.toolchain, ChooseToolchain(PlatformOf(read.action, read.command),
+                                                   ServedToolchains(*planning.scheduler)));
+  return read;
+}
+
+// The result this coordinator earned for the Action `action_hash` with
+// `toolchain`, if it still has it whole.
+std::optional<v1::TaskResult> EarnedResult(const Planning& planning, const std::string& action_hash,
+                                           const v1::ToolchainFingerprint& toolchain) {
+  std::optional<v1::TaskResult> found = planning.results->Lookup(action_hash);
+  if (!found || found->toolchain_digest() != toolchain.digest()) return std::nullopt;
+  return found;
+}
+
+// Whether `result` may answer its Action from now on: a compile that ran to
+// the end and succeeded.
+bool Cacheable(const v1::TaskResult& result) {
+  return result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0;
+}
+
+// Takes the events of an Action's one-unit build to its operation.
+class ExecutionEvents {
+ public:
+  ExecutionEvents(std::shared_ptr<ReapiOperation> operation, const Planning& planning,
+                  std::string action_hash, bool cache, CasPin* pin)
+      : operation_(std::move(operation)),
+        planning_(planning),
+        action_hash_(std::move(action_hash)),
+        cache_(cache),
+        pin_(pin) {}
+
+  void operator()(const v1::BuildEvent& event) {
+    if (event.has_accepted()) {
+      operation_->Stage(reapi::ExecutionStage::QUEUED);
+    } else if (event.has_unit_started()) {
+      operation_->Stage(reapi::ExecutionStage::EXECUTING);
+    } else if (event.has_unit_finished()) {
+      Finished(event.unit_finished());
+    } else if (event.has_finished() && !operation_->done()) {
+      operation_->Fail(absl::InternalError(
+          absl::StrCat("the action's build ended without a result: ", event.finished().message())));
+    }
+  }
+
+ private:
+  void Finished(const v1::BuildEvent::UnitFinished& finished) {
+    const v1::TaskResult& result = finished.result();
+    std::vector<Digest> outputs;
+    for (const v1::OutputFile& output : result.outputs()) {
+      outputs.push_back(FromProto(output.digest()));
+    }
+    pin_->Add(outputs);
+    absl::StatusOr<reapi::ExecuteResponse> response =
+        ExecuteResponseOf(result, finished.unit(), finished.cached(), *planning_.cas);
+    if (!response.ok()) {
+      operation_->Fail(response.status());
+      return;
+    }
+    // The Action's own cache entry: only for a result a worker earned.
+    if (cache_ && Cacheable(result)) planning_.results->Record(action_hash_, result);
+    operation_->Finish(*response);
+  }
+
+  const std::shared_ptr<ReapiOperation> operation_;
+  const Planning planning_;
+  const std::string action_hash_;
+  const bool cache_;
+  CasPin* const pin_;
+};
+
+// Reads, checks and plans the Action of `request` and hands its unit to
+// the scheduler; the operation ends when the unit does. An error is what
+// the operation ends with.
+absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning& planning,
+                            const std::shared_ptr<ReapiOperation>& operation) {
+  ASSIGN_OR_RETURN(ReadAction read, ReadActionOf(request.action_digest(), planning));
+  const std::string& action_hash = request.action_digest().hash();
+  const bool cache = !read.action.do_not_cache();
+  if (cache && !request.skip_cache_lookup()) {
+    if (std::optional<v1::TaskResult> earned =
+            EarnedResult(planning, action_hash, read.toolchain)) {
+      v1::CompileUnit named;
+      named.set_name(action_hash.substr(0, 12));
+      ASSIGN_OR_RETURN(reapi::ExecuteResponse response,
+                       ExecuteResponseOf(*earned, named, /*cached=*/true, *planning.cas));
+      operation->Finish(response);
+      return absl::OkStatus();
+    }
+  }
+  ASSIGN_OR_RETURN(Digest root, ConvertInputRoot(*planning.cas, read.action.input_root_digest(),
+                                                 planning.limits));
+  ASSIGN_OR_RETURN(v1::SubmitBuildRequest build, UnitBuildOf(read.command, root, read.toolchain));
+  CasPin* pin = operation->Hold(planning.cas->Pin({}));
+  Planning opening = planning;
+  opening.opening = true;
+  ASSIGN_OR_RETURN(PlannedPart part, PlanPart(build, opening, *pin));
+  ExecutionEvents events(operation, planning, action_hash, cache, pin);
+  absl::StatusOr<std::string> id = planning.scheduler->SubmitBuild(
+      build.build_name(), read.toolchain, std::move(part.units), std::move(part.cached),
+      [events](v1::BuildEvent event) mutable { events(event); }, absl::Now());
+  if (id.ok()) spdlog::info("REAPI {} runs as build {}", operation->name(), *id);
+  return id.status();
+}
+
+}  // namespace
+
+ReapiExecution::ReapiExecution(const AccessControl* access, Planning planning,
+                               BoundedExecutor* planner)
+    : access_(access),
+      planning_(std::move(planning)),
+      planner_(planner),
+      operations_(std::make_shared<ReapiOperations>()) {}
+
+ReapiExecution::~ReapiExecution() = default;
+
+grpc::ServerWriteReactor<google::longrunning::Operation>* ReapiExecution::Execute(
+    grpc::CallbackServerContext* context, const reapi::ExecuteRequest* request) {
+  using Reactor = grpc::ServerWriteReactor<google::longrunning::Operation>;
+  if (absl::Status allowed = AuthorizeReapiClient(*access_, *context, "execute actions");
+      !allowed.ok()) {
+    return RefuseCall<Reactor>(ToGrpcStatus(allowed));
+  }
+  std::shared_ptr<ReapiOperation> operation = operations_->Start(request->action_digest());
+  Reactor* stream = operation->Follow();
+  // The request is the call's: copied for the task, which may outlive it.
+  bool queued = planner_->Submit([planning = planning_, operation, request = *request] {
+    absl::Status started = StartExecution(request, planning, operation);
+    if (!started.ok()) operation->Fail(started);
+  });
+  if (!queued) {
+    operation->Fail(absl::ResourceExhaustedError(
+        "the coordinator is planning too many builds at once; retry in a moment"));
+  }
+  return stream;
+}
+
+grpc::ServerWriteReactor<google::longrunning::Operation>* ReapiExecution::WaitExecution(
+    grpc::CallbackServerContext* context, const reapi::WaitExecutionRequest* request) {
+  using Reactor = grpc::ServerWriteReactor<google::longrunning::Operation>;
+  if (absl::Status allowed = AuthorizeReapiClient(*access_, *context, "follow executions");
+      !allowed.ok()) {
+    return RefuseCall<Reactor>(ToGrpcStatus(allowed));
+  }
+  std::shared_ptr<ReapiOperation> operation = operations_->Find(request->name());
+  if (operation == nullptr) {
+    return RefuseCall<Reactor>(grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("no operation '", request->name().substr(0, 100),
+                     "' here: it was never started on this coordinator, or it ended long ago or "
+                     "before a restart; execute the action again")));
+  }
+  return operation->Follow();
+}
+
+grpc::ServerUnaryReactor* ReapiActionCache::GetActionResult(
+    grpc::CallbackServerContext* context, const reapi::GetActionResultRequest* request,
+    reapi::ActionResult* response) {
+  // The store and the cache are read from disk: on io_.
+  return ServeReapiCall(
+      *access_, context, "read the action cache", io_, [this, request, response]() -> absl::Status {
+        absl::StatusOr<ReadAction> read = ReadActionOf(request->action_digest(), planning_);
+        // An Action this coordinator cannot read or run has no result here.
+        if (!read.ok()) return absl::NotFoundError(read.status().message());
+        std::optional<v1::TaskResult> earned =
+            EarnedResult(planning_, request->action_digest().hash(), read->toolchain);
+        if (!earned) return absl::NotFoundError("no result for this action");
+        v1::CompileUnit named;
+        named.set_name(request->action_digest().hash().substr(0, 12));
+        ASSIGN_OR_RETURN(*response, ActionResultOf(*earned, named, *planning_.cas));
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* ReapiActionCache::UpdateActionResult(
+    grpc::CallbackServerContext* context, const reapi::UpdateActionResultRequest*,
+    reapi::ActionResult*) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      "this action cache holds only results that distcc-cuda's workers earned; clients do not "
+      "write it (Bazel: --noremote_upload_local_results)"));
+  return reactor;
+}
+
+}  // namespace distcc_cuda::coordinator
