@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/byte_size.h"
 #include "common/base/status.h"
 #include "distcc_cuda/v1/cas.pb.h"
 
@@ -171,6 +172,23 @@ absl::StatusOr<Digest> ConvertInputRoot(CasStore& cas, const reapi::Digest& root
                                         const BuildLimits& limits) {
   TreeConverter converter(cas, limits);
   return converter.Convert(root, 0);
+}
+
+absl::StatusOr<std::optional<int64_t>> MemoryHint(const reapi::Platform& platform) {
+  for (const reapi::Platform::Property& property : platform.properties()) {
+    for (const char* name : kMemoryProperties) {
+      if (property.name() != name) continue;
+      absl::StatusOr<int64_t> bytes = ParseByteSize(property.value());
+      if (!bytes.ok() || *bytes <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the platform property '", name, "' is '",
+                         absl::CHexEscape(property.value().substr(0, 80)),
+                         "', not a memory size such as 6GiB or 512M"));
+      }
+      return *bytes;
+    }
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<v1::ToolchainFingerprint> ChooseToolchain(

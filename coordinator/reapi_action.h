@@ -7,6 +7,7 @@
 // input root into the store's own tree.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,15 @@ namespace reapi = ::build::bazel::remote::execution::v2;
 // first 12 or more hex digits of a fingerprint digest, or an nvcc release
 // ("13.0"). Needed only when the workers have several toolchains.
 inline constexpr char kToolchainProperty[] = "toolchain";
+
+// The platform properties whose value is the memory an action is expected
+// to take at its peak ("6GiB", "512M", "4096": common/base/byte_size.h):
+// "memory", and "EstimatedMemory", the name BuildBuddy sizes tasks by.
+inline constexpr const char* kMemoryProperties[] = {"memory", "EstimatedMemory"};
+
+// The memory figure `platform` gives (kMemoryProperties), nullopt if none;
+// INVALID_ARGUMENT naming the property whose value is not a size.
+absl::StatusOr<std::optional<int64_t>> MemoryHint(const reapi::Platform& platform);
 
 // Reads the store's blob `digest` (an Action, a Command, a Directory) into
 // `message`; FAILED_PRECONDITION naming the blob as missing (a client

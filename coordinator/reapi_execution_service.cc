@@ -113,6 +113,16 @@ class ExecutionEvents {
   CasPin* const pin_;
 };
 
+// An action's memory figure is its units' prediction where nothing like
+// them was measured here (the defaults, or a profile of their kind).
+void TakeHint(int64_t peak_bytes, std::vector<PlannedUnit>& units) {
+  for (PlannedUnit& planned : units) {
+    if (planned.demand.basis > PredictionBasis::kPrior) continue;
+    planned.demand.peak_bytes = peak_bytes;
+    planned.demand.source = "the action's platform";
+  }
+}
+
 // Reads, checks and plans the Action of `request` and hands its unit to
 // the scheduler; the operation ends when the unit does. An error is what
 // the operation ends with.
@@ -139,6 +149,8 @@ absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning
   Planning opening = planning;
   opening.opening = true;
   ASSIGN_OR_RETURN(PlannedPart part, PlanPart(build, opening, *pin));
+  ASSIGN_OR_RETURN(std::optional<int64_t> hint, MemoryHint(PlatformOf(read.action, read.command)));
+  if (hint) TakeHint(*hint, part.units);
   ExecutionEvents events(operation, planning, action_hash, cache, pin);
   absl::StatusOr<std::string> id = planning.scheduler->SubmitBuild(
       build.build_name(), read.toolchain, std::move(part.units), std::move(part.cached),

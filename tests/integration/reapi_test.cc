@@ -9,9 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "build/bazel/remote/execution/v2/remote_execution.grpc.pb.h"
 #include "common/base/files.h"
 #include "common/store/digest.h"
@@ -85,7 +87,7 @@ class ReapiServiceTest : public ::testing::Test {
   // An Action that compiles `source` (uploaded unless `upload_source` is
   // false) as k.cu into out/k.o with `argv`, all but the source uploaded.
   reapi::Digest CompileAction(const std::string& source, std::vector<std::string> argv = {},
-                              bool upload_source = true) {
+                              bool upload_source = true, const std::string& memory = "") {
     if (argv.empty()) argv = {"/usr/local/cuda/bin/nvcc", "-c", "k.cu", "-o", "out/k.o"};
     reapi::Directory root;
     auto* file = root.add_files();
@@ -98,6 +100,11 @@ class ReapiServiceTest : public ::testing::Test {
     path->set_name("PATH");
     path->set_value("/usr/bin:/bin");
     reapi::Action action;
+    if (!memory.empty()) {
+      auto* property = action.mutable_platform()->add_properties();
+      property->set_name("memory");
+      property->set_value(memory);
+    }
     *action.mutable_command_digest() = Upload(command.SerializeAsString());
     *action.mutable_input_root_digest() = Upload(root.SerializeAsString());
     return Upload(action.SerializeAsString());
@@ -135,16 +142,19 @@ class ReapiServiceTest : public ::testing::Test {
     return bytes;
   }
 
-  // The builds the coordinator has run or runs, from its own status.
-  int BuildsSeen() {
+  // The coordinator's own status.
+  v1::ClusterStatus Status() {
     v1::ClusterStatus status;
     grpc::ClientContext context;
     auto channel = grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials());
     EXPECT_TRUE(v1::BuildService::NewStub(channel)
                     ->GetClusterStatus(&context, v1::GetClusterStatusRequest(), &status)
                     .ok());
-    return status.builds_size();
+    return status;
   }
+
+  // The builds the coordinator has run or runs.
+  int BuildsSeen() { return Status().builds_size(); }
 
   std::string root_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
@@ -251,6 +261,31 @@ TEST_F(ReapiServiceTest, AHostileCommandIsRefusedAndNothingRuns) {
   EXPECT_EQ(shell.status().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(shell.status().message(), HasSubstr("/bin/sh"));
   EXPECT_EQ(BuildsSeen(), 0);
+}
+
+TEST_F(ReapiServiceTest, AMemoryPropertyIsTheFirstPrediction) {
+  reapi::Digest action =
+      CompileAction("// reapi: hinted\n// FAKE_SLEEP_MS=1500\n", {}, true, "300MiB");
+  std::thread execute([&] {
+    reapi::ExecuteResponse response;
+    Execute(action, &response);
+    EXPECT_EQ(response.result().exit_code(), 0);
+  });
+  // While it runs, the scheduler shows what it holds for it.
+  v1::ClusterStatus status;
+  for (int i = 0; i < 500 && status.running_size() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    status = Status();
+  }
+  execute.join();
+  ASSERT_EQ(status.running_size(), 1);
+  EXPECT_EQ(status.running(0).predicted_peak_bytes(), int64_t{300} << 20);
+  EXPECT_EQ(status.running(0).prediction_source(), "the action's platform");
+
+  reapi::ExecuteResponse refused;
+  Execute(CompileAction("// reapi: bad hint\n", {}, true, "lots"), &refused);
+  EXPECT_EQ(refused.status().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status().message(), HasSubstr("'memory' is 'lots'"));
 }
 
 TEST_F(ReapiServiceTest, WaitExecutionFollowsAnOperationItsCallerLeft) {

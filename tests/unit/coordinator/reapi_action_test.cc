@@ -834,5 +834,28 @@ TEST_F(ReapiBlobOfResourceTest, OtherResourcesAreInvalid) {
   }
 }
 
+TEST(ReapiMemoryHintTest, AMemoryPropertyIsASize) {
+  reapi::Platform platform;
+  EXPECT_EQ(MemoryHint(platform).value(), std::nullopt);
+  auto* other = platform.add_properties();
+  other->set_name("OSFamily");
+  other->set_value("Linux");
+  EXPECT_EQ(MemoryHint(platform).value(), std::nullopt);
+  auto* memory = platform.add_properties();
+  memory->set_name("memory");
+  memory->set_value("6GiB");
+  EXPECT_EQ(MemoryHint(platform).value(), std::optional<int64_t>(int64_t{6} << 30));
+  memory->set_name("EstimatedMemory");
+  memory->set_value("512M");
+  EXPECT_EQ(MemoryHint(platform).value(), std::optional<int64_t>(int64_t{512} << 20));
+  for (const char* bad : {"lots", "", "0", "-1GiB"}) {
+    memory->set_value(bad);
+    absl::StatusOr<std::optional<int64_t>> hint = MemoryHint(platform);
+    ASSERT_FALSE(hint.ok()) << bad;
+    EXPECT_EQ(hint.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(hint.status().message(), HasSubstr("'EstimatedMemory'")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace distcc_cuda::coordinator
