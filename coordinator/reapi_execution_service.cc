@@ -15,16 +15,6 @@
 namespace distcc_cuda::coordinator {
 namespace {
 
-// The toolchains of the connected workers.
-std::vector<v1::ToolchainFingerprint> ServedToolchains(const BuildScheduler& scheduler) {
-  std::vector<v1::ToolchainFingerprint> served;
-  const v1::ClusterStatus status = scheduler.Status(absl::Now());
-  for (const v1::WorkerStatus& worker : status.workers()) {
-    served.push_back(worker.toolchain());
-  }
-  return served;
-}
-
 // The platform an Action asks for: its own, or (REAPI before 2.2) its
 // Command's.
 const reapi::Platform& PlatformOf(const reapi::Action& action, const reapi::Command& command) {
@@ -44,7 +34,7 @@ absl::StatusOr<ReadAction> ReadActionOf(const reapi::Digest& digest, const Plann
   RETURN_IF_ERROR(ReadMessageBlob(*planning.cas, read.action.command_digest(),
                                   "the action's command", read.command));
   ASSIGN_OR_RETURN(read.toolchain, ChooseToolchain(PlatformOf(read.action, read.command),
-                                                   ServedToolchains(*planning.scheduler)));
+                                                   planning.scheduler->Toolchains()));
   return read;
 }
 

@@ -223,6 +223,19 @@ ClusterCapacity BuildScheduler::Capacity(const std::string& toolchain_digest) co
   return workers_.Capacity(toolchain_digest);
 }
 
+std::vector<v1::ToolchainFingerprint> BuildScheduler::Toolchains() const {
+  std::map<std::string, v1::ToolchainFingerprint> distinct;
+  {
+    LockedSection lock(this);
+    for (const auto& [id, worker] : workers_) {
+      distinct.try_emplace(worker.info.toolchain().digest(), worker.info.toolchain());
+    }
+  }
+  std::vector<v1::ToolchainFingerprint> toolchains;
+  for (auto& [digest, toolchain] : distinct) toolchains.push_back(std::move(toolchain));
+  return toolchains;
+}
+
 int BuildScheduler::PeersWith(const std::string& toolchain_digest,
                               const std::set<std::string>& excluding) const {
   LockedSection lock(this);

@@ -190,6 +190,9 @@ class BuildScheduler {
   // The workers with toolchain `toolchain_digest`: their smallest usable cap
   // and their slots. Zero slots when none is connected.
   ClusterCapacity Capacity(const std::string& toolchain_digest) const;
+  // The toolchains of the connected workers, each once (by digest): what a
+  // REAPI action may ask for. Cheaper than Status.
+  std::vector<v1::ToolchainFingerprint> Toolchains() const;
   // How many certificate identities but those in `excluding` have a worker
   // with toolchain `toolchain_digest` connected.
   int PeersWith(const std::string& toolchain_digest, const std::set<std::string>& excluding) const;
