@@ -16,6 +16,8 @@
 #   DISTCC_CUDA_INSECURE             1: --insecure (no TLS on a reachable address)
 #   DISTCC_CUDA_METRICS_LISTEN       --metrics-listen HOST:PORT: Prometheus metrics
 #                                    at /metrics (e.g. 0.0.0.0:9464 in a container)
+#   DISTCC_CUDA_REAPI_LISTEN         --reapi-listen HOST:PORT: the Remote Execution
+#                                    API for Bazel (e.g. 0.0.0.0:3634 with TLS)
 #   DISTCC_CUDA_HTTP_LISTEN          --http-listen HOST:PORT: the live dashboard
 #                                    (e.g. 0.0.0.0:8080 in a container)
 #   DISTCC_CUDA_HTTP_OPEN            1: --http-open (metrics and dashboard on an
@@ -49,6 +51,9 @@ if [ "${DISTCC_CUDA_INSECURE:-}" = 1 ]; then set -- --insecure "$@"; fi
 if [ -n "${DISTCC_CUDA_LOG_FORMAT:-}" ]; then set -- "--log-format=$DISTCC_CUDA_LOG_FORMAT" "$@"; fi
 if [ -n "${DISTCC_CUDA_METRICS_LISTEN:-}" ]; then
   set -- "--metrics-listen=$DISTCC_CUDA_METRICS_LISTEN" "$@"
+fi
+if [ -n "${DISTCC_CUDA_REAPI_LISTEN:-}" ]; then
+  set -- "--reapi-listen=$DISTCC_CUDA_REAPI_LISTEN" "$@"
 fi
 if [ -n "${DISTCC_CUDA_HTTP_LISTEN:-}" ]; then set -- "--http-listen=$DISTCC_CUDA_HTTP_LISTEN" "$@"; fi
 if [ "${DISTCC_CUDA_HTTP_OPEN:-}" = 1 ]; then set -- --http-open "$@"; fi

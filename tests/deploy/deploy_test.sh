@@ -337,9 +337,11 @@ fi
 state_dir=$tmp/state
 spawn "$tmp/coordinator.log" env DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_LISTEN=127.0.0.1:0 \
   DISTCC_CUDA_STATE_DIR="$state_dir" DISTCC_CUDA_HTTP_LISTEN=127.0.0.1:0 \
-  "$deploy/entrypoint-coordinator.sh"
+  DISTCC_CUDA_REAPI_LISTEN=127.0.0.1:0 "$deploy/entrypoint-coordinator.sh"
 coordinator_pid=$spawned
 wait_for_line "$tmp/coordinator.log" '^listening on ' 20 "$coordinator_pid"
+# Said after the line above.
+wait_for_line "$tmp/coordinator.log" '^Remote Execution API on 127\.0\.0\.1:[1-9]' 20 "$coordinator_pid"
 address=$(sed -n 's/^listening on //p' "$tmp/coordinator.log" | head -n 1)
 [[ $address =~ ^127\.0\.0\.1:([0-9]+)$ ]] || fail "coordinator listens on '$address', not 127.0.0.1"
 port=${BASH_REMATCH[1]}

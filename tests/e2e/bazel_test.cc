@@ -53,15 +53,16 @@ class BazelTest : public ::testing::Test {
   // Bazel of its own (--batch: no server left behind) under root_.
   ProcessResult Build(const std::string& target) {
     ProcessSpec spec;
-    spec.argv = {kBazel, "--nohome_rc", "--nosystem_rc", "--noworkspace_rc",
-                 // What Debian's system rc would say, which --nosystem_rc drops.
-                 "--install_base=/usr/share/bazel", "--trust_install_base",
-                 "--output_user_root=" + root_ + "/bazel-root",
-                 "--output_base=" + root_ + "/bazel-base", "--batch", "--host_jvm_args=-Xmx512m",
-                 "build", "--color=no", "--curses=no", "--noshow_progress", "--symlink_prefix=/",
-                 "--remote_executor=grpc://" + reapi_, "--spawn_strategy=remote",
-                 "--noremote_local_fallback", "--noremote_upload_local_results",
-                 "--remote_timeout=120s", target};
+    spec.argv = {
+        kBazel, "--nohome_rc", "--nosystem_rc", "--noworkspace_rc",
+        // What Debian's system rc would say, which --nosystem_rc drops.
+        "--install_base=/usr/share/bazel", "--trust_install_base",
+        "--output_user_root=" + root_ + "/bazel-root", "--output_base=" + root_ + "/bazel-base",
+        "--batch", "--host_jvm_args=-Xmx512m", "build", "--color=no", "--curses=no",
+        "--noshow_progress", "--symlink_prefix=/", "--remote_executor=grpc://" + reapi_,
+        // Accepted and ignored: a coordinator is one instance.
+        "--remote_instance_name=e2e", "--spawn_strategy=remote", "--noremote_local_fallback",
+        "--noremote_upload_local_results", "--remote_timeout=120s", target};
     spec.working_directory = workspace_;
     spec.timeout = absl::Minutes(5);
     absl::StatusOr<ProcessResult> ran = RunProcess(spec);

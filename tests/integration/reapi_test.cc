@@ -80,7 +80,9 @@ class ReapiServiceTest : public ::testing::Test {
         &context, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(response.responses_size(), 1);
-    if (response.responses_size() == 1) EXPECT_EQ(response.responses(0).status().code(), 0);
+    if (response.responses_size() == 1) {
+      EXPECT_EQ(response.responses(0).status().code(), 0);
+    }
     return DigestFor(bytes);
   }
 
