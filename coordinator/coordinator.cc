@@ -137,7 +137,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         absl::StrCat("cannot listen on ", options.listen_address,
                      " (address in use or not local?); choose another --listen address"));
   }
-  RETURN_IF_ERROR(coordinator->StartReapiServer());
+  RETURN_IF_ERROR(coordinator->StartReapiServer(*registry));
   RETURN_IF_ERROR(coordinator->StartHttpServers(registry));
   coordinator->ticker_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
@@ -157,7 +157,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   return coordinator;
 }
 
-absl::Status Coordinator::StartReapiServer() {
+absl::Status Coordinator::StartReapiServer(prometheus::Registry& registry) {
   if (options_.reapi_listen.empty()) return absl::OkStatus();
   if (!options_.tls && !options_.insecure && !IsLoopbackAddress(options_.reapi_listen)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -170,11 +170,14 @@ absl::Status Coordinator::StartReapiServer() {
   Planning planning{cas_.get(),       results_.get(),  history_.get(), unit_sizes_.get(),
                     scheduler_.get(), options_.limits, nullptr};
   const AccessControl* access = access_.get();
+  reapi_metrics_ = std::make_unique<ReapiMetrics>(registry);
   reapi_services_.push_back(std::make_unique<ReapiCapabilities>(access));
   reapi_services_.push_back(std::make_unique<ReapiContentStore>(access, cas_service_.get()));
   reapi_services_.push_back(std::make_unique<ReapiByteStream>(access, cas_service_.get()));
-  reapi_services_.push_back(std::make_unique<ReapiActionCache>(access, planning, cas_io_.get()));
-  reapi_services_.push_back(std::make_unique<ReapiExecution>(access, planning, planner_.get()));
+  reapi_services_.push_back(
+      std::make_unique<ReapiActionCache>(access, planning, cas_io_.get(), reapi_metrics_.get()));
+  reapi_services_.push_back(
+      std::make_unique<ReapiExecution>(access, planning, planner_.get(), reapi_metrics_.get()));
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(

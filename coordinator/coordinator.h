@@ -77,6 +77,7 @@ struct CoordinatorOptions {
 
 class BuildService;
 class CasService;
+class ReapiMetrics;
 class WorkerService;
 class ResultCache;
 
@@ -112,8 +113,9 @@ class Coordinator {
   // options_ asks for them (registry: the coordinator's metrics); the log
   // line that says how it serves, with a warning when that is insecure.
   absl::Status StartHttpServers(std::shared_ptr<prometheus::Registry> registry);
-  // Serves the Remote Execution API where options_ asks for it.
-  absl::Status StartReapiServer();
+  // Serves the Remote Execution API where options_ asks for it, counting
+  // into `registry`.
+  absl::Status StartReapiServer(prometheus::Registry& registry);
   void SayHowItServes(AccessControl::Mode mode, const std::string& state) const;
 
   // Revokes the worker identity `name` for `reason` and acts on it.
@@ -154,6 +156,8 @@ class Coordinator {
   std::unique_ptr<WorkerService> worker_service_;
   std::unique_ptr<grpc::Server> server_;
   // The Remote Execution API, on its own address (options_.reapi_listen).
+  // Outlives the services and the builds' events that count into it.
+  std::unique_ptr<ReapiMetrics> reapi_metrics_;
   std::vector<std::unique_ptr<grpc::Service>> reapi_services_;
   std::unique_ptr<grpc::Server> reapi_server_;
   int reapi_port_ = 0;

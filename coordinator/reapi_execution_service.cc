@@ -57,12 +57,13 @@ bool Cacheable(const v1::TaskResult& result) {
 class ExecutionEvents {
  public:
   ExecutionEvents(std::shared_ptr<ReapiOperation> operation, const Planning& planning,
-                  std::string action_hash, bool cache, CasPin* pin)
+                  std::string action_hash, bool cache, CasPin* pin, ReapiMetrics* metrics)
       : operation_(std::move(operation)),
         planning_(planning),
         action_hash_(std::move(action_hash)),
         cache_(cache),
-        pin_(pin) {}
+        pin_(pin),
+        metrics_(metrics) {}
 
   void operator()(const v1::BuildEvent& event) {
     if (event.has_accepted()) {
@@ -72,8 +73,10 @@ class ExecutionEvents {
     } else if (event.has_unit_finished()) {
       Finished(event.unit_finished());
     } else if (event.has_finished() && !operation_->done()) {
-      operation_->Fail(absl::InternalError(
-          absl::StrCat("the action's build ended without a result: ", event.finished().message())));
+      absl::Status failed = absl::InternalError(
+          absl::StrCat("the action's build ended without a result: ", event.finished().message()));
+      metrics_->Ended(failed);
+      operation_->Fail(failed);
     }
   }
 
@@ -88,8 +91,14 @@ class ExecutionEvents {
     absl::StatusOr<reapi::ExecuteResponse> response =
         ExecuteResponseOf(result, finished.unit(), finished.cached(), *planning_.cas);
     if (!response.ok()) {
+      metrics_->Ended(response.status());
       operation_->Fail(response.status());
       return;
+    }
+    if (finished.cached()) {
+      metrics_->Cached();
+    } else {
+      metrics_->Compiled();
     }
     // The Action's own cache entry: only for a result a worker earned.
     if (cache_ && Cacheable(result)) planning_.results->Record(action_hash_, result);
@@ -101,6 +110,7 @@ class ExecutionEvents {
   const std::string action_hash_;
   const bool cache_;
   CasPin* const pin_;
+  ReapiMetrics* const metrics_;
 };
 
 // An action's memory figure is its units' prediction where nothing like
@@ -117,7 +127,8 @@ void TakeHint(int64_t peak_bytes, std::vector<PlannedUnit>& units) {
 // the scheduler; the operation ends when the unit does. An error is what
 // the operation ends with.
 absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning& planning,
-                            const std::shared_ptr<ReapiOperation>& operation) {
+                            const std::shared_ptr<ReapiOperation>& operation,
+                            ReapiMetrics* metrics) {
   ASSIGN_OR_RETURN(ReadAction read, ReadActionOf(request.action_digest(), planning));
   const std::string& action_hash = request.action_digest().hash();
   const bool cache = !read.action.do_not_cache();
@@ -128,6 +139,7 @@ absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning
       named.set_name(action_hash.substr(0, 12));
       ASSIGN_OR_RETURN(reapi::ExecuteResponse response,
                        ExecuteResponseOf(*earned, named, /*cached=*/true, *planning.cas));
+      metrics->Cached();
       operation->Finish(response);
       return absl::OkStatus();
     }
@@ -141,7 +153,7 @@ absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning
   ASSIGN_OR_RETURN(PlannedPart part, PlanPart(build, opening, *pin));
   ASSIGN_OR_RETURN(std::optional<int64_t> hint, MemoryHint(PlatformOf(read.action, read.command)));
   if (hint) TakeHint(*hint, part.units);
-  ExecutionEvents events(operation, planning, action_hash, cache, pin);
+  ExecutionEvents events(operation, planning, action_hash, cache, pin, metrics);
   absl::StatusOr<std::string> id = planning.scheduler->SubmitBuild(
       build.build_name(), read.toolchain, std::move(part.units), std::move(part.cached),
       [events](v1::BuildEvent event) mutable { events(event); }, absl::Now());
@@ -151,11 +163,40 @@ absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning
 
 }  // namespace
 
+ReapiMetrics::ReapiMetrics(prometheus::Registry& registry) {
+  auto& executions = prometheus::BuildCounter()
+                         .Name("distcc_cuda_reapi_executions_total")
+                         .Help(
+                             "Remote Execution API actions executed, by how they ended: "
+                             "compiled on a worker, answered from the cache, refused "
+                             "(an argument, a missing blob, no worker with the toolchain) or "
+                             "failed")
+                         .Register(registry);
+  compiled_ = &executions.Add({{"outcome", "compiled"}});
+  cached_ = &executions.Add({{"outcome", "cached"}});
+  refused_ = &executions.Add({{"outcome", "refused"}});
+  failed_ = &executions.Add({{"outcome", "failed"}});
+  auto& lookups = prometheus::BuildCounter()
+                      .Name("distcc_cuda_reapi_action_cache_lookups_total")
+                      .Help(
+                          "Remote Execution API action-cache lookups (GetActionResult), by "
+                          "whether an earned result was found")
+                      .Register(registry);
+  hits_ = &lookups.Add({{"result", "hit"}});
+  misses_ = &lookups.Add({{"result", "miss"}});
+}
+
+void ReapiMetrics::Ended(const absl::Status& why) {
+  bool refused = absl::IsInvalidArgument(why) || absl::IsFailedPrecondition(why);
+  (refused ? refused_ : failed_)->Increment();
+}
+
 ReapiExecution::ReapiExecution(const AccessControl* access, Planning planning,
-                               BoundedExecutor* planner)
+                               BoundedExecutor* planner, ReapiMetrics* metrics)
     : access_(access),
       planning_(std::move(planning)),
       planner_(planner),
+      metrics_(metrics),
       operations_(std::make_shared<ReapiOperations>()) {}
 
 ReapiExecution::~ReapiExecution() = default;
@@ -170,13 +211,19 @@ grpc::ServerWriteReactor<google::longrunning::Operation>* ReapiExecution::Execut
   std::shared_ptr<ReapiOperation> operation = operations_->Start(request->action_digest());
   Reactor* stream = operation->Follow();
   // The request is the call's: copied for the task, which may outlive it.
-  bool queued = planner_->Submit([planning = planning_, operation, request = *request] {
-    absl::Status started = StartExecution(request, planning, operation);
-    if (!started.ok()) operation->Fail(started);
-  });
+  bool queued =
+      planner_->Submit([planning = planning_, operation, request = *request, metrics = metrics_] {
+        absl::Status started = StartExecution(request, planning, operation, metrics);
+        if (!started.ok()) {
+          metrics->Ended(started);
+          operation->Fail(started);
+        }
+      });
   if (!queued) {
-    operation->Fail(absl::ResourceExhaustedError(
-        "the coordinator is planning too many builds at once; retry in a moment"));
+    absl::Status busy = absl::ResourceExhaustedError(
+        "the coordinator is planning too many builds at once; retry in a moment");
+    metrics_->Ended(busy);
+    operation->Fail(busy);
   }
   return stream;
 }
@@ -210,6 +257,7 @@ grpc::ServerUnaryReactor* ReapiActionCache::GetActionResult(
         if (!read.ok()) return absl::NotFoundError(read.status().message());
         std::optional<v1::TaskResult> earned =
             EarnedResult(planning_, request->action_digest().hash(), read->toolchain);
+        metrics_->Lookup(earned.has_value());
         if (!earned) return absl::NotFoundError("no result for this action");
         v1::CompileUnit named;
         named.set_name(request->action_digest().hash().substr(0, 12));

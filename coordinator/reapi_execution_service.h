@@ -5,6 +5,9 @@
 // and its earned result is the Action's cached result.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
 #include <memory>
 #include <string>
 
@@ -19,6 +22,29 @@ namespace reapi = ::build::bazel::remote::execution::v2;
 
 class ReapiOperations;
 
+// What the REAPI services count, for /metrics: executions by how they
+// ended, action-cache lookups by whether they found a result.
+class ReapiMetrics {
+ public:
+  explicit ReapiMetrics(prometheus::Registry& registry);
+  // A worker compiled the action.
+  void Compiled() { compiled_->Increment(); }
+  // Its result came from the cache.
+  void Cached() { cached_->Increment(); }
+  // It did not run: `why` says whether it was refused (an argument, a blob
+  // missing, no worker with its toolchain) or failed.
+  void Ended(const absl::Status& why);
+  void Lookup(bool hit) { (hit ? hits_ : misses_)->Increment(); }
+
+ private:
+  prometheus::Counter* compiled_;
+  prometheus::Counter* cached_;
+  prometheus::Counter* refused_;
+  prometheus::Counter* failed_;
+  prometheus::Counter* hits_;
+  prometheus::Counter* misses_;
+};
+
 // Execute runs an Action; its stream carries the Operation as it moves
 // (queued, executing) and ends with the one that is done, whose response is
 // an ExecuteResponse. What cannot run (a blob missing, an argument refused,
@@ -31,7 +57,8 @@ class ReapiExecution final : public reapi::Execution::CallbackService {
   // `planning` is what PlanPart needs (no client_left: an execution runs
   // to the end when its client goes, so that a WaitExecution or a second
   // Execute finds its result).
-  ReapiExecution(const AccessControl* access, Planning planning, BoundedExecutor* planner);
+  ReapiExecution(const AccessControl* access, Planning planning, BoundedExecutor* planner,
+                 ReapiMetrics* metrics);
   ~ReapiExecution() override;
 
   grpc::ServerWriteReactor<google::longrunning::Operation>* Execute(
@@ -43,6 +70,7 @@ class ReapiExecution final : public reapi::Execution::CallbackService {
   const AccessControl* access_;
   const Planning planning_;
   BoundedExecutor* planner_;
+  ReapiMetrics* metrics_;
   const std::shared_ptr<ReapiOperations> operations_;
 };
 
@@ -51,8 +79,9 @@ class ReapiExecution final : public reapi::Execution::CallbackService {
 // UpdateActionResult is refused: no client writes the cache.
 class ReapiActionCache final : public reapi::ActionCache::CallbackService {
  public:
-  ReapiActionCache(const AccessControl* access, Planning planning, BoundedExecutor* io)
-      : access_(access), planning_(planning), io_(io) {}
+  ReapiActionCache(const AccessControl* access, Planning planning, BoundedExecutor* io,
+                   ReapiMetrics* metrics)
+      : access_(access), planning_(planning), io_(io), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* GetActionResult(grpc::CallbackServerContext* context,
                                             const reapi::GetActionResultRequest* request,
@@ -65,6 +94,7 @@ class ReapiActionCache final : public reapi::ActionCache::CallbackService {
   const AccessControl* access_;
   const Planning planning_;
   BoundedExecutor* io_;
+  ReapiMetrics* metrics_;
 };
 
 }  // namespace distcc_cuda::coordinator

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "google/bytestream/bytestream.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/support/prometheus_text.h"
 #include "tests/support/test_certificates.h"
 #include "tests/support/test_paths.h"
 #include "worker/worker.h"
@@ -50,6 +51,7 @@ class ReapiServiceTest : public ::testing::Test {
     coordinator::CoordinatorOptions options;
     options.state_dir = root_ + "/coordinator";
     options.reapi_listen = "127.0.0.1:0";
+    options.metrics_listen = "127.0.0.1:0";
     auto started = coordinator::Coordinator::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     coordinator_ = std::move(*started);
@@ -158,6 +160,16 @@ class ReapiServiceTest : public ::testing::Test {
   // The builds the coordinator has run or runs.
   int BuildsSeen() { return Status().builds_size(); }
 
+  // The coordinator's metrics, scraped.
+  testing::ScrapedMetrics Metrics() {
+    absl::StatusOr<std::string> text = testing::HttpGet(coordinator_->metrics_url() + "/metrics");
+    EXPECT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<testing::ScrapedMetrics> parsed =
+        testing::ParsePrometheusText(text.value_or(""));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    return parsed.value_or(testing::ScrapedMetrics{});
+  }
+
   std::string root_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<worker::Worker> worker_;
@@ -212,6 +224,11 @@ TEST_F(ReapiServiceTest, AnActionRunsOnAWorkerAndIsThenACacheHit) {
   EXPECT_EQ(again.result().output_files(0).digest().hash(),
             response.result().output_files(0).digest().hash());
   EXPECT_EQ(BuildsSeen(), 1);  // the second Execute compiled nothing
+  testing::ScrapedMetrics metrics = Metrics();
+  const std::string executions = "distcc_cuda_reapi_executions_total";
+  EXPECT_EQ(metrics.Sum(executions, "outcome=\"compiled\""), 1);
+  EXPECT_EQ(metrics.Sum(executions, "outcome=\"cached\""), 1);
+  EXPECT_EQ(metrics.Sum("distcc_cuda_reapi_action_cache_lookups_total", "result=\"hit\""), 1);
 }
 
 TEST_F(ReapiServiceTest, ClientsDoNotWriteTheActionCache) {
@@ -263,6 +280,7 @@ TEST_F(ReapiServiceTest, AHostileCommandIsRefusedAndNothingRuns) {
   EXPECT_EQ(shell.status().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(shell.status().message(), HasSubstr("/bin/sh"));
   EXPECT_EQ(BuildsSeen(), 0);
+  EXPECT_EQ(Metrics().Sum("distcc_cuda_reapi_executions_total", "outcome=\"refused\""), 2);
 }
 
 TEST_F(ReapiServiceTest, AMemoryPropertyIsTheFirstPrediction) {
