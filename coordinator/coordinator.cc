@@ -176,8 +176,8 @@ absl::Status Coordinator::StartReapiServer(prometheus::Registry& registry) {
   reapi_services_.push_back(std::make_unique<ReapiByteStream>(access, cas_service_.get()));
   reapi_services_.push_back(
       std::make_unique<ReapiActionCache>(access, planning, cas_io_.get(), reapi_metrics_.get()));
-  reapi_services_.push_back(
-      std::make_unique<ReapiExecution>(access, planning, planner_.get(), reapi_metrics_.get()));
+  reapi_services_.push_back(std::make_unique<ReapiExecution>(access, planning, planner_.get(),
+                                                             cas_io_.get(), reapi_metrics_.get()));
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(

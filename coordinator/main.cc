@@ -224,8 +224,8 @@ int main(int argc, char** argv) {
     const std::string& reapi = options.reapi_listen;
     std::string host = reapi.substr(0, reapi.rfind(':'));
     std::cout << "Remote Execution API on " << host << ":" << (*coordinator)->reapi_port()
-              << " (Bazel: --remote_executor=grpc://" << host << ":" << (*coordinator)->reapi_port()
-              << ")" << std::endl;
+              << " (Bazel: --remote_executor=" << (options.tls ? "grpcs://" : "grpc://") << host
+              << ":" << (*coordinator)->reapi_port() << ")" << std::endl;
   }
   if (!(*coordinator)->dashboard_url().empty()) {
     std::cout << "dashboard at " << (*coordinator)->dashboard_url() << "/" << std::endl;

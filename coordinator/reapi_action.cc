@@ -11,14 +11,15 @@
 #include "absl/strings/str_join.h"
 #include "common/base/byte_size.h"
 #include "common/base/status.h"
+#include "coordinator/request_cost.h"
 #include "distcc_cuda/v1/cas.pb.h"
 
 namespace distcc_cuda::coordinator {
 namespace {
 
 // An Action, a Command or a Directory is a few kilobytes; nothing that
-// large is one.
-constexpr int64_t kMaxMessageBlobBytes = int64_t{16} << 20;
+// large is one (the coordinator's own trees allow a folder as much).
+constexpr int64_t kMaxMessageBlobBytes = int64_t{4} << 20;
 // Folders below an input root, and distinct folders in one tree.
 constexpr int kMaxTreeDepth = 64;
 constexpr int64_t kMaxTreeFolders = 100000;
@@ -37,7 +38,8 @@ bool IsPathComponent(const std::string& name) {
 // Converts the REAPI folders of one tree into the store's, each once.
 class TreeConverter {
  public:
-  TreeConverter(CasStore& cas, const BuildLimits& limits) : cas_(cas), limits_(limits) {}
+  TreeConverter(CasStore& cas, const BuildLimits& limits, CasPin& pin)
+      : cas_(cas), limits_(limits), pin_(pin) {}
 
   absl::StatusOr<Digest> Convert(const reapi::Digest& folder, int depth) {
     if (depth > kMaxTreeDepth) {
@@ -53,6 +55,7 @@ class TreeConverter {
     RETURN_IF_ERROR(ReadMessageBlob(cas_, folder, "a folder of the input root", theirs));
     ASSIGN_OR_RETURN(v1::Directory ours, ConvertFolder(theirs, depth));
     ASSIGN_OR_RETURN(Digest stored, cas_.PutBytes(ours.SerializeAsString()));
+    pin_.Add({stored});
     converted_[folder.hash()] = stored;
     return stored;
   }
@@ -103,6 +106,7 @@ class TreeConverter {
 
   CasStore& cas_;
   const BuildLimits& limits_;
+  CasPin& pin_;
   std::map<std::string, Digest> converted_;  // by REAPI folder hash
   int64_t files_ = 0;
 };
@@ -146,7 +150,7 @@ reapi::Digest ToReapi(const Digest& digest) {
 }
 
 absl::Status ReadMessageBlob(const CasStore& cas, const reapi::Digest& digest,
-                             absl::string_view what, google::protobuf::MessageLite& message) {
+                             absl::string_view what, google::protobuf::Message& message) {
   RETURN_IF_ERROR(
       Annotate(ValidateDigest(FromReapi(digest)), absl::StrCat("the digest of ", what)));
   if (digest.size_bytes() > kMaxMessageBlobBytes) {
@@ -161,16 +165,12 @@ absl::Status ReadMessageBlob(const CasStore& cas, const reapi::Digest& digest,
                              {Subject(digest)});
   }
   if (!bytes.ok()) return bytes.status();
-  if (!message.ParseFromString(*bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " (", Subject(digest), ") is not a valid message"));
-  }
-  return absl::OkStatus();
+  return ParseRequest(*bytes, nullptr, absl::StrCat(what, " (", Subject(digest), ")"), message);
 }
 
 absl::StatusOr<Digest> ConvertInputRoot(CasStore& cas, const reapi::Digest& root,
-                                        const BuildLimits& limits) {
-  TreeConverter converter(cas, limits);
+                                        const BuildLimits& limits, CasPin& pin) {
+  TreeConverter converter(cas, limits, pin);
   return converter.Convert(root, 0);
 }
 

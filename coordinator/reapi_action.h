@@ -38,9 +38,11 @@ absl::StatusOr<std::optional<int64_t>> MemoryHint(const reapi::Platform& platfor
 
 // Reads the store's blob `digest` (an Action, a Command, a Directory) into
 // `message`; FAILED_PRECONDITION naming the blob as missing (a client
-// uploads it and asks again), INVALID_ARGUMENT when it does not parse.
+// uploads it and asks again), INVALID_ARGUMENT when it does not parse,
+// RESOURCE_EXHAUSTED when it would take more memory parsed than
+// request_cost.h allows any request.
 absl::Status ReadMessageBlob(const CasStore& cas, const reapi::Digest& digest,
-                             absl::string_view what, google::protobuf::MessageLite& message);
+                             absl::string_view what, google::protobuf::Message& message);
 
 // The REAPI digest as the store's.
 Digest FromReapi(const reapi::Digest& digest);
@@ -53,9 +55,11 @@ reapi::Digest ToReapi(const Digest& digest);
 // (BuildInputs) and checks the names' order. FAILED_PRECONDITION (MISSING)
 // for a folder the store lacks; INVALID_ARGUMENT for a symlink, a name that
 // is not one path component, a name twice, a tree deeper than 64 folders
-// or with more distinct folders or files than `limits` allow a unit.
+// or with more distinct folders or files than `limits` allow a unit. The
+// folders written are added to `pin` as they are, so none is evicted
+// before the unit is planned.
 absl::StatusOr<Digest> ConvertInputRoot(CasStore& cas, const reapi::Digest& root,
-                                        const BuildLimits& limits);
+                                        const BuildLimits& limits, CasPin& pin);
 
 // The toolchain of `served` (the connected workers') that `platform` asks
 // for (kToolchainProperty; of several that match, the lowest digest), or

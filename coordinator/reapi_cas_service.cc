@@ -94,7 +94,8 @@ grpc::ServerUnaryReactor* ReapiCapabilities::GetCapabilities(grpc::CallbackServe
     cache->add_digest_functions(reapi::DigestFunction::SHA256);
     // Only results the coordinator's workers earned are cached.
     cache->mutable_action_cache_update_capabilities()->set_update_enabled(false);
-    cache->set_max_batch_total_size_bytes(int64_t{4} << 20);
+    // Under the 4 MiB a gRPC client takes by default, framing included.
+    cache->set_max_batch_total_size_bytes((int64_t{4} << 20) - (int64_t{64} << 10));
     cache->set_symlink_absolute_path_strategy(reapi::SymlinkAbsolutePathStrategy::DISALLOWED);
     reapi::ExecutionCapabilities* execution = response->mutable_execution_capabilities();
     execution->set_digest_function(reapi::DigestFunction::SHA256);

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coordinator/reapi_execution_service.h"
 
+#include <atomic>
 #include <optional>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/status.h"
+#include "coordinator/planning_quota.h"
 #include "coordinator/reapi_action.h"
 #include "coordinator/reapi_cas_service.h"
 #include "coordinator/reapi_operations.h"
@@ -39,10 +42,11 @@ absl::StatusOr<ReadAction> ReadActionOf(const reapi::Digest& digest, const Plann
 }
 
 // The result this coordinator earned for the Action `action_hash` with
-// `toolchain`, if it still has it whole.
+// `toolchain`, if it still has it whole: its unit's result, by the alias
+// Execute left (forgotten or revoked with the unit's own entry).
 std::optional<v1::TaskResult> EarnedResult(const Planning& planning, const std::string& action_hash,
                                            const v1::ToolchainFingerprint& toolchain) {
-  std::optional<v1::TaskResult> found = planning.results->Lookup(action_hash);
+  std::optional<v1::TaskResult> found = planning.results->LookupAlias(action_hash);
   if (!found || found->toolchain_digest() != toolchain.digest()) return std::nullopt;
   return found;
 }
@@ -53,17 +57,24 @@ bool Cacheable(const v1::TaskResult& result) {
   return result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0;
 }
 
-// Takes the events of an Action's one-unit build to its operation.
+// Takes the events of an Action's one-unit build to its operation. Events
+// come under the scheduler's lock: the stages are noted at once, the
+// unit's end (its stdout and stderr stored, its alias written) on `io`.
 class ExecutionEvents {
  public:
+  // `alias_of`: the unit's action digest, to be the Action's alias; "" when
+  // the Action is not to be cached.
   ExecutionEvents(std::shared_ptr<ReapiOperation> operation, const Planning& planning,
-                  std::string action_hash, bool cache, CasPin* pin, ReapiMetrics* metrics)
+                  std::string action_hash, std::string alias_of, CasPin* pin, ReapiMetrics* metrics,
+                  BoundedExecutor* io)
       : operation_(std::move(operation)),
         planning_(planning),
         action_hash_(std::move(action_hash)),
-        cache_(cache),
+        alias_of_(std::move(alias_of)),
         pin_(pin),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        io_(io),
+        unit_seen_(std::make_shared<std::atomic<bool>>(false)) {}
 
   void operator()(const v1::BuildEvent& event) {
     if (event.has_accepted()) {
@@ -71,8 +82,10 @@ class ExecutionEvents {
     } else if (event.has_unit_started()) {
       operation_->Stage(reapi::ExecutionStage::EXECUTING);
     } else if (event.has_unit_finished()) {
-      Finished(event.unit_finished());
-    } else if (event.has_finished() && !operation_->done()) {
+      *unit_seen_ = true;
+      RunOnOrHere(io_,
+                  [self = *this, finished = event.unit_finished()] { self.Finished(finished); });
+    } else if (event.has_finished() && !*unit_seen_) {
       absl::Status failed = absl::InternalError(
           absl::StrCat("the action's build ended without a result: ", event.finished().message()));
       metrics_->Ended(failed);
@@ -81,7 +94,7 @@ class ExecutionEvents {
   }
 
  private:
-  void Finished(const v1::BuildEvent::UnitFinished& finished) {
+  void Finished(const v1::BuildEvent::UnitFinished& finished) const {
     const v1::TaskResult& result = finished.result();
     std::vector<Digest> outputs;
     for (const v1::OutputFile& output : result.outputs()) {
@@ -101,16 +114,20 @@ class ExecutionEvents {
       metrics_->Compiled();
     }
     // The Action's own cache entry: only for a result a worker earned.
-    if (cache_ && Cacheable(result)) planning_.results->Record(action_hash_, result);
+    if (!alias_of_.empty() && Cacheable(result)) {
+      planning_.results->RecordAlias(action_hash_, alias_of_);
+    }
     operation_->Finish(*response);
   }
 
-  const std::shared_ptr<ReapiOperation> operation_;
-  const Planning planning_;
-  const std::string action_hash_;
-  const bool cache_;
-  CasPin* const pin_;
-  ReapiMetrics* const metrics_;
+  std::shared_ptr<ReapiOperation> operation_;
+  Planning planning_;
+  std::string action_hash_;
+  std::string alias_of_;
+  CasPin* pin_;
+  ReapiMetrics* metrics_;
+  BoundedExecutor* io_;
+  std::shared_ptr<std::atomic<bool>> unit_seen_;  // shared by the sink's copies
 };
 
 // An action's memory figure is its units' prediction where nothing like
@@ -127,8 +144,8 @@ void TakeHint(int64_t peak_bytes, std::vector<PlannedUnit>& units) {
 // the scheduler; the operation ends when the unit does. An error is what
 // the operation ends with.
 absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning& planning,
-                            const std::shared_ptr<ReapiOperation>& operation,
-                            ReapiMetrics* metrics) {
+                            const std::shared_ptr<ReapiOperation>& operation, ReapiMetrics* metrics,
+                            BoundedExecutor* io) {
   ASSIGN_OR_RETURN(ReadAction read, ReadActionOf(request.action_digest(), planning));
   const std::string& action_hash = request.action_digest().hash();
   const bool cache = !read.action.do_not_cache();
@@ -144,16 +161,22 @@ absl::Status StartExecution(const reapi::ExecuteRequest& request, const Planning
       return absl::OkStatus();
     }
   }
-  ASSIGN_OR_RETURN(Digest root, ConvertInputRoot(*planning.cas, read.action.input_root_digest(),
-                                                 planning.limits));
-  ASSIGN_OR_RETURN(v1::SubmitBuildRequest build, UnitBuildOf(read.command, root, read.toolchain));
+  // Pinned before anything is written: the converted folders too.
   CasPin* pin = operation->Hold(planning.cas->Pin({}));
+  ASSIGN_OR_RETURN(Digest root, ConvertInputRoot(*planning.cas, read.action.input_root_digest(),
+                                                 planning.limits, *pin));
+  ASSIGN_OR_RETURN(v1::SubmitBuildRequest build, UnitBuildOf(read.command, root, read.toolchain));
   Planning opening = planning;
   opening.opening = true;
   ASSIGN_OR_RETURN(PlannedPart part, PlanPart(build, opening, *pin));
   ASSIGN_OR_RETURN(std::optional<int64_t> hint, MemoryHint(PlatformOf(read.action, read.command)));
   if (hint) TakeHint(*hint, part.units);
-  ExecutionEvents events(operation, planning, action_hash, cache, pin, metrics);
+  if (!cache || request.skip_cache_lookup()) part.cached.clear();
+  // do_not_cache: its result stays out of the unit's cache too.
+  for (PlannedUnit& planned : part.units) planned.cacheable = planned.cacheable && cache;
+  const std::string alias_of =
+      cache && part.units.size() == 1 ? part.units[0].action_digest : std::string();
+  ExecutionEvents events(operation, planning, action_hash, alias_of, pin, metrics, io);
   absl::StatusOr<std::string> id = planning.scheduler->SubmitBuild(
       build.build_name(), read.toolchain, std::move(part.units), std::move(part.cached),
       [events](v1::BuildEvent event) mutable { events(event); }, absl::Now());
@@ -192,11 +215,13 @@ void ReapiMetrics::Ended(const absl::Status& why) {
 }
 
 ReapiExecution::ReapiExecution(const AccessControl* access, Planning planning,
-                               BoundedExecutor* planner, ReapiMetrics* metrics)
+                               BoundedExecutor* planner, BoundedExecutor* io, ReapiMetrics* metrics)
     : access_(access),
       planning_(std::move(planning)),
       planner_(planner),
+      io_(io),
       metrics_(metrics),
+      quota_(PlanningQuota::Make(planning_.limits.max_plans_per_client)),
       operations_(std::make_shared<ReapiOperations>()) {}
 
 ReapiExecution::~ReapiExecution() = default;
@@ -204,21 +229,34 @@ ReapiExecution::~ReapiExecution() = default;
 grpc::ServerWriteReactor<google::longrunning::Operation>* ReapiExecution::Execute(
     grpc::CallbackServerContext* context, const reapi::ExecuteRequest* request) {
   using Reactor = grpc::ServerWriteReactor<google::longrunning::Operation>;
-  if (absl::Status allowed = AuthorizeReapiClient(*access_, *context, "execute actions");
-      !allowed.ok()) {
-    return RefuseCall<Reactor>(ToGrpcStatus(allowed));
+  absl::StatusOr<Principal> principal =
+      access_->Authorize(*context, {PeerRole::kClient}, "execute actions");
+  if (!principal.ok()) return RefuseCall<Reactor>(ToGrpcStatus(principal.status()));
+  // Nothing of a malformed digest is kept, not even as an operation.
+  if (absl::Status valid = ValidateDigest(FromReapi(request->action_digest())); !valid.ok()) {
+    return RefuseCall<Reactor>(ToGrpcStatus(Annotate(valid, "the action's digest")));
+  }
+  // As many at once per client as builds being planned (--max-plans-per-client).
+  std::shared_ptr<void> place = quota_->Take(principal->name);
+  if (place == nullptr) {
+    return RefuseCall<Reactor>(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(
+            "client '", principal->name, "' has ", quota_->per_client(),
+            " actions or builds being planned already, the most one client may have at "
+            "once (--max-plans-per-client of distcc-cuda-coordinator); retry in a moment")));
   }
   std::shared_ptr<ReapiOperation> operation = operations_->Start(request->action_digest());
   Reactor* stream = operation->Follow();
   // The request is the call's: copied for the task, which may outlive it.
-  bool queued =
-      planner_->Submit([planning = planning_, operation, request = *request, metrics = metrics_] {
-        absl::Status started = StartExecution(request, planning, operation, metrics);
-        if (!started.ok()) {
-          metrics->Ended(started);
-          operation->Fail(started);
-        }
-      });
+  bool queued = planner_->Submit([planning = planning_, operation, request = *request,
+                                  metrics = metrics_, io = io_, place = std::move(place)] {
+    absl::Status started = StartExecution(request, planning, operation, metrics, io);
+    if (!started.ok()) {
+      metrics->Ended(started);
+      operation->Fail(started);
+    }
+  });
   if (!queued) {
     absl::Status busy = absl::ResourceExhaustedError(
         "the coordinator is planning too many builds at once; retry in a moment");
@@ -239,7 +277,7 @@ grpc::ServerWriteReactor<google::longrunning::Operation>* ReapiExecution::WaitEx
   if (operation == nullptr) {
     return RefuseCall<Reactor>(grpc::Status(
         grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("no operation '", request->name().substr(0, 100),
+        absl::StrCat("no operation '", absl::CHexEscape(request->name().substr(0, 100)),
                      "' here: it was never started on this coordinator, or it ended long ago or "
                      "before a restart; execute the action again")));
   }

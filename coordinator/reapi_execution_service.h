@@ -21,6 +21,7 @@ namespace distcc_cuda::coordinator {
 namespace reapi = ::build::bazel::remote::execution::v2;
 
 class ReapiOperations;
+class PlanningQuota;
 
 // What the REAPI services count, for /metrics: executions by how they
 // ended, action-cache lookups by whether they found a result.
@@ -57,8 +58,10 @@ class ReapiExecution final : public reapi::Execution::CallbackService {
   // `planning` is what PlanPart needs (no client_left: an execution runs
   // to the end when its client goes, so that a WaitExecution or a second
   // Execute finds its result).
+  // What a finished unit leaves (its stdout and stderr stored, its alias
+  // recorded) is done on `io`, off the scheduler's lock.
   ReapiExecution(const AccessControl* access, Planning planning, BoundedExecutor* planner,
-                 ReapiMetrics* metrics);
+                 BoundedExecutor* io, ReapiMetrics* metrics);
   ~ReapiExecution() override;
 
   grpc::ServerWriteReactor<google::longrunning::Operation>* Execute(
@@ -70,7 +73,10 @@ class ReapiExecution final : public reapi::Execution::CallbackService {
   const AccessControl* access_;
   const Planning planning_;
   BoundedExecutor* planner_;
+  BoundedExecutor* io_;
   ReapiMetrics* metrics_;
+  // An Execute holds one of its client's places while it is planned.
+  const std::shared_ptr<PlanningQuota> quota_;
   const std::shared_ptr<ReapiOperations> operations_;
 };
 

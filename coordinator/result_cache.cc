@@ -56,6 +56,21 @@ void ResultCache::Record(const std::string& action_digest, const v1::TaskResult&
   }
 }
 
+std::string ResultCache::AliasPathOf(const std::string& alias) const {
+  return absl::StrCat(directory_, "-aliases/", alias.substr(0, 2), "/", alias);
+}
+
+void ResultCache::RecordAlias(const std::string& alias, const std::string& action_digest) {
+  absl::Status written = WriteFileAtomically(AliasPathOf(alias), action_digest);
+  if (!written.ok()) spdlog::warn("cannot record alias {}: {}", alias, written.ToString());
+}
+
+std::optional<v1::TaskResult> ResultCache::LookupAlias(const std::string& alias) const {
+  absl::StatusOr<std::string> action_digest = ReadFile(AliasPathOf(alias));
+  if (!action_digest.ok() || !ValidateDigest(Digest{*action_digest, 0}).ok()) return std::nullopt;
+  return Lookup(*action_digest);
+}
+
 void ResultCache::Forget(const std::string& action_digest) {
   std::error_code ignored;
   std::filesystem::remove(PathOf(action_digest), ignored);

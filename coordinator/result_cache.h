@@ -24,6 +24,12 @@ class ResultCache {
   // Returns the cached result if it exists, all its outputs are still in
   // the CAS and its producer is not revoked (such an entry is dropped).
   std::optional<v1::TaskResult> Lookup(const std::string& action_digest) const;
+  // Names the result of `action_digest` also `alias` (a REAPI Action's
+  // digest, which names the same compile): LookupAlias finds what Lookup
+  // finds for it, so a result forgotten or revoked is gone for both. Logs
+  // and ignores write errors, as Record.
+  void RecordAlias(const std::string& alias, const std::string& action_digest);
+  std::optional<v1::TaskResult> LookupAlias(const std::string& alias) const;
   // Drops the result of one action (its second compile disagreed).
   void Forget(const std::string& action_digest);
   // Drops every result that `producer` made; returns how many. Reads every
@@ -35,6 +41,8 @@ class ResultCache {
 
  private:
   std::string PathOf(const std::string& action_digest) const;
+  // Beside `directory`, which holds results only.
+  std::string AliasPathOf(const std::string& alias) const;
   std::string directory_;
   const CasStore* cas_;
   const WorkerRevocations* revocations_;

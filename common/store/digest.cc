@@ -74,12 +74,13 @@ absl::StatusOr<Digest> DigestOfFile(const std::string& path) {
 absl::Status ValidateDigest(const Digest& digest) {
   if (digest.hash.size() != 64) {
     return absl::InvalidArgumentError(
-        absl::StrCat("digest hash '", digest.hash, "' is not 64 hex digits of SHA-256"));
+        absl::StrCat("digest hash '", absl::CHexEscape(digest.hash.substr(0, 80)),
+                     digest.hash.size() > 80 ? "...'" : "'", " is not 64 hex digits of SHA-256"));
   }
   for (char c : digest.hash) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
       return absl::InvalidArgumentError(
-          absl::StrCat("digest hash '", digest.hash, "' is not lowercase hex"));
+          absl::StrCat("digest hash '", absl::CHexEscape(digest.hash), "' is not lowercase hex"));
     }
   }
   if (digest.size_bytes < 0) {

@@ -231,6 +231,28 @@ TEST_F(ReapiServiceTest, AnActionRunsOnAWorkerAndIsThenACacheHit) {
   EXPECT_EQ(metrics.Sum("distcc_cuda_reapi_action_cache_lookups_total", "result=\"hit\""), 1);
 }
 
+TEST_F(ReapiServiceTest, SkipCacheLookupCompilesAgain) {
+  reapi::Digest action = CompileAction("// reapi: compiled twice\n");
+  reapi::ExecuteResponse first, second;
+  Execute(action, &first);
+  Execute(action, &second, /*skip_cache_lookup=*/true);
+  EXPECT_FALSE(second.cached_result());
+  EXPECT_EQ(second.result().exit_code(), 0);
+  EXPECT_EQ(BuildsSeen(), 2);
+}
+
+TEST_F(ReapiServiceTest, AMalformedActionDigestIsRefusedAtOnce) {
+  reapi::ExecuteRequest request;
+  request.mutable_action_digest()->set_hash("not-a-digest");
+  grpc::ClientContext context;
+  auto stream = reapi::Execution::NewStub(channel_)->Execute(&context, request);
+  google::longrunning::Operation operation;
+  EXPECT_FALSE(stream->Read(&operation));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("the action's digest"));
+}
+
 TEST_F(ReapiServiceTest, ClientsDoNotWriteTheActionCache) {
   reapi::UpdateActionResultRequest update;
   *update.mutable_action_digest() = DigestFor("an action");

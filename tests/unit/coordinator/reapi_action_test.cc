@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "coordinator/reapi_cas_service.h"
+#include "coordinator/result_cache.h"
 #include "distcc_cuda/v1/cas.pb.h"
 #include "tests/support/test_paths.h"
 
@@ -33,6 +34,7 @@ class ReapiStoreTest : public ::testing::Test {
     auto store = CasStore::Open(testing::NewTempDir("reapi-") + "/cas");
     ASSERT_TRUE(store.ok()) << store.status();
     cas_ = std::move(*store);
+    pin_ = cas_->Pin({});
   }
 
   // Stores `message` and returns its REAPI digest.
@@ -90,6 +92,7 @@ class ReapiStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<CasStore> cas_;
+  std::unique_ptr<CasPin> pin_;  // what a conversion writes is held here
   BuildLimits limits_;
 };
 
@@ -111,7 +114,7 @@ TEST_F(ReapiConvertInputRootTest, ATwoLevelTreeBecomesTheStoresOwnWithTheExecuta
   AddFolder(root, "include", sub_digest);
   const reapi::Digest root_digest = Put(root);
 
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_, *pin_);
   ASSERT_TRUE(converted.ok()) << converted.status();
   // The executable bit is field 4 in REAPI and 3 in ours: the bytes differ.
   EXPECT_NE(*converted, FromReapi(root_digest));
@@ -169,7 +172,7 @@ TEST_F(ReapiConvertInputRootTest, ATreeWithoutExecutablesKeepsItsRootDigest) {
   AddFolder(root, "include", sub_digest);
   const reapi::Digest root_digest = Put(root);
 
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_, *pin_);
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_EQ(*converted, FromReapi(root_digest));
   EXPECT_EQ(FromProto(OursAt(*converted).directories(0).digest()), FromReapi(sub_digest));
@@ -184,7 +187,7 @@ TEST_F(ReapiConvertInputRootTest, AFolderUsedTwiceIsConvertedOnceAndSharedByBoth
   AddFolder(root, "b", shared_digest);
   const reapi::Digest root_digest = Put(root);
 
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_, *pin_);
   ASSERT_TRUE(converted.ok()) << converted.status();
   const v1::Directory ours = OursAt(*converted);
   ASSERT_EQ(ours.directories_size(), 2);
@@ -207,7 +210,7 @@ TEST_F(ReapiConvertInputRootTest, AMissingSubFolderNamesTheBlobToUpload) {
   AddFolder(root, "include", ToReapi(absent_digest));
   const reapi::Digest root_digest = Put(root);
 
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, root_digest, limits_, *pin_);
   ASSERT_FALSE(converted.ok());
   EXPECT_EQ(converted.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(NamesMissingBlobs(converted.status())) << converted.status();
@@ -217,7 +220,7 @@ TEST_F(ReapiConvertInputRootTest, AMissingSubFolderNamesTheBlobToUpload) {
 
 TEST_F(ReapiConvertInputRootTest, AMissingRootNamesTheBlobToUpload) {
   const Digest absent = DigestOf("not a stored folder");
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, ToReapi(absent), limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, ToReapi(absent), limits_, *pin_);
   ASSERT_FALSE(converted.ok());
   EXPECT_TRUE(NamesMissingBlobs(converted.status())) << converted.status();
   EXPECT_THAT(converted.status().message(), HasSubstr(absent.BlobSubject()));
@@ -232,7 +235,7 @@ TEST_F(ReapiConvertInputRootTest, ASymlinkIsRefused) {
   reapi::Directory root;
   AddFolder(root, "include", Put(sub));
 
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_, *pin_);
   ASSERT_FALSE(converted.ok());
   EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(converted.status().message(), HasSubstr("symlink"));
@@ -245,7 +248,7 @@ TEST_F(ReapiConvertInputRootTest, ANameThatIsNotOnePathComponentIsRefused) {
     SCOPED_TRACE(absl::StrCat("file name '", name, "'"));
     reapi::Directory root;
     AddFile(root, name, blob);
-    absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_);
+    absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_, *pin_);
     ASSERT_FALSE(converted.ok());
     EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(converted.status().message(), HasSubstr("not one path component"));
@@ -253,7 +256,7 @@ TEST_F(ReapiConvertInputRootTest, ANameThatIsNotOnePathComponentIsRefused) {
   // The same for a folder's name.
   reapi::Directory root;
   AddFolder(root, "..", Put(reapi::Directory()));
-  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_);
+  absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_, *pin_);
   ASSERT_FALSE(converted.ok());
   EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(converted.status().message(), HasSubstr("not one path component"));
@@ -265,7 +268,7 @@ TEST_F(ReapiConvertInputRootTest, ANameTwiceInAFolderIsRefused) {
     reapi::Directory root;
     AddFile(root, "k.cu", blob);
     AddFile(root, "k.cu", PutText("int y;\n"));
-    absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_);
+    absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_, *pin_);
     ASSERT_FALSE(converted.ok());
     EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(converted.status().message(), HasSubstr("'k.cu' twice"));
@@ -275,7 +278,7 @@ TEST_F(ReapiConvertInputRootTest, ANameTwiceInAFolderIsRefused) {
     reapi::Directory root;
     AddFile(root, "include", blob);
     AddFolder(root, "include", Put(reapi::Directory()));
-    absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_);
+    absl::StatusOr<Digest> converted = ConvertInputRoot(*cas_, Put(root), limits_, *pin_);
     ASSERT_FALSE(converted.ok());
     EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(converted.status().message(), HasSubstr("'include' twice"));
@@ -291,13 +294,13 @@ TEST_F(ReapiConvertInputRootTest, MoreFilesThanAUnitMayHaveAreRefused) {
   AddFile(root, "a.cu", PutText("// a\n"));
   AddFolder(root, "include", Put(sub));
   // Two files over the tree: allowed.
-  absl::StatusOr<Digest> two = ConvertInputRoot(*cas_, Put(root), limits);
+  absl::StatusOr<Digest> two = ConvertInputRoot(*cas_, Put(root), limits, *pin_);
   EXPECT_TRUE(two.ok()) << two.status();
 
   // Three, counted over both folders: refused.
   AddFile(sub, "c.cuh", PutText("// c\n"));
   root.mutable_directories(0)->mutable_digest()->CopyFrom(Put(sub));
-  absl::StatusOr<Digest> three = ConvertInputRoot(*cas_, Put(root), limits);
+  absl::StatusOr<Digest> three = ConvertInputRoot(*cas_, Put(root), limits, *pin_);
   ASSERT_FALSE(three.ok());
   EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(three.status().message(), HasSubstr("--max-inputs-per-unit"));
@@ -305,17 +308,17 @@ TEST_F(ReapiConvertInputRootTest, MoreFilesThanAUnitMayHaveAreRefused) {
 }
 
 TEST_F(ReapiConvertInputRootTest, ATreeTooDeepIsRefused) {
-  absl::StatusOr<Digest> deep = ConvertInputRoot(*cas_, Chain(70), limits_);
+  absl::StatusOr<Digest> deep = ConvertInputRoot(*cas_, Chain(70), limits_, *pin_);
   ASSERT_FALSE(deep.ok());
   EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(deep.status().message(), HasSubstr("64 folders deep"));
 
   // The bound is the one the planner's tree walk holds a tree to
   // (InputTreeLimits::max_depth): 64 folders below the root pass, 65 do not.
-  absl::StatusOr<Digest> at_bound = ConvertInputRoot(*cas_, Chain(64), limits_);
+  absl::StatusOr<Digest> at_bound = ConvertInputRoot(*cas_, Chain(64), limits_, *pin_);
   EXPECT_TRUE(at_bound.ok()) << at_bound.status();
   EXPECT_EQ(*at_bound, FromReapi(Chain(64))) << "no executable bit: the same blobs";
-  absl::StatusOr<Digest> past = ConvertInputRoot(*cas_, Chain(65), limits_);
+  absl::StatusOr<Digest> past = ConvertInputRoot(*cas_, Chain(65), limits_, *pin_);
   ASSERT_FALSE(past.ok());
   EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -354,7 +357,7 @@ TEST_F(ReapiReadMessageBlobTest, BytesThatDoNotParseAreInvalid) {
   absl::Status status = ReadMessageBlob(*cas_, garbage, "the action", action);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(NamesMissingBlobs(status));
-  EXPECT_THAT(status.message(), HasSubstr("not a valid message"));
+  EXPECT_THAT(status.message(), HasSubstr("is not a Action message"));
 }
 
 TEST_F(ReapiReadMessageBlobTest, AMalformedDigestIsInvalid) {
@@ -855,6 +858,25 @@ TEST(ReapiMemoryHintTest, AMemoryPropertyIsASize) {
     EXPECT_EQ(hint.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(hint.status().message(), HasSubstr("'EstimatedMemory'")) << bad;
   }
+}
+
+// An Action's cache entry is an alias of its unit's result: a result the
+// coordinator forgets (a cross-check that disagreed) answers neither.
+TEST_F(ReapiStoreTest, AnActionsEntryGoesWithItsUnitsResult) {
+  ResultCache results(testing::NewTempDir("reapi-results-") + "/results", cas_.get());
+  const std::string unit = DigestOf("the unit's action").hash;
+  const std::string action = DigestOf("the REAPI action").hash;
+  v1::TaskResult result;
+  result.set_outcome(v1::TASK_COMPLETED);
+  result.set_worker_name("w");
+  results.Record(unit, result);
+  EXPECT_FALSE(results.LookupAlias(action).has_value());
+  results.RecordAlias(action, unit);
+  ASSERT_TRUE(results.LookupAlias(action).has_value());
+  EXPECT_EQ(results.LookupAlias(action)->worker_name(), "w");
+  EXPECT_FALSE(results.Lookup(action).has_value());  // an alias is no result of its own
+  results.Forget(unit);
+  EXPECT_FALSE(results.LookupAlias(action).has_value());
 }
 
 }  // namespace
