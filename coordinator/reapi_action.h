@@ -12,29 +12,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "build/bazel/remote/execution/v2/remote_execution.pb.h"
+#include "common/reapi/action_unit.h"
+#include "common/reapi/reapi_digest.h"
 #include "common/store/cas_store.h"
 #include "common/store/digest.h"
 #include "coordinator/build_limits.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::coordinator {
-
-namespace reapi = ::build::bazel::remote::execution::v2;
-
-// The platform property that names the toolchain an Action needs: the
-// first 12 or more hex digits of a fingerprint digest, or an nvcc release
-// ("13.0"). Needed only when the workers have several toolchains.
-inline constexpr char kToolchainProperty[] = "toolchain";
-
-// The platform properties whose value is the memory an action is expected
-// to take at its peak ("6GiB", "512M", "4096": common/base/byte_size.h):
-// "memory", and "EstimatedMemory", the name BuildBuddy sizes tasks by.
-inline constexpr const char* kMemoryProperties[] = {"memory", "EstimatedMemory"};
-
-// The memory figure `platform` gives (kMemoryProperties), nullopt if none;
-// INVALID_ARGUMENT naming the property whose value is not a size.
-absl::StatusOr<std::optional<int64_t>> MemoryHint(const reapi::Platform& platform);
 
 // Reads the store's blob `digest` (an Action, a Command, a Directory) into
 // `message`; FAILED_PRECONDITION naming the blob as missing (a client
@@ -44,20 +29,11 @@ absl::StatusOr<std::optional<int64_t>> MemoryHint(const reapi::Platform& platfor
 absl::Status ReadMessageBlob(const CasStore& cas, const reapi::Digest& digest,
                              absl::string_view what, google::protobuf::Message& message);
 
-// The REAPI digest as the store's.
-Digest FromReapi(const reapi::Digest& digest);
-reapi::Digest ToReapi(const Digest& digest);
-
-// Writes the REAPI tree of folders rooted at `root` as the store's own
-// Directory blobs (cas.proto numbers a file's executable bit 3, REAPI 4)
-// and returns the root of the copy. Folders seen twice are converted (and
-// their files counted) once; the planner counts the tree expanded again
-// (BuildInputs) and checks the names' order. FAILED_PRECONDITION (MISSING)
-// for a folder the store lacks; INVALID_ARGUMENT for a symlink, a name that
-// is not one path component, a name twice, a tree deeper than 64 folders
-// or with more distinct folders or files than `limits` allow a unit. The
-// folders written are added to `pin` as they are, so none is evicted
-// before the unit is planned.
+// The input root `root`, whose folders are in `cas`, as the store's own tree
+// (common/reapi/input_root.h), with at most the files `limits` allow a
+// unit; the planner counts the tree expanded again (BuildInputs) and checks
+// the names' order. FAILED_PRECONDITION (MISSING) for a folder the store
+// lacks.
 absl::StatusOr<Digest> ConvertInputRoot(CasStore& cas, const reapi::Digest& root,
                                         const BuildLimits& limits, CasPin& pin);
 
@@ -78,8 +54,8 @@ absl::StatusOr<v1::SubmitBuildRequest> UnitBuildOf(const reapi::Command& command
                                                    const Digest& input_root,
                                                    const v1::ToolchainFingerprint& toolchain);
 
-// The ActionResult of a unit's result: its outputs, exit code (137 for a
-// unit the memory cap killed), and stdout and stderr, stored in `cas`.
+// The ActionResult of a unit's result (common/reapi/action_unit.h), its
+// stdout and stderr stored in `cas`.
 absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
                                                    const v1::CompileUnit& unit, CasStore& cas);
 

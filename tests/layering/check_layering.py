@@ -26,12 +26,14 @@ ALLOWED = {
     "common/process": {"common/base", "common/store"},
     "common/nvcc": {"common/base", "common/store", "common/process"},
     "common/transport": {"common/base", "common/store"},
+    "common/reapi": {"common/base", "common/store", "common/transport"},
     "coordinator": {"common/base", "common/store", "common/process",
-                    "common/nvcc", "common/transport"},
+                    "common/nvcc", "common/transport", "common/reapi"},
     "worker": {"common/base", "common/store", "common/process",
-               "common/nvcc", "common/transport"},
+               "common/nvcc", "common/transport", "common/reapi"},
     "client": {"common/base", "common/store", "common/process",
-               "common/nvcc", "common/transport", "coordinator", "worker"},
+               "common/nvcc", "common/transport", "common/reapi", "coordinator",
+               "worker"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

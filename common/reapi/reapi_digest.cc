@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/reapi/reapi_digest.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace distcc_cuda {
+
+Digest FromReapi(const reapi::Digest& digest) { return Digest{digest.hash(), digest.size_bytes()}; }
+
+reapi::Digest ToReapi(const Digest& digest) {
+  reapi::Digest out;
+  out.set_hash(digest.hash);
+  out.set_size_bytes(digest.size_bytes);
+  return out;
+}
+
+std::string BlobSubject(const reapi::Digest& digest) {
+  return absl::StrCat("blobs/", digest.hash(), "/", digest.size_bytes());
+}
+
+}  // namespace distcc_cuda

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/store/blob_client.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
+
+namespace distcc_cuda {
+
+BlobClient::InFlight::InFlight(BlobClient* client, grpc::ClientContext& context)
+    : client_(client), context_(&context) {
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(client->timeout_));
+  absl::MutexLock lock(&client_->mu_);
+  client_->in_flight_.insert(context_);
+  if (client_->cancelled_) context_->TryCancel();
+}
+
+BlobClient::InFlight::~InFlight() {
+  absl::MutexLock lock(&client_->mu_);
+  client_->in_flight_.erase(context_);
+}
+
+void BlobClient::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+}
+
+absl::StatusOr<int> BlobClient::UploadMissing(const std::vector<BlobSource>& blobs) {
+  std::vector<Digest> digests;
+  std::map<Digest, const BlobSource*> by_digest;
+  for (const BlobSource& blob : blobs) {
+    if (by_digest.emplace(blob.digest, &blob).second) {
+      digests.push_back(blob.digest);
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<Digest> missing, FindMissing(digests));
+  std::vector<const BlobSource*> batch;
+  int64_t batch_bytes = 0;
+  for (const Digest& digest : missing) {
+    auto found = by_digest.find(digest);
+    if (found == by_digest.end()) {
+      return absl::InternalError(absl::StrCat("the store says it lacks ", digest.ToString(),
+                                              ", which was not asked about"));
+    }
+    const BlobSource* blob = found->second;
+    if (digest.size_bytes > kMaxChunkBytes) {
+      RETURN_IF_ERROR(UploadStreamed(*blob));
+      continue;
+    }
+    if (batch_bytes + digest.size_bytes > kMaxBatchBytes - (64 << 10)) {
+      RETURN_IF_ERROR(UploadBatch(batch));
+      batch.clear();
+      batch_bytes = 0;
+    }
+    batch.push_back(blob);
+    batch_bytes += digest.size_bytes + 128;
+  }
+  if (!batch.empty()) RETURN_IF_ERROR(UploadBatch(batch));
+  return static_cast<int>(missing.size());
+}
+
+absl::Status BlobClient::ForEachChunk(
+    const BlobSource& blob,
+    const std::function<bool(absl::string_view chunk, int64_t offset, bool last)>& send) {
+  std::ifstream in;
+  if (!blob.path.empty()) {
+    in.open(blob.path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", blob.path));
+  }
+  std::string buffer(kMaxChunkBytes, '\0');
+  int64_t offset = 0;
+  bool first = true;
+  while (offset < blob.digest.size_bytes || first) {
+    absl::string_view chunk;
+    if (blob.path.empty()) {
+      chunk = absl::string_view(blob.bytes)
+                  .substr(std::min<size_t>(offset, blob.bytes.size()), kMaxChunkBytes);
+    } else {
+      in.read(buffer.data(), buffer.size());
+      chunk = absl::string_view(buffer.data(), in.gcount());
+    }
+    if (chunk.empty() && blob.digest.size_bytes > 0) {
+      return absl::DataLossError(
+          absl::StrCat(blob.path.empty() ? "a blob" : blob.path, " is shorter than its digest ",
+                       blob.digest.ToString(), " (changed during the build?)"));
+    }
+    const int64_t at = offset;
+    offset += chunk.size();
+    first = false;
+    if (!send(chunk, at, offset >= blob.digest.size_bytes)) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlobClient::DownloadToFile(const Digest& digest, const std::string& destination) {
+  std::string temp = absl::StrCat(destination, ".part");
+  {
+    RETURN_IF_ERROR(MakeDirectories(std::filesystem::path(destination).parent_path().string()));
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp));
+    Sha256 sha;
+    int64_t size = 0;
+    RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
+      out.write(data.data(), data.size());
+      sha.Update(data);
+      size += data.size();
+      return out ? absl::OkStatus()
+                 : absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp));
+    }));
+    Digest actual{sha.FinishHex(), size};
+    if (actual != digest) {
+      std::filesystem::remove(temp);
+      return absl::DataLossError(absl::StrCat("downloaded blob ", actual.ToString(),
+                                              " does not match the requested ", digest.ToString()));
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temp, destination, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot move ", temp, " to ", destination, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlobClient::DownloadToStore(const Digest& digest, CasStore& store) {
+  bool found = store.Contains(digest);
+  store.CountLookup(found);
+  if (found) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto writer, store.StartWrite(digest));
+  RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
+    return writer->Append(writer->bytes_written(), data);
+  }));
+  return writer->Commit();
+}
+
+absl::StatusOr<std::string> BlobClient::DownloadBytes(const Digest& digest) {
+  std::string content;
+  RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
+    content.append(data.data(), data.size());
+    return absl::OkStatus();
+  }));
+  if (DigestOf(content) != digest) {
+    return absl::DataLossError(absl::StrCat("downloaded blob does not match ", digest.ToString()));
+  }
+  return content;
+}
+
+absl::StatusOr<std::string> BlobClient::FetchThroughStore(const Digest& digest, CasStore& store) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    RETURN_IF_ERROR(DownloadToStore(digest, store));
+    absl::StatusOr<std::string> bytes = store.Get(digest);
+    if (!bytes.ok()) return bytes.status();
+    if (DigestOf(*bytes) == digest) return bytes;
+    // Damaged on this disk: dropped, and fetched afresh once.
+    store.Discard(digest, "a folder of an input tree read back damaged");
+  }
+  return absl::DataLossError(
+      absl::StrCat("blob ", digest.ToString(), " read back damaged twice from this store"));
+}
+
+}  // namespace distcc_cuda
