@@ -9,8 +9,12 @@
 #                worker of SLOTS slots with its memory cap, nothing cached
 #   remote_warm  the same from a fresh Bazel output base: every action an
 #                action-cache hit on the coordinator
-# JOBS and SLOTS default to the usable cores. Takes about 4 minutes on 2
-# cores. Results: build/bench-bazel-reapi/results.txt; the last line is the
+#   buildgrid_cold  --remote_executor at a real BuildGrid 0.9.1 (scripts/buildgrid,
+#                tests/e2e/buildgrid/serve) whose one bot is a distcc-cuda-worker
+#                of SLOTS slots (--bots-api), nothing cached
+#   buildgrid_warm  the same from a fresh output base: BuildGrid's action cache
+# JOBS and SLOTS default to the usable cores. Takes about 6 minutes on 2
+# cores; BUILDGRID=0 leaves BuildGrid out. Results: build/bench-bazel-reapi/results.txt; the last line is the
 # summary with the ratios to `local`.
 set -euo pipefail
 shopt -s inherit_errexit
@@ -89,9 +93,39 @@ REMOTE=(--remote_executor="$REAPI" --spawn_strategy=remote --noremote_local_fall
 bazel_build remote_cold "$WORK/base-remote-cold" "${REMOTE[@]}"
 bazel_build remote_warm "$WORK/base-remote-warm" "${REMOTE[@]}"
 
+kill "$COORDINATOR" "$WORKER"
+wait "$COORDINATOR" "$WORKER" 2>/dev/null || true
+
+if [[ ${BUILDGRID:-1} == 1 ]] && BGD=$(./scripts/buildgrid); then
+  PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  chmod 755 "$WORK"
+  tests/e2e/buildgrid/serve --bgd "$BGD" "$WORK/buildgrid" "$PORT" main \
+    > "$WORK/buildgrid.log" 2>&1 &
+  SERVE=$!
+  trap 'kill $SERVE ${BOT:-} 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+  for _ in $(seq 600); do grep -q "buildgrid: serving" "$WORK/buildgrid.log" && break; sleep 0.1; done
+  "$REPO/build/bin/distcc-cuda-worker" --bots-api "grpc://127.0.0.1:$PORT" --instance main \
+    --name bench-bot --slots "$SLOTS" --work-dir "$WORK/bot" > "$WORK/bot.log" 2>&1 &
+  BOT=$!
+  for _ in $(seq 100); do grep -q "joined" "$WORK/bot.log" && break; sleep 0.1; done
+  GRID=(--remote_executor="grpc://127.0.0.1:$PORT" --remote_instance_name=main
+        --spawn_strategy=remote --noremote_local_fallback --noremote_upload_local_results
+        --remote_timeout=600s --jobs=64)
+  bazel_build buildgrid_cold "$WORK/base-buildgrid-cold" "${GRID[@]}"
+  bazel_build buildgrid_warm "$WORK/base-buildgrid-warm" "${GRID[@]}"
+fi
+
 local_s=$(awk '$1 == "local" {print $2}' "$RESULTS")
 cold_s=$(awk '$1 == "remote_cold" {print $2}' "$RESULTS")
 warm_s=$(awk '$1 == "remote_warm" {print $2}' "$RESULTS")
 awk -v l="$local_s" -v c="$cold_s" -v w="$warm_s" -v j="$JOBS" -v s="$SLOTS" 'BEGIN {
-  printf "units=25 jobs=%s slots=%s remote_cold_vs_local=%.2f remote_warm_vs_local=%.2f\n",
+  printf "units=25 jobs=%s slots=%s remote_cold_vs_local=%.2f remote_warm_vs_local=%.2f",
     j, s, c / l, w / l }' | tee -a "$RESULTS"
+grid_cold=$(awk '$1 == "buildgrid_cold" {print $2}' "$RESULTS")
+grid_warm=$(awk '$1 == "buildgrid_warm" {print $2}' "$RESULTS")
+if [[ -n $grid_cold ]]; then
+  awk -v l="$local_s" -v c="$cold_s" -v gc="$grid_cold" -v gw="$grid_warm" 'BEGIN {
+    printf " buildgrid_cold_vs_local=%.2f buildgrid_cold_vs_remote_cold=%.2f buildgrid_warm_vs_local=%.2f",
+      gc / l, gc / c, gw / l }' | tee -a "$RESULTS"
+fi
+echo | tee -a "$RESULTS"

@@ -18,10 +18,6 @@
 namespace distcc_cuda::coordinator {
 namespace {
 
-// An Action, a Command or a Directory is a few kilobytes; nothing that
-// large is one (the coordinator's own trees allow a folder as much).
-constexpr int64_t kMaxMessageBlobBytes = int64_t{4} << 20;
-
 std::string Describe(const v1::ToolchainFingerprint& toolchain) {
   return absl::StrCat("nvcc ", toolchain.nvcc_release(), " (", toolchain.digest().substr(0, 12),
                       ")");
@@ -31,13 +27,7 @@ std::string Describe(const v1::ToolchainFingerprint& toolchain) {
 
 absl::Status ReadMessageBlob(const CasStore& cas, const reapi::Digest& digest,
                              absl::string_view what, google::protobuf::Message& message) {
-  RETURN_IF_ERROR(
-      Annotate(ValidateDigest(FromReapi(digest)), absl::StrCat("the digest of ", what)));
-  if (digest.size_bytes() > kMaxMessageBlobBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is ", digest.size_bytes(),
-                                                   " bytes; the most one may be is ",
-                                                   kMaxMessageBlobBytes));
-  }
+  RETURN_IF_ERROR(CheckMessageDigest(digest, what));
   absl::StatusOr<std::string> bytes = cas.Get(FromReapi(digest));
   if (absl::IsNotFound(bytes.status())) {
     return MissingBlobsError(absl::StrCat("the store lacks ", what, " (", BlobSubject(digest),

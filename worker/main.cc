@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/byte_size.h"
 #include "common/base/command_line.h"
@@ -74,12 +75,37 @@ ABSL_FLAG(std::string, tls_cert, "",
           "this worker's certificate, of role worker (`distcc-cuda-coordinator certs issue "
           "--role worker NAME`)");
 ABSL_FLAG(std::string, tls_key, "", "the private key of --tls-cert");
+ABSL_FLAG(std::string, bots_api, "",
+          "grpc://HOST:PORT or grpcs://HOST:PORT: work as a bot of that Remote Execution API "
+          "engine (BuildGrid: its Remote Workers API) instead of for a coordinator; leased "
+          "Actions run as units do, in the sandbox under --memory-cap");
+ABSL_FLAG(std::string, instance, "", "with --bots-api: the engine's instance name");
+
+namespace {
+
+// --bots-api's grpc://HOST:PORT or grpcs://HOST:PORT into `options`.
+absl::Status ParseBotsApi(const std::string& flag, distcc_cuda::worker::WorkerOptions& options) {
+  if (flag.empty()) return absl::OkStatus();
+  for (const auto& [scheme, tls] : {std::pair{"grpc://", false}, std::pair{"grpcs://", true}}) {
+    if (!absl::StartsWith(flag, scheme)) continue;
+    options.bots_api = flag.substr(std::string(scheme).size());
+    options.bots_api_tls = tls;
+    if (options.bots_api.empty() || options.bots_api.find('/') != std::string::npos) break;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", flag, "' is not grpc://HOST:PORT or grpcs://HOST:PORT"));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
       "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
-      "[--memory-cap SIZE] [--nvcc PATH]");
+      "[--memory-cap SIZE] [--nvcc PATH]\n"
+      "   or: distcc-cuda-worker --bots-api grpc://HOST:PORT --instance NAME [...]: a bot of "
+      "another Remote Execution API engine (BuildGrid)");
   distcc_cuda::ParseFlags(argc, argv, "worker");
   if (absl::Status logs =
           distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-worker");
@@ -88,6 +114,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   distcc_cuda::BlockTerminationSignals();
+  distcc_cuda::worker::WorkerOptions options;
+  if (absl::Status engine = ParseBotsApi(absl::GetFlag(FLAGS_bots_api), options); !engine.ok()) {
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat("--bots-api: ", engine.message()));
+    return 2;
+  }
+  options.instance = absl::GetFlag(FLAGS_instance);
   const char* cuda_home = std::getenv("CUDA_HOME");
   auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
   if (!nvcc.ok()) {
@@ -103,7 +135,6 @@ int main(int argc, char** argv) {
     std::cout << toolchain->DebugString();
     return 0;
   }
-  distcc_cuda::worker::WorkerOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   auto tls = distcc_cuda::LoadTlsMaterial(
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
@@ -181,9 +212,15 @@ int main(int argc, char** argv) {
   }
   distcc_cuda::LogNotice(absl::StrCat("memory cap enforced by ", (*worker)->memory_mechanism()));
   distcc_cuda::LogNotice((*worker)->sandbox_description());
-  distcc_cuda::LogNotice(absl::StrCat("working for the coordinator at ",
-                                      options.coordinator_address,
-                                      " (registering; Ctrl-C or SIGTERM stops this worker)"));
+  if (options.bots_api.empty()) {
+    distcc_cuda::LogNotice(absl::StrCat("working for the coordinator at ",
+                                        options.coordinator_address,
+                                        " (registering; Ctrl-C or SIGTERM stops this worker)"));
+  } else {
+    distcc_cuda::LogNotice(absl::StrCat(
+        "a bot of the engine at ", absl::GetFlag(FLAGS_bots_api), ", instance '", options.instance,
+        "' (opening a session; Ctrl-C or SIGTERM stops this worker)"));
+  }
   int signal = 0;
   while (signal == 0 && (*worker)->refused().ok()) {
     signal = distcc_cuda::WaitForTerminationSignalFor(1);

@@ -117,10 +117,12 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
     spdlog::info("worker {}: removed {} task folders a previous run left in {}", options.name,
                  leftover, worker->tasks_dir_);
   }
-  worker->channel_ =
-      options.channel ? options.channel : OpenChannel(options.coordinator_address, options.tls);
-  worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
-  worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
+  if (options.bots_api.empty()) {
+    worker->channel_ =
+        options.channel ? options.channel : OpenChannel(options.coordinator_address, options.tls);
+    worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
+    worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
+  }
   auto registry = std::make_shared<prometheus::Registry>();
   worker->metrics_ = std::make_unique<WorkerMetrics>(registry);
   if (!options.metrics_listen.empty()) {
@@ -130,6 +132,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                                   {[reader] { return WorkerGaugeMetrics(reader->Gauges()); },
                                    [reader] { return StoreMetrics(*reader->cache_); }}));
     spdlog::info("worker {} metrics at {}/metrics", options.name, worker->metrics_server_->url());
+  }
+  if (!options.bots_api.empty()) {
+    RETURN_IF_ERROR(worker->StartBot());
+    return worker;
   }
   // The heartbeat thread registers (and registers again whenever the
   // coordinator forgets this worker); the slots lease once it has.
@@ -180,6 +186,10 @@ Worker::~Worker() {
   LogFields fields{{"worker", options_.name}};
   metrics_server_.reset();
   stop_.Notify();
+  // A bot's running leases end and are reported to its engine as
+  // UNAVAILABLE, so that the engine gives them to another bot.
+  if (cas_client_ != nullptr && bot_ != nullptr) cas_client_->CancelAll();
+  bot_.reset();
   std::string id;
   int killed = 0;
   {

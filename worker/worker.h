@@ -5,6 +5,7 @@
 // Worker::Start.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,11 +24,13 @@
 #include "common/process/sandbox.h"
 #include "common/process/subprocess.h"
 #include "common/process/task_tree.h"
+#include "common/reapi/reapi_cas_client.h"
 #include "common/store/cas_client.h"
 #include "common/store/cas_store.h"
 #include "common/transport/http_server.h"
 #include "common/transport/tls_credentials.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"
+#include "worker/bot_session.h"
 #include "worker/worker_metrics.h"
 
 namespace distcc_cuda::worker {
@@ -70,6 +73,12 @@ struct WorkerOptions {
   // and `tls` (the embedded default's in-process one); that address then
   // only names it in messages.
   std::shared_ptr<grpc::Channel> channel;
+  // Set: the worker is a bot of another Remote Execution API engine
+  // (BuildGrid) at this HOST:PORT, over the Remote Workers API, instead of
+  // working for a coordinator (worker/bot_session.h).
+  std::string bots_api;
+  bool bots_api_tls = false;  // grpcs://: TLS, with `tls` where given, else the system's CAs
+  std::string instance;       // the engine's instance name
   // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
   std::string metrics_listen;
   // Serve metrics on an address other than loopback (no credentials).
@@ -167,6 +176,15 @@ class Worker {
   absl::StatusOr<ProcessSpec> PlaceProcess(ProcessSpec spec,
                                            const MaterializedTask& materialized) const;
   absl::Status Report(const v1::Task& task, const v1::TaskResult& result);
+  // As a bot of another engine (worker_bot.cc): opens the channel, the
+  // engine's CAS client and the bot session.
+  absl::Status StartBot();
+  // Runs one leased Action: its Command and input root read from the
+  // engine's CAS, the unit run as any other (RunTask), its outputs,
+  // stdout and stderr uploaded, and its ActionResult returned.
+  LeaseOutcome RunLease(const reapi::Action& action, const CancelToken& cancel);
+  // The platform the bot advertises: OSFamily, ISA, toolchain, nvcc, memory.
+  std::vector<std::pair<std::string, std::string>> BotProperties() const;
   // Fingerprints the toolchain again if its files changed since the last
   // look (someone upgraded CUDA under a running worker): results then carry
   // the new fingerprint, which the coordinator refuses for builds of the old
@@ -182,7 +200,9 @@ class Worker {
   std::string unit_root_;  // where nvcc sees a task's sandbox; empty: at its own path
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
-  std::unique_ptr<CasClient> cas_client_;
+  std::unique_ptr<BlobClient> cas_client_;  // the coordinator's store, or the engine's
+  ReapiCasClient* engine_cas_ = nullptr;    // cas_client_ as a bot's
+  std::unique_ptr<BotSession> bot_;         // as a bot of another engine
   std::unique_ptr<CasStore> cache_;
   std::unique_ptr<NodeMemoryCap> memory_cap_;
   std::unique_ptr<Sandbox> sandbox_;  // null with --insecure-no-sandbox
@@ -201,6 +221,7 @@ class Worker {
   std::unique_ptr<WorkerMetrics> metrics_;
   // Reads the cache, the cap and the slots: stopped first.
   std::unique_ptr<HttpServer> metrics_server_;
+  std::atomic<int64_t> leases_run_{0};  // names a bot's tasks
 };
 
 }  // namespace distcc_cuda::worker

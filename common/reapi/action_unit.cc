@@ -102,8 +102,10 @@ absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
   std::string stderr_text = result.stderr_text();
   if (result.outcome() == v1::TASK_KILLED_FOR_MEMORY) {
     out.set_exit_code(kKilledExitCode);
-    absl::StrAppend(&stderr_text, "distcc-cuda: ", unit.name(),
-                    " was killed for memory: ", result.error_message(), "\n");
+    const std::string& why = result.error_message();
+    absl::StrAppend(&stderr_text, "distcc-cuda: ", unit.name(), " was ",
+                    absl::StartsWith(why, "killed for memory") ? why : "killed for memory: " + why,
+                    "\n");
   } else {
     out.set_exit_code(result.exit_code());
   }

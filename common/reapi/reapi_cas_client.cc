@@ -11,8 +11,7 @@
 namespace distcc_cuda {
 namespace {
 
-// An Action, a Command or a Directory is a few kilobytes.
-constexpr int64_t kMaxMessageBlobBytes = int64_t{4} << 20;
+// What a message blob may take once parsed: 16 times the largest one.
 constexpr int64_t kMaxParsedBytes = int64_t{64} << 20;
 
 // A fresh version 4 UUID, for an upload's resource name.
@@ -146,13 +145,7 @@ absl::Status ReapiCasClient::Read(const Digest& digest,
 
 absl::Status ReapiCasClient::ReadMessage(const reapi::Digest& digest, absl::string_view what,
                                          CasStore& store, google::protobuf::Message& message) {
-  RETURN_IF_ERROR(
-      Annotate(ValidateDigest(FromReapi(digest)), absl::StrCat("the digest of ", what)));
-  if (digest.size_bytes() > kMaxMessageBlobBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is ", digest.size_bytes(),
-                                                   " bytes; the most one may be is ",
-                                                   kMaxMessageBlobBytes));
-  }
+  RETURN_IF_ERROR(CheckMessageDigest(digest, what));
   absl::StatusOr<std::string> fetched = FetchThroughStore(FromReapi(digest), store);
   RETURN_IF_ERROR(Annotate(fetched.status(),
                            absl::StrCat("cannot read ", what, " (", BlobSubject(digest), ")")));

@@ -14,6 +14,7 @@
 #include "common/process/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/bazel_client.h"
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/test_paths.h"
 
@@ -24,16 +25,13 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Debian's bazel-bootstrap (scripts/setup installs it for the tests); the
-// bazel wrapper beside it reads .bazelversion, this does not.
-constexpr char kBazel[] = "/usr/bin/bazel-4";
-
 class BazelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string nvcc = testing::RealNvccPath();
     if (nvcc.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
-    if (!fs::exists(kBazel)) GTEST_SKIP() << "needs Bazel 4 (apt-get install bazel-bootstrap)";
+    if (!fs::exists(testing::kBazel))
+      GTEST_SKIP() << "needs Bazel 4 (apt-get install bazel-bootstrap)";
     root_ = testing::NewTempDir("bazel-");
     auto cluster = testing::LoopbackCluster::Start(root_, nvcc, {{"bazel-w", 2}},
                                                    {"--reapi-listen", "127.0.0.1:0"});
@@ -53,16 +51,10 @@ class BazelTest : public ::testing::Test {
   // Bazel of its own (--batch: no server left behind) under root_.
   ProcessResult Build(const std::string& target) {
     ProcessSpec spec;
-    spec.argv = {
-        kBazel, "--nohome_rc", "--nosystem_rc", "--noworkspace_rc",
-        // What Debian's system rc would say, which --nosystem_rc drops.
-        "--install_base=/usr/share/bazel", "--trust_install_base",
-        "--output_user_root=" + root_ + "/bazel-root", "--output_base=" + root_ + "/bazel-base",
-        "--batch", "--host_jvm_args=-Xmx512m", "build", "--color=no", "--curses=no",
-        "--noshow_progress", "--symlink_prefix=/", "--remote_executor=grpc://" + reapi_,
-        // Accepted and ignored: a coordinator is one instance.
-        "--remote_instance_name=e2e", "--spawn_strategy=remote", "--noremote_local_fallback",
-        "--noremote_upload_local_results", "--remote_timeout=120s", target};
+    spec.argv = testing::BazelRemoteBuild(root_, "grpc://" + reapi_,
+                                          // Accepted and ignored: a coordinator is one instance.
+                                          "e2e");
+    spec.argv.push_back(target);
     spec.working_directory = workspace_;
     spec.timeout = absl::Minutes(5);
     absl::StatusOr<ProcessResult> ran = RunProcess(spec);
@@ -70,9 +62,7 @@ class BazelTest : public ::testing::Test {
     return ran.ok() ? *ran : ProcessResult{};
   }
 
-  std::string Object(const std::string& name) const {
-    return root_ + "/bazel-base/execroot/distcc_cuda_bazel_e2e/bazel-out/k8-fastbuild/bin/" + name;
-  }
+  std::string Object(const std::string& name) const { return testing::BazelOutput(root_, name); }
 
   std::string root_;
   std::unique_ptr<testing::LoopbackCluster> cluster_;

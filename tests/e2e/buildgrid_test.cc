@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+// distcc-cuda workers as the bots of another Remote Execution API engine
+// (issue 33): a real BuildGrid 0.9.1 with its PostgreSQL on loopback
+// (tests/e2e/buildgrid/serve), real distcc-cuda-worker processes joined to
+// it with --bots-api, and Debian's Bazel 4.2.3 pointed at BuildGrid. The
+// nvcc actions run on the bots (two at once on two bots), a second build
+// is BuildGrid's action-cache hit, an action the argument model refuses is
+// refused by the bot, and a memory kill under the bot's cap comes back as
+// exit 137 with why.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/process/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/background_process.h"
+#include "tests/support/bazel_client.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kInstance[] = "main";
+
+class BuildGridTest : public ::testing::Test {
+ protected:
+  // One BuildGrid for the suite (its start takes seconds); each test joins
+  // bots of its own and builds targets no other test builds.
+  static void SetUpTestSuite() {
+    const char* bgd = std::getenv("DISTCC_BUILDGRID_BGD");
+    if (bgd == nullptr || !fs::exists(bgd)) {
+      skip_ = "needs BuildGrid: DISTCC_BUILDGRID_BGD=$(./scripts/buildgrid) (scripts/test sets it)";
+      return;
+    }
+    if (testing::RealNvccPath().empty()) {
+      skip_ = "needs the real nvcc at /usr/local/cuda/bin/nvcc";
+      return;
+    }
+    if (!fs::exists(testing::kBazel)) {
+      skip_ = "needs Bazel 4 (apt-get install bazel-bootstrap)";
+      return;
+    }
+    root_ = new std::string(testing::NewTempDir("buildgrid-"));
+    fs::permissions(*root_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+    const int port = testing::FreeLoopbackPort();
+    address_ = new std::string(absl::StrCat("127.0.0.1:", port));
+    auto serve = testing::BackgroundProcess::Start(
+        {testing::SourceDir() + "/tests/e2e/buildgrid/serve", "--bgd", bgd, *root_ + "/state",
+         absl::StrCat(port), kInstance},
+        *root_ + "/buildgrid.log");
+    if (!serve.ok()) {
+      skip_ = absl::StrCat("cannot start tests/e2e/buildgrid/serve: ", serve.status().ToString());
+      return;
+    }
+    buildgrid_ = serve->release();
+    absl::StatusOr<std::string> ready =
+        buildgrid_->WaitForLog("buildgrid: serving", absl::Seconds(90));
+    if (!ready.ok()) start_failure_ = new std::string(ready.status().ToString());
+  }
+
+  static void TearDownTestSuite() {
+    if (buildgrid_ != nullptr) {
+      // serve stops bgd and PostgreSQL on SIGTERM (a few seconds).
+      buildgrid_->Stop(SIGTERM, absl::Seconds(30)).IgnoreError();
+      delete buildgrid_;
+      buildgrid_ = nullptr;
+    }
+  }
+
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_EQ(start_failure_, nullptr) << *start_failure_;
+    dir_ = testing::NewTempDir("buildgrid-run-");
+    workspace_ = dir_ + "/workspace";
+    fs::copy(testing::SourceDir() + "/tests/e2e/bazel_workspace", workspace_,
+             fs::copy_options::recursive);
+  }
+
+  // A distcc-cuda-worker joined to BuildGrid as bot `name`.
+  testing::BackgroundProcess* StartBot(const std::string& name, const std::string& memory_cap) {
+    auto bot = testing::BackgroundProcess::Start(
+        {testing::BinaryPath("distcc-cuda-worker"), "--bots-api", "grpc://" + *address_,
+         "--instance", kInstance, "--name", name, "--slots", "1", "--memory-cap", memory_cap,
+         "--work-dir", dir_ + "/" + name},
+        dir_ + "/" + name + ".log");
+    EXPECT_TRUE(bot.ok()) << bot.status();
+    if (!bot.ok()) return nullptr;
+    bots_.push_back(*std::move(bot));
+    // The session is open once BuildGrid answers its first (held) call.
+    absl::StatusOr<std::string> joined =
+        bots_.back()->WaitForLog(absl::StrCat("bot ", name, " joined"), absl::Seconds(60));
+    EXPECT_TRUE(joined.ok()) << joined.status();
+    return bots_.back().get();
+  }
+
+  // `bazel build TARGETS` with remote execution on BuildGrid.
+  ProcessResult Build(const std::vector<std::string>& targets,
+                      const std::vector<std::string>& flags = {}) {
+    ProcessSpec spec;
+    spec.argv = testing::BazelRemoteBuild(dir_, "grpc://" + *address_, kInstance);
+    spec.argv.insert(spec.argv.end(), {"--remote_retries=0", "--jobs=4"});
+    spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
+    spec.argv.insert(spec.argv.end(), targets.begin(), targets.end());
+    spec.working_directory = workspace_;
+    spec.timeout = absl::Minutes(5);
+    absl::StatusOr<ProcessResult> ran = RunProcess(spec);
+    EXPECT_TRUE(ran.ok()) << ran.status();
+    return ran.ok() ? *ran : ProcessResult{};
+  }
+
+  std::string Object(const std::string& name) const { return testing::BazelOutput(dir_, name); }
+
+  static inline std::string skip_;
+  static inline std::string* root_ = nullptr;
+  static inline std::string* address_ = nullptr;
+  static inline std::string* start_failure_ = nullptr;
+  static inline testing::BackgroundProcess* buildgrid_ = nullptr;
+  std::string dir_;
+  std::string workspace_;
+  std::vector<std::unique_ptr<testing::BackgroundProcess>> bots_;
+};
+
+TEST_F(BuildGridTest, BazelsActionsRunOnTwoBotsAndThenHitBuildGridsCache) {
+  testing::BackgroundProcess* first = StartBot("bg-bot-a", "4GiB");
+  testing::BackgroundProcess* second = StartBot("bg-bot-b", "4GiB");
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  ProcessResult built = Build({"//:kernel", "//:kernel_variant"});
+  ASSERT_EQ(built.exit_code, 0) << built.stderr_text;
+  EXPECT_THAT(built.stderr_text, HasSubstr("2 remote."));
+  for (const std::string object : {"kernel.o", "kernel_variant.o"}) {
+    ProcessResult inspect = testing::RunToEnd(
+        {testing::BinaryPath("distcc-cuda"), "inspect", Object(object)}, absl::Minutes(1));
+    EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n")) << object << inspect.stderr_text;
+  }
+  // Each bot takes one lease at a time (--slots 1): both compiled.
+  EXPECT_THAT(first->Log(), HasSubstr("ended: TASK_COMPLETED (exit 0)"));
+  EXPECT_THAT(second->Log(), HasSubstr("ended: TASK_COMPLETED (exit 0)"));
+
+  // Bazel's own outputs gone: the results come from BuildGrid's cache.
+  fs::remove_all(dir_ + "/bazel-base/execroot/distcc_cuda_bazel_e2e/bazel-out");
+  fs::remove_all(dir_ + "/bazel-base/action_cache");
+  ProcessResult again = Build({"//:kernel", "//:kernel_variant"});
+  ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
+  EXPECT_THAT(again.stderr_text, HasSubstr("2 remote cache hit"));
+  EXPECT_TRUE(fs::exists(Object("kernel.o")));
+}
+
+TEST_F(BuildGridTest, TheBotRefusesAnActionTheArgumentModelRefuses) {
+  testing::BackgroundProcess* bot = StartBot("bg-bot-guard", "4GiB");
+  ASSERT_NE(bot, nullptr);
+  ProcessResult hostile = Build({"//:hostile"});
+  EXPECT_NE(hostile.exit_code, 0);
+  EXPECT_THAT(hostile.stderr_text, HasSubstr("-fplugin=/tmp/evil.so' is not allowed on a worker"));
+  EXPECT_FALSE(fs::exists(Object("hostile.o")));
+  EXPECT_THAT(bot->Log(), HasSubstr("hostile.o ended: TASK_REJECTED"));
+
+  // BuildGrid matches no toolchain (a wildcard property): the bot refuses
+  // an action that asks for another one before it fetches its inputs.
+  ProcessResult other = Build({"//:kernel"}, {"--remote_default_exec_properties=toolchain=99.9"});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.stderr_text,
+              HasSubstr("the action asks for toolchain '99.9'; bot bg-bot-guard"));
+  EXPECT_THAT(bot->Log(), Not(HasSubstr("TASK_COMPLETED")));
+}
+
+TEST_F(BuildGridTest, AMemoryKillUnderTheBotsCapIsExit137WithWhy) {
+  // nvcc's front end alone takes more than 100 MiB.
+  testing::BackgroundProcess* bot = StartBot("bg-bot-small", "100MiB");
+  ASSERT_NE(bot, nullptr);
+  // A platform property makes this an action no other test ran (and one
+  // with a memory hint, which the bot reserves).
+  ProcessResult killed = Build({"//:kernel"}, {"--remote_default_exec_properties=memory=2GiB"});
+  EXPECT_NE(killed.exit_code, 0);
+  EXPECT_THAT(killed.stderr_text, HasSubstr("(Killed)"));
+  EXPECT_THAT(killed.stderr_text, HasSubstr("distcc-cuda: kernel.o was killed for memory"));
+  EXPECT_THAT(killed.stderr_text, HasSubstr("cap 100 MiB"));
+  EXPECT_THAT(bot->Log(), HasSubstr("kernel.o ended: TASK_KILLED_FOR_MEMORY (exit 137)"));
+}
+
+TEST(BotsApiFlagTest, AnAddressThatIsNotGrpcIsRefusedBeforeAnythingStarts) {
+  for (const std::string flag : {"http://127.0.0.1:1", "grpc://", "grpc://host:1/path"}) {
+    ProcessResult ran = testing::RunToEnd(
+        {testing::BinaryPath("distcc-cuda-worker"), "--bots-api", flag}, absl::Minutes(1));
+    EXPECT_EQ(ran.exit_code, 2) << flag;
+    EXPECT_THAT(ran.stderr_text, HasSubstr("is not grpc://HOST:PORT or grpcs://HOST:PORT")) << flag;
+  }
+}
+
+TEST(BotsApiFlagTest, ABotWithoutItsEngineKeepsTryingAndStopsAtOnce) {
+  const std::string nvcc = testing::RealNvccPath();
+  if (nvcc.empty()) GTEST_SKIP() << "needs the real nvcc at /usr/local/cuda/bin/nvcc";
+  const std::string dir = testing::NewTempDir("bot-alone-");
+  auto bot = testing::BackgroundProcess::Start(
+      {testing::BinaryPath("distcc-cuda-worker"), "--bots-api",
+       absl::StrCat("grpc://127.0.0.1:", testing::FreeLoopbackPort()), "--instance", "main",
+       "--name", "lonely", "--slots", "1", "--memory-cap", "1GiB", "--nvcc", nvcc, "--work-dir",
+       dir + "/w"},
+      dir + "/bot.log");
+  ASSERT_TRUE(bot.ok()) << bot.status();
+  absl::StatusOr<std::string> retrying = (*bot)->WaitForLog(
+      "bot lonely cannot open a session on grpc://127.0.0.1:", absl::Seconds(30));
+  ASSERT_TRUE(retrying.ok()) << retrying.status();
+  const absl::Time asked = absl::Now();
+  absl::StatusOr<int> stopped = (*bot)->Stop(SIGTERM, absl::Seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status() << (*bot)->Log();
+  EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << (*bot)->Log();
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace distcc_cuda

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "worker/bot_session.h"
+
+#include <chrono>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "spdlog/spdlog.h"
+
+namespace distcc_cuda::worker {
+namespace {
+
+// Idle, the engine holds an update until work comes (BuildGrid: 0.8 of the
+// deadline); busy, the bot says it is alive this often.
+constexpr absl::Duration kIdleUpdateDeadline = absl::Seconds(30);
+constexpr absl::Duration kBusyUpdateEvery = absl::Seconds(10);
+constexpr absl::Duration kBusyUpdateDeadline = absl::Seconds(20);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(30);
+// Short enough that the engine opens the session at once rather than hold
+// it for work (BuildGrid assigns none under a 3.75 s deadline): the bot says
+// it joined, and its first update waits for work.
+constexpr absl::Duration kCreateDeadline = absl::Seconds(3);
+
+std::chrono::system_clock::time_point SessionDeadlineIn(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+}  // namespace
+
+std::unique_ptr<BotSession> BotSession::Start(std::shared_ptr<grpc::Channel> channel,
+                                              BotOptions options, LeaseRunner run) {
+  std::unique_ptr<BotSession> bot(new BotSession());
+  bot->stub_ = rwapi::Bots::NewStub(channel);
+  bot->run_ = std::move(run);
+  {
+    absl::MutexLock lock(&bot->mu_);
+    bot->session_.set_bot_id(options.bot_id);
+    rwapi::Worker* worker = bot->session_.mutable_worker();
+    rwapi::Worker::Config* capacity = worker->add_configs();
+    capacity->set_key("capacity");
+    capacity->set_value(absl::StrCat(options.capacity));
+    // The engine matches an Action's platform against the primary device.
+    rwapi::Device* device = worker->add_devices();
+    device->set_handle(options.bot_id);
+    for (const auto& [key, value] : options.properties) {
+      rwapi::Device::Property* property = device->add_properties();
+      property->set_key(key);
+      property->set_value(value);
+    }
+  }
+  bot->options_ = std::move(options);
+  BotSession* self = bot.get();
+  bot->loop_ = std::thread([self] { self->Loop(); });
+  return bot;
+}
+
+BotSession::~BotSession() {
+  stop_.Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    if (in_flight_ != nullptr) in_flight_->TryCancel();
+    for (auto& [id, running] : leases_) running.cancel->Cancel("the worker is stopping");
+  }
+  loop_.join();
+}
+
+std::string BotSession::name() const {
+  absl::MutexLock lock(&mu_);
+  return session_.name();
+}
+
+void BotSession::Pause(absl::Duration delay) { stop_.WaitForNotificationWithTimeout(delay); }
+
+bool BotSession::Busy() const {
+  for (const auto& [id, running] : leases_) {
+    if (running.lease.state() == rwapi::ACTIVE) return true;
+  }
+  return false;
+}
+
+bool BotSession::SomeLeaseEnded() const {
+  for (const auto& [id, running] : leases_) {
+    if (running.lease.state() == rwapi::COMPLETED) return true;
+  }
+  return false;
+}
+
+rwapi::BotSession BotSession::Snapshot(rwapi::BotStatus status) const {
+  absl::MutexLock lock(&mu_);
+  rwapi::BotSession out = session_;
+  out.set_status(status);
+  for (const auto& [id, running] : leases_) {
+    if (running.lease.state() != rwapi::CANCELLED) *out.add_leases() = running.lease;
+  }
+  return out;
+}
+
+absl::StatusOr<rwapi::BotSession> BotSession::Update(const rwapi::BotSession& session,
+                                                     absl::Duration deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(SessionDeadlineIn(deadline));
+  rwapi::BotSession answer;
+  grpc::Status status;
+  const bool last = session.status() == rwapi::BOT_TERMINATING;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_.HasBeenNotified() && !last) return absl::CancelledError("the bot is stopping");
+    in_flight_ = &context;
+  }
+  if (session.name().empty()) {
+    rwapi::CreateBotSessionRequest request;
+    request.set_parent(options_.instance);
+    *request.mutable_bot_session() = session;
+    status = stub_->CreateBotSession(&context, request, &answer);
+  } else {
+    rwapi::UpdateBotSessionRequest request;
+    request.set_name(session.name());
+    *request.mutable_bot_session() = session;
+    status = stub_->UpdateBotSession(&context, request, &answer);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_ = nullptr;
+  }
+  RETURN_IF_ERROR(FromGrpcStatus(status));
+  return answer;
+}
+
+bool BotSession::CreateUntilStopped() {
+  absl::Duration backoff = absl::Seconds(1);
+  while (!stop_.HasBeenNotified()) {
+    rwapi::BotSession sent = Snapshot(rwapi::OK);
+    sent.clear_name();
+    sent.clear_leases();
+    absl::StatusOr<rwapi::BotSession> answer = Update(sent, kCreateDeadline);
+    if (answer.ok() && !answer->name().empty()) {
+      {
+        absl::MutexLock lock(&mu_);
+        session_.set_name(answer->name());
+      }
+      spdlog::info("bot {} joined {} (instance '{}') as session {}, {} leases at once",
+                   options_.bot_id, options_.engine_address, options_.instance, answer->name(),
+                   options_.capacity);
+      Reconcile(sent, *answer);
+      return true;
+    }
+    if (stop_.HasBeenNotified()) break;
+    absl::Status why =
+        answer.ok() ? absl::InternalError("the engine named no session") : answer.status();
+    spdlog::warn("bot {} cannot open a session on {} (instance '{}'): {}; trying again in {}",
+                 options_.bot_id, options_.engine_address, options_.instance, why.ToString(),
+                 absl::FormatDuration(backoff));
+    Pause(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  return false;
+}
+
+void BotSession::StartLease(const rwapi::Lease& lease) {
+  RunningLease& running = leases_[lease.id()];
+  running.lease = lease;
+  running.lease.set_state(rwapi::ACTIVE);
+  running.cancel = std::make_shared<CancelToken>();
+  running.thread = std::thread(
+      [this, id = lease.id(), lease, cancel = running.cancel] { RunLease(id, lease, cancel); });
+}
+
+void BotSession::RunLease(std::string id, rwapi::Lease lease, std::shared_ptr<CancelToken> cancel) {
+  LeaseOutcome outcome;
+  reapi::Action action;
+  if (!lease.payload().UnpackTo(&action)) {
+    outcome.status = absl::InvalidArgumentError(
+        absl::StrCat("the lease's payload is a ", lease.payload().type_url(),
+                     ", not a build.bazel.remote.execution.v2.Action"));
+  } else {
+    outcome = run_(action, id, *cancel);
+  }
+  if (stop_.HasBeenNotified() && !outcome.status.ok()) {
+    outcome.status = absl::UnavailableError(absl::StrCat(
+        "bot ", options_.bot_id, " is stopping; the engine gives the action to another bot"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto found = leases_.find(id);
+  if (found == leases_.end()) return;
+  RunningLease& running = found->second;
+  if (running.lease.state() == rwapi::CANCELLED) {
+    finished_.push_back(std::move(running.thread));
+    leases_.erase(found);
+    return;
+  }
+  running.lease.set_state(rwapi::COMPLETED);
+  running.lease.mutable_status()->set_code(static_cast<int>(outcome.status.code()));
+  running.lease.mutable_status()->set_message(std::string(outcome.status.message()));
+  if (outcome.status.ok()) running.lease.mutable_result()->PackFrom(outcome.result);
+}
+
+void BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSession& answer) {
+  std::set<std::string> reported;  // told the engine they ended
+  for (const rwapi::Lease& lease : sent.leases()) {
+    if (lease.state() == rwapi::COMPLETED) reported.insert(lease.id());
+  }
+  std::set<std::string> listed;
+  int started = 0;
+  int cancelled = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : reported) {
+      auto found = leases_.find(id);
+      if (found == leases_.end()) continue;
+      finished_.push_back(std::move(found->second.thread));
+      leases_.erase(found);
+    }
+    for (const rwapi::Lease& lease : answer.leases()) {
+      listed.insert(lease.id());
+      auto found = leases_.find(lease.id());
+      bool offered = lease.state() == rwapi::PENDING || lease.state() == rwapi::ACTIVE;
+      if (found == leases_.end() && offered && !reported.count(lease.id())) {
+        StartLease(lease);
+        ++started;
+      } else if (found != leases_.end() && lease.state() == rwapi::CANCELLED &&
+                 found->second.lease.state() == rwapi::ACTIVE) {
+        found->second.lease.set_state(rwapi::CANCELLED);
+        found->second.cancel->Cancel("the engine cancelled the lease");
+        ++cancelled;
+      }
+    }
+    // A lease the engine no longer lists is not this bot's any more.
+    for (auto& [id, running] : leases_) {
+      bool sent_active = false;
+      for (const rwapi::Lease& lease : sent.leases()) {
+        sent_active |= lease.id() == id && lease.state() == rwapi::ACTIVE;
+      }
+      if (sent_active && !listed.count(id) && running.lease.state() == rwapi::ACTIVE) {
+        running.lease.set_state(rwapi::CANCELLED);
+        running.cancel->Cancel("the engine no longer lists the lease");
+        ++cancelled;
+      }
+    }
+  }
+  if (started > 0 || cancelled > 0) {
+    spdlog::info("bot {}: {} leases started, {} cancelled by the engine", options_.bot_id, started,
+                 cancelled);
+  }
+}
+
+void BotSession::Loop() {
+  if (!CreateUntilStopped()) return;
+  absl::Duration backoff = absl::Seconds(1);
+  while (!stop_.HasBeenNotified()) {
+    std::vector<std::thread> ended;
+    bool busy = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (Busy() && !SomeLeaseEnded()) {
+        // Nothing to say before a lease ends, but that the bot is alive.
+        auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return SomeLeaseEnded() || stop_.HasBeenNotified();
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&woken), kBusyUpdateEvery);
+      }
+      busy = Busy();
+      ended.swap(finished_);
+    }
+    for (std::thread& thread : ended) {
+      if (thread.joinable()) thread.join();
+    }
+    if (stop_.HasBeenNotified()) break;
+    rwapi::BotSession sent = Snapshot(rwapi::OK);
+    absl::StatusOr<rwapi::BotSession> answer =
+        Update(sent, busy ? kBusyUpdateDeadline : kIdleUpdateDeadline);
+    if (answer.ok()) {
+      backoff = absl::Seconds(1);
+      Reconcile(sent, *answer);
+      continue;
+    }
+    if (stop_.HasBeenNotified()) break;
+    if (absl::IsDeadlineExceeded(answer.status()) && !busy) continue;  // no work came
+    spdlog::warn("bot {}: updating its session on {} failed: {}; trying again in {}",
+                 options_.bot_id, options_.engine_address, answer.status().ToString(),
+                 absl::FormatDuration(backoff));
+    if (absl::IsNotFound(answer.status())) {
+      // The engine forgot the session (restarted, or it expired): its
+      // leases went back to the queue; open a new one.
+      {
+        absl::MutexLock lock(&mu_);
+        for (auto& [id, running] : leases_) {
+          running.lease.set_state(rwapi::CANCELLED);
+          running.cancel->Cancel("the engine forgot the bot's session");
+        }
+        session_.clear_name();
+      }
+      if (!CreateUntilStopped()) break;
+      continue;
+    }
+    Pause(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  // Stopping: every lease ends (cancelled), is reported, and the session
+  // says the bot is going.
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, running] : leases_) {
+      running.cancel->Cancel("the worker is stopping");
+      if (running.thread.joinable()) threads.push_back(std::move(running.thread));
+    }
+    for (std::thread& thread : finished_) threads.push_back(std::move(thread));
+    finished_.clear();
+  }
+  for (std::thread& thread : threads) {
+    if (thread.joinable()) thread.join();
+  }
+  if (name().empty()) return;
+  absl::StatusOr<rwapi::BotSession> last =
+      Update(Snapshot(rwapi::BOT_TERMINATING), absl::Seconds(2));
+  if (!last.ok()) {
+    spdlog::warn("bot {}: could not tell {} it is stopping: {}", options_.bot_id,
+                 options_.engine_address, last.status().ToString());
+  }
+}
+
+}  // namespace distcc_cuda::worker

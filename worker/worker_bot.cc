@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// A worker as a bot of another Remote Execution API engine: the leased
+// Action read from the engine's CAS (its Command and input root converted
+// into the worker's own store), checked and run as a unit like any other
+// (Worker::RunTask: the argument model, the sandbox, the node's cap), and
+// its ActionResult made from the unit's result. The session with the
+// engine is worker/bot_session.cc.
+#include <sys/utsname.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/byte_size.h"
+#include "common/base/logging.h"
+#include "common/base/status.h"
+#include "common/reapi/action_unit.h"
+#include "common/reapi/input_root.h"
+#include "common/transport/tls_credentials.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "spdlog/spdlog.h"
+#include "worker/worker.h"
+
+namespace distcc_cuda::worker {
+namespace {
+
+// The most files one leased Action's input root may hold.
+constexpr int64_t kMaxLeaseInputs = 100000;
+// A leased Action without a timeout of its own.
+constexpr absl::Duration kDefaultLeaseTimeout = absl::Hours(1);
+
+// Bazel's names for the machine's instruction set.
+std::string InstructionSet() {
+  struct utsname name;
+  if (uname(&name) != 0) return "unknown";
+  std::string machine = name.machine;
+  if (machine == "x86_64") return "x86-64";
+  return machine;
+}
+
+// The status of a lease whose unit ended with `result` without an
+// ActionResult: refused (INVALID_ARGUMENT), or lost (the engine retries it).
+absl::Status LeaseStatusOf(const v1::TaskResult& result, const std::string& unit) {
+  // The worker's own messages name the unit already.
+  std::string why = absl::StrContains(result.error_message(), unit)
+                        ? result.error_message()
+                        : absl::StrCat(unit, ": ", result.error_message());
+  switch (result.outcome()) {
+    case v1::TASK_REJECTED:
+      return absl::InvalidArgumentError(why);
+    case v1::TASK_TIMED_OUT:
+      return absl::DeadlineExceededError(why);
+    case v1::TASK_CANCELLED:
+      return absl::CancelledError(why);
+    default:
+      return absl::InternalError(absl::StrCat(unit, " could not run: ", result.error_message()));
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> Worker::BotProperties() const {
+  v1::ToolchainFingerprint fingerprint = toolchain();
+  return {{"OSFamily", "linux"},
+          {"ISA", InstructionSet()},
+          {kToolchainProperty, fingerprint.digest().substr(0, 12)},
+          {"nvcc", fingerprint.nvcc_release()},
+          {"memory", absl::StrCat(memory_cap_->cap_bytes())}};
+}
+
+absl::Status Worker::StartBot() {
+  const WorkerOptions& options = options_;
+  if (options.bots_api_tls && !options.tls.has_value()) {
+    channel_ = grpc::CreateChannel(options.bots_api, grpc::SslCredentials({}));
+  } else {
+    channel_ = OpenChannel(options.bots_api, options.bots_api_tls ? options.tls : std::nullopt);
+  }
+  auto engine_cas = std::make_unique<ReapiCasClient>(channel_, options.instance);
+  engine_cas_ = engine_cas.get();
+  cas_client_ = std::move(engine_cas);
+  BotOptions bot;
+  bot.engine_address =
+      absl::StrCat(options.bots_api_tls ? "grpcs://" : "grpc://", options.bots_api);
+  bot.instance = options.instance;
+  bot.bot_id = options.name;
+  bot.capacity = options.slots;
+  bot.properties = BotProperties();
+  bot_ = BotSession::Start(
+      channel_, std::move(bot),
+      [this](const reapi::Action& action, const std::string& lease_id, const CancelToken& cancel) {
+        LogFields fields{{"task", lease_id}};
+        return RunLease(action, cancel);
+      });
+  return absl::OkStatus();
+}
+
+LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& cancel) {
+  LeaseOutcome outcome;
+  // A blob the engine lacks is its client's to upload again.
+  auto fail = [&outcome](absl::Status status) {
+    outcome.status = absl::IsNotFound(status) ? absl::FailedPreconditionError(status.message())
+                                              : std::move(status);
+    return outcome;
+  };
+  reapi::Command command;
+  if (absl::Status read = engine_cas_->ReadMessage(action.command_digest(), "the action's command",
+                                                   *cache_, command);
+      !read.ok()) {
+    return fail(read);
+  }
+  const reapi::Platform& platform =
+      action.platform().properties_size() > 0 ? action.platform() : command.platform();
+  if (std::optional<std::string> asked = PlatformProperty(platform, kToolchainProperty)) {
+    v1::ToolchainFingerprint mine = toolchain();
+    if (!ToolchainMatches(mine, *asked)) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "the action asks for toolchain '", asked->substr(0, 80), "'; bot ", options_.name,
+          " has nvcc ", mine.nvcc_release(), " (", mine.digest().substr(0, 12),
+          "): register the property so that the engine matches it, or drop it")));
+    }
+  }
+  absl::StatusOr<std::optional<int64_t>> hint = MemoryHint(platform);
+  if (!hint.ok()) return fail(hint.status());
+  std::unique_ptr<CasPin> pin = cache_->Pin({});
+  auto read_folder = [this](const reapi::Digest& digest, reapi::Directory& folder) {
+    return engine_cas_->ReadMessage(digest, "a folder of the input root", *cache_, folder);
+  };
+  absl::StatusOr<Digest> root =
+      ConvertInputRoot(action.input_root_digest(), read_folder, *cache_, kMaxLeaseInputs,
+                       "the most a distcc-cuda bot takes", *pin);
+  if (!root.ok()) return fail(root.status());
+  absl::StatusOr<v1::CompileUnit> unit = UnitOfCommand(command, *root);
+  if (!unit.ok()) return fail(unit.status());
+  v1::Task task;
+  task.set_task_id(absl::StrCat("lease-", ++leases_run_));
+  *task.mutable_unit() = *unit;
+  task.set_reserved_bytes(hint->value_or(0));
+  absl::Duration timeout = action.has_timeout() && action.timeout().seconds() > 0
+                               ? absl::Seconds(action.timeout().seconds())
+                               : kDefaultLeaseTimeout;
+  task.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::TaskResult result = RunTask(task, cancel);
+  spdlog::info("bot {}: {} ended: {} (exit {})", options_.name, unit->name(),
+               v1::TaskOutcome_Name(result.outcome()), result.exit_code());
+  if (result.outcome() != v1::TASK_COMPLETED && result.outcome() != v1::TASK_KILLED_FOR_MEMORY) {
+    return fail(LeaseStatusOf(result, unit->name()));
+  }
+  std::vector<BlobSource> texts;
+  absl::StatusOr<reapi::ActionResult> action_result =
+      ActionResultOf(result, *unit, [&texts](const std::string& text) -> absl::StatusOr<Digest> {
+        texts.push_back(BlobSource{DigestOf(text), "", text});
+        return texts.back().digest;
+      });
+  if (!action_result.ok()) return fail(action_result.status());
+  if (absl::StatusOr<int> sent = cas_client_->UploadMissing(texts); !sent.ok()) {
+    return fail(absl::UnavailableError(
+        absl::StrCat("cannot upload the action's stdout and stderr: ", sent.status().message())));
+  }
+  outcome.result = *std::move(action_result);
+  return outcome;
+}
+
+}  // namespace distcc_cuda::worker
