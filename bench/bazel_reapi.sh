@@ -102,7 +102,9 @@ if [[ ${BUILDGRID:-1} == 1 ]] && BGD=$(./scripts/buildgrid); then
   tests/e2e/buildgrid/serve --bgd "$BGD" "$WORK/buildgrid" "$PORT" main \
     > "$WORK/buildgrid.log" 2>&1 &
   SERVE=$!
-  trap 'kill $SERVE ${BOT:-} 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+  # The bot first, so that it can tell BuildGrid it is going.
+  trap 'kill ${BOT:-} 2>/dev/null; wait ${BOT:-} 2>/dev/null; kill $SERVE 2>/dev/null;
+        wait 2>/dev/null || true' EXIT
   for _ in $(seq 600); do grep -q "buildgrid: serving" "$WORK/buildgrid.log" && break; sleep 0.1; done
   "$REPO/build/bin/distcc-cuda-worker" --bots-api "grpc://127.0.0.1:$PORT" --instance main \
     --name bench-bot --slots "$SLOTS" --work-dir "$WORK/bot" > "$WORK/bot.log" 2>&1 &

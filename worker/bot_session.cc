@@ -11,11 +11,15 @@
 namespace distcc_cuda::worker {
 namespace {
 
-// Idle, the engine holds an update until work comes (BuildGrid: 0.8 of the
-// deadline); busy, the bot says it is alive this often.
-constexpr absl::Duration kIdleUpdateDeadline = absl::Seconds(30);
-constexpr absl::Duration kBusyUpdateEvery = absl::Seconds(10);
-constexpr absl::Duration kBusyUpdateDeadline = absl::Seconds(20);
+// With room for a lease, the engine may hold an update until work comes
+// (BuildGrid: 0.8 of the deadline, when the session's version is
+// unchanged); full, the bot says it is alive this often.
+constexpr absl::Duration kWaitForWorkDeadline = absl::Seconds(30);
+constexpr absl::Duration kFullUpdateEvery = absl::Seconds(10);
+constexpr absl::Duration kFullUpdateDeadline = absl::Seconds(20);
+// The least time between two updates that changed nothing, whatever the
+// engine does: a bot never spins.
+constexpr absl::Duration kMinQuietInterval = absl::Seconds(1);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(30);
 // Short enough that the engine opens the session at once rather than hold
 // it for work (BuildGrid assigns none under a 3.75 s deadline): the bot says
@@ -70,13 +74,24 @@ std::string BotSession::name() const {
   return session_.name();
 }
 
+int BotSession::running() const {
+  absl::MutexLock lock(&mu_);
+  return Running();
+}
+
 void BotSession::Pause(absl::Duration delay) { stop_.WaitForNotificationWithTimeout(delay); }
 
-bool BotSession::Busy() const {
+int BotSession::Running() const {
+  int running_leases = 0;
   for (const auto& [id, running] : leases_) {
-    if (running.lease.state() == rwapi::ACTIVE) return true;
+    running_leases += running.lease.state() == rwapi::ACTIVE ? 1 : 0;
   }
-  return false;
+  return running_leases;
+}
+
+bool BotSession::LeaseEnded() const {
+  absl::MutexLock lock(&mu_);
+  return SomeLeaseEnded();
 }
 
 bool BotSession::SomeLeaseEnded() const {
@@ -123,6 +138,8 @@ absl::StatusOr<rwapi::BotSession> BotSession::Update(const rwapi::BotSession& se
     absl::MutexLock lock(&mu_);
     in_flight_ = nullptr;
   }
+  if (options_.on_call)
+    options_.on_call(session.name().empty() ? "create" : "update", FromGrpcStatus(status));
   RETURN_IF_ERROR(FromGrpcStatus(status));
   return answer;
 }
@@ -193,9 +210,12 @@ void BotSession::RunLease(std::string id, rwapi::Lease lease, std::shared_ptr<Ca
   running.lease.mutable_status()->set_code(static_cast<int>(outcome.status.code()));
   running.lease.mutable_status()->set_message(std::string(outcome.status.message()));
   if (outcome.status.ok()) running.lease.mutable_result()->PackFrom(outcome.result);
+  // An update the engine holds for work would keep this result from it:
+  // ended, so that the loop reports the result at once.
+  if (in_flight_ != nullptr && !stop_.HasBeenNotified()) in_flight_->TryCancel();
 }
 
-void BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSession& answer) {
+bool BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSession& answer) {
   std::set<std::string> reported;  // told the engine they ended
   for (const rwapi::Lease& lease : sent.leases()) {
     if (lease.state() == rwapi::COMPLETED) reported.insert(lease.id());
@@ -205,6 +225,9 @@ void BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSessio
   int cancelled = 0;
   {
     absl::MutexLock lock(&mu_);
+    // The engine holds an update for work only while the version it was
+    // given is its own.
+    session_.set_version(answer.version());
     for (const std::string& id : reported) {
       auto found = leases_.find(id);
       if (found == leases_.end()) continue;
@@ -242,6 +265,7 @@ void BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSessio
     spdlog::info("bot {}: {} leases started, {} cancelled by the engine", options_.bot_id, started,
                  cancelled);
   }
+  return started > 0 || cancelled > 0 || !reported.empty();
 }
 
 void BotSession::Loop() {
@@ -249,17 +273,17 @@ void BotSession::Loop() {
   absl::Duration backoff = absl::Seconds(1);
   while (!stop_.HasBeenNotified()) {
     std::vector<std::thread> ended;
-    bool busy = false;
+    bool full = false;
     {
       absl::MutexLock lock(&mu_);
-      if (Busy() && !SomeLeaseEnded()) {
-        // Nothing to say before a lease ends, but that the bot is alive.
+      if (Running() >= options_.capacity && !SomeLeaseEnded()) {
+        // No room for work, nothing to report: only that the bot is alive.
         auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return SomeLeaseEnded() || stop_.HasBeenNotified();
         };
-        mu_.AwaitWithTimeout(absl::Condition(&woken), kBusyUpdateEvery);
+        mu_.AwaitWithTimeout(absl::Condition(&woken), kFullUpdateEvery);
       }
-      busy = Busy();
+      full = Running() >= options_.capacity;
       ended.swap(finished_);
     }
     for (std::thread& thread : ended) {
@@ -267,21 +291,27 @@ void BotSession::Loop() {
     }
     if (stop_.HasBeenNotified()) break;
     rwapi::BotSession sent = Snapshot(rwapi::OK);
+    const absl::Time asked = absl::Now();
     absl::StatusOr<rwapi::BotSession> answer =
-        Update(sent, busy ? kBusyUpdateDeadline : kIdleUpdateDeadline);
+        Update(sent, full ? kFullUpdateDeadline : kWaitForWorkDeadline);
     if (answer.ok()) {
       backoff = absl::Seconds(1);
-      Reconcile(sent, *answer);
+      bool changed = Reconcile(sent, *answer);
+      // An engine that answers at once with nothing new is asked again
+      // a second later, not in a loop.
+      if (!changed && absl::Now() - asked < kMinQuietInterval) Pause(kMinQuietInterval);
       continue;
     }
     if (stop_.HasBeenNotified()) break;
-    if (absl::IsDeadlineExceeded(answer.status()) && !busy) continue;  // no work came
-    spdlog::warn("bot {}: updating its session on {} failed: {}; trying again in {}",
-                 options_.bot_id, options_.engine_address, answer.status().ToString(),
-                 absl::FormatDuration(backoff));
+    // A lease ended during a held update (RunLease ended it), or the
+    // engine held it to the deadline with no work: report, ask again.
+    if (absl::IsCancelled(answer.status()) && LeaseEnded()) continue;
+    if (absl::IsDeadlineExceeded(answer.status()) && !full) continue;
     if (absl::IsNotFound(answer.status())) {
-      // The engine forgot the session (restarted, or it expired): its
-      // leases went back to the queue; open a new one.
+      spdlog::warn("bot {}: {} forgot its session ({}); opening a new one", options_.bot_id,
+                   options_.engine_address, answer.status().ToString());
+      // Restarted, or the session expired: its leases went back to the
+      // engine's queue.
       {
         absl::MutexLock lock(&mu_);
         for (auto& [id, running] : leases_) {
@@ -289,10 +319,14 @@ void BotSession::Loop() {
           running.cancel->Cancel("the engine forgot the bot's session");
         }
         session_.clear_name();
+        session_.clear_version();
       }
       if (!CreateUntilStopped()) break;
       continue;
     }
+    spdlog::warn("bot {}: updating its session on {} failed: {}; trying again in {}",
+                 options_.bot_id, options_.engine_address, answer.status().ToString(),
+                 absl::FormatDuration(backoff));
     Pause(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }

@@ -4,8 +4,11 @@
 // platform and capacity, takes the leases the engine assigns (each an
 // Action), runs each on a thread of its own through the worker, and reports
 // each lease's ActionResult or status in its next update. It never spins:
-// idle, the engine holds the update until work comes; busy, it updates when
-// a lease ends or every few seconds to stay alive. Stopping reports the
+// with room for a lease, the engine may hold the update until work comes
+// (a lease that ends meanwhile cuts it short, to be reported at once);
+// full, it updates when a lease ends or every few seconds to stay alive;
+// an update that changed nothing is followed by the next a second later
+// at the soonest. Stopping reports the
 // leases still running as UNAVAILABLE (the engine gives them to another
 // bot) and the session as BOT_TERMINATING.
 #pragma once
@@ -39,6 +42,8 @@ struct BotOptions {
   int capacity = 1;            // leases at once (the worker's slots)
   // What the bot's primary device advertises (OSFamily, ISA, toolchain, memory).
   std::vector<std::pair<std::string, std::string>> properties;
+  // Told of each call to the engine ("create", "update") and how it ended.
+  std::function<void(absl::string_view call, const absl::Status& status)> on_call;
 };
 
 // How one lease ended: OK with the Action's result, or a status that says
@@ -61,6 +66,8 @@ class BotSession {
 
   // The session's name once the engine created it; "" until then.
   std::string name() const;
+  // Leases running now.
+  int running() const;
 
  private:
   struct RunningLease {
@@ -80,11 +87,14 @@ class BotSession {
                                            absl::Duration deadline);
   // Takes what the engine answered: forgets the leases it was told of as
   // completed, starts the new ones, cancels those it cancelled or dropped.
-  void Reconcile(const rwapi::BotSession& sent, const rwapi::BotSession& answer);
+  // True when anything changed (a lease started, ended or was cancelled).
+  bool Reconcile(const rwapi::BotSession& sent, const rwapi::BotSession& answer);
   void StartLease(const rwapi::Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunLease(std::string id, rwapi::Lease lease, std::shared_ptr<CancelToken> cancel);
-  bool Busy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leases running now.
+  int Running() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool SomeLeaseEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LeaseEnded() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits `delay` unless the bot stops first.
   void Pause(absl::Duration delay);
 

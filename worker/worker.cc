@@ -125,6 +125,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   }
   auto registry = std::make_shared<prometheus::Registry>();
   worker->metrics_ = std::make_unique<WorkerMetrics>(registry);
+  // A bot's session starts before /metrics reads it.
+  if (!options.bots_api.empty()) RETURN_IF_ERROR(worker->StartBot());
   if (!options.metrics_listen.empty()) {
     const Worker* reader = worker.get();
     ASSIGN_OR_RETURN(worker->metrics_server_,
@@ -133,10 +135,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
                                    [reader] { return StoreMetrics(*reader->cache_); }}));
     spdlog::info("worker {} metrics at {}/metrics", options.name, worker->metrics_server_->url());
   }
-  if (!options.bots_api.empty()) {
-    RETURN_IF_ERROR(worker->StartBot());
-    return worker;
-  }
+  if (!options.bots_api.empty()) return worker;
   // The heartbeat thread registers (and registers again whenever the
   // coordinator forgets this worker); the slots lease once it has.
   Worker* self = worker.get();
@@ -170,7 +169,10 @@ std::string Worker::metrics_url() const {
 
 WorkerGauges Worker::Gauges() const {
   WorkerGauges gauges;
-  {
+  if (bot_ != nullptr) {
+    gauges.registered = !bot_->name().empty();
+    gauges.busy = bot_->running();
+  } else {
     absl::MutexLock lock(&mu_);
     gauges.registered = !worker_id_.empty();
     gauges.busy = running_.size();

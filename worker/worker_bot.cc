@@ -84,6 +84,9 @@ absl::Status Worker::StartBot() {
   bot.bot_id = options.name;
   bot.capacity = options.slots;
   bot.properties = BotProperties();
+  bot.on_call = [metrics = metrics_.get()](absl::string_view call, const absl::Status& status) {
+    metrics->BotCall(call, status.ok());
+  };
   bot_ = BotSession::Start(
       channel_, std::move(bot),
       [this](const reapi::Action& action, const std::string& lease_id, const CancelToken& cancel) {
@@ -139,6 +142,7 @@ LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& ca
                                : kDefaultLeaseTimeout;
   task.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   v1::TaskResult result = RunTask(task, cancel);
+  metrics_->TaskEnded(result);
   spdlog::info("bot {}: {} ended: {} (exit {})", options_.name, unit->name(),
                v1::TaskOutcome_Name(result.outcome()), result.exit_code());
   if (result.outcome() != v1::TASK_COMPLETED && result.outcome() != v1::TASK_KILLED_FOR_MEMORY) {

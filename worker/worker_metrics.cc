@@ -47,6 +47,16 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
                        .Register(*registry_);
   inputs_seconds_ = &transfer.Add({{"direction", "inputs"}}, DurationBuckets());
   outputs_seconds_ = &transfer.Add({{"direction", "outputs"}}, DurationBuckets());
+  bot_calls_ = &prometheus::BuildCounter()
+                    .Name("distcc_cuda_worker_bot_calls_total")
+                    .Help(
+                        "A bot's calls to its engine's Bots service (--bots-api): create and "
+                        "update of its session, by result")
+                    .Register(*registry_);
+}
+
+void WorkerMetrics::BotCall(absl::string_view call, bool ok) {
+  bot_calls_->Add({{"call", std::string(call)}, {"result", ok ? "ok" : "error"}}).Increment();
 }
 
 void WorkerMetrics::TaskEnded(const v1::TaskResult& result) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "distcc_cuda/v1/build.pb.h"
 
@@ -28,6 +29,9 @@ class WorkerMetrics {
   // into its tree); its outputs stored on the coordinator.
   void InputsReady(absl::Duration took);
   void OutputsUploaded(absl::Duration took);
+  // A bot's call to its engine's Bots service
+  // (distcc_cuda_worker_bot_calls_total{call=create|update, result=ok|error}).
+  void BotCall(absl::string_view call, bool ok);
 
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
@@ -37,11 +41,12 @@ class WorkerMetrics {
   prometheus::Histogram* compile_seconds_;
   prometheus::Histogram* inputs_seconds_;
   prometheus::Histogram* outputs_seconds_;
+  prometheus::Family<prometheus::Counter>* bot_calls_;
 };
 
 // The worker at one moment.
 struct WorkerGauges {
-  bool registered = false;  // the coordinator knows it now
+  bool registered = false;  // the coordinator knows it now (a bot: its session is open)
   int slots = 0;
   int busy = 0;
   int64_t memory_cap_bytes = 0;

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/background_process.h"
 #include "tests/support/bazel_client.h"
+#include "tests/support/prometheus_text.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -89,12 +90,23 @@ class BuildGridTest : public ::testing::Test {
   }
 
   // A distcc-cuda-worker joined to BuildGrid as bot `name`.
-  testing::BackgroundProcess* StartBot(const std::string& name, const std::string& memory_cap) {
-    auto bot = testing::BackgroundProcess::Start(
-        {testing::BinaryPath("distcc-cuda-worker"), "--bots-api", "grpc://" + *address_,
-         "--instance", kInstance, "--name", name, "--slots", "1", "--memory-cap", memory_cap,
-         "--work-dir", dir_ + "/" + name},
-        dir_ + "/" + name + ".log");
+  testing::BackgroundProcess* StartBot(const std::string& name, const std::string& memory_cap,
+                                       const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> argv = {testing::BinaryPath("distcc-cuda-worker"),
+                                     "--bots-api",
+                                     "grpc://" + *address_,
+                                     "--instance",
+                                     kInstance,
+                                     "--name",
+                                     name,
+                                     "--slots",
+                                     "1",
+                                     "--memory-cap",
+                                     memory_cap,
+                                     "--work-dir",
+                                     dir_ + "/" + name};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto bot = testing::BackgroundProcess::Start(argv, dir_ + "/" + name + ".log");
     EXPECT_TRUE(bot.ok()) << bot.status();
     if (!bot.ok()) return nullptr;
     bots_.push_back(*std::move(bot));
@@ -188,6 +200,27 @@ TEST_F(BuildGridTest, AMemoryKillUnderTheBotsCapIsExit137WithWhy) {
   EXPECT_THAT(killed.stderr_text, HasSubstr("distcc-cuda: kernel.o was killed for memory"));
   EXPECT_THAT(killed.stderr_text, HasSubstr("cap 100 MiB"));
   EXPECT_THAT(bot->Log(), HasSubstr("kernel.o ended: TASK_KILLED_FOR_MEMORY (exit 137)"));
+}
+
+TEST_F(BuildGridTest, AnIdleBotWaitsForWorkInsteadOfAskingAgainAndAgain) {
+  const std::string metrics = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
+  testing::BackgroundProcess* bot = StartBot("bg-bot-idle", "1GiB", {"--metrics-listen", metrics});
+  ASSERT_NE(bot, nullptr);
+  auto calls = [&metrics]() -> double {
+    absl::StatusOr<std::string> text = testing::HttpGet("http://" + metrics + "/metrics");
+    EXPECT_TRUE(text.ok()) << text.status();
+    absl::StatusOr<testing::ScrapedMetrics> scraped =
+        testing::ParsePrometheusText(text.value_or(""));
+    EXPECT_TRUE(scraped.ok()) << scraped.status();
+    if (!scraped.ok()) return -1;
+    EXPECT_EQ(scraped->Value("distcc_cuda_worker_registered"), 1);
+    return scraped->Sum("distcc_cuda_worker_bot_calls_total", "call=\"update\"");
+  };
+  const double before = calls();
+  absl::SleepFor(absl::Seconds(6));
+  // BuildGrid holds an idle bot's update for 24 s; whatever an engine does,
+  // the bot asks at most once a second.
+  EXPECT_LE(calls() - before, 7) << bot->Log();
 }
 
 TEST(BotsApiFlagTest, AnAddressThatIsNotGrpcIsRefusedBeforeAnythingStarts) {
