@@ -106,16 +106,26 @@ class BlobWriteReactor final : public grpc::ServerReadReactor<Request> {
   Digest digest_;
 };
 
-// Sends one blob in chunks of at most 1 MiB, one write in flight. `Chunk`
-// fills a `Response`: static void Fill(Response&, int64_t offset,
-// absl::string_view data).
+// Which bytes of a blob a read sends: from `offset`, at most `limit` (0:
+// to its end). ByteStream's read_offset and read_limit; the whole blob for
+// the coordinator's own ReadBlob.
+struct ReadWindow {
+  int64_t offset = 0;
+  int64_t limit = 0;
+};
+
+// Sends one blob (or the window of it asked for) in chunks of at most 1
+// MiB, one write in flight. `Chunk` fills a `Response`: static void
+// Fill(Response&, int64_t offset, absl::string_view data).
 template <typename Response, typename Chunk>
 class BlobReadReactor final : public grpc::ServerWriteReactor<Response> {
  public:
   // The blob `digest` (a request that names none: its error) is verified,
-  // read and hashed on `io_`.
-  BlobReadReactor(CasStore* store, absl::StatusOr<Digest> digest, BoundedExecutor* io)
-      : store_(store), io_(io), named_(std::move(digest)) {
+  // read and hashed on `io_`: all of it, whatever the window, so that a
+  // blob damaged since it was verified is never sent to its end.
+  BlobReadReactor(CasStore* store, absl::StatusOr<Digest> digest, BoundedExecutor* io,
+                  ReadWindow window = {})
+      : store_(store), io_(io), named_(std::move(digest)), window_(window) {
     RunOnOrHere(io_, [this] { Begin(); });
   }
 
@@ -139,6 +149,15 @@ class BlobReadReactor final : public grpc::ServerWriteReactor<Response> {
       return;
     }
     digest_ = *named_;
+    if (window_.offset < 0 || window_.offset > digest_.size_bytes || window_.limit < 0) {
+      this->Finish(grpc::Status(
+          window_.limit < 0 ? grpc::StatusCode::INVALID_ARGUMENT : grpc::StatusCode::OUT_OF_RANGE,
+          absl::StrCat("read_offset ", window_.offset, " and read_limit ", window_.limit,
+                       " are not a window of blob ", digest_.ToString())));
+      return;
+    }
+    end_ = window_.limit > 0 ? std::min(digest_.size_bytes, window_.offset + window_.limit)
+                             : digest_.size_bytes;
     // Hashed on its first read since the coordinator started; a damaged
     // blob is removed, so the next FindMissingBlobs asks for it again.
     absl::Status verified = store_->Verify(digest_);
@@ -152,26 +171,48 @@ class BlobReadReactor final : public grpc::ServerWriteReactor<Response> {
     }
     if (digest_.size_bytes > 0) in_.open(store_->PathOf(digest_), std::ios::binary);
     buffer_.resize(kMaxChunkBytes);
+    // The bytes before the window are hashed, not sent.
+    while (offset_ < window_.offset) {
+      std::streamsize n = ReadChunk(window_.offset - offset_);
+      if (n <= 0) return;
+      offset_ += n;
+    }
     Next();
   }
 
-  void Next() {
-    if (offset_ >= digest_.size_bytes) {
-      this->Finish(grpc::Status::OK);
-      return;
-    }
-    in_.read(buffer_.data(), buffer_.size());
+  // Reads at most `most` bytes (and kMaxChunkBytes) into buffer_ and hashes
+  // them; 0 or less, with the call finished, when the file ends early.
+  std::streamsize ReadChunk(int64_t most) {
+    in_.read(buffer_.data(), std::min<int64_t>(most, buffer_.size()));
     std::streamsize n = in_.gcount();
     if (n <= 0) {
       this->Finish(grpc::Status(
           grpc::StatusCode::DATA_LOSS,
           absl::StrCat("blob ", digest_.ToString(), " is shorter on disk than its size")));
+      return 0;
+    }
+    sha_.Update(absl::string_view(buffer_.data(), n));
+    return n;
+  }
+
+  void Next() {
+    if (offset_ >= end_) {
+      this->Finish(grpc::Status::OK);
       return;
     }
+    std::streamsize n = ReadChunk(end_ - offset_);
+    if (n <= 0) return;
     // Damaged since it was verified: the last chunk is held back, so the
-    // reader never gets a wrong blob whole, and the blob goes.
-    sha_.Update(absl::string_view(buffer_.data(), n));
-    if (offset_ + n >= digest_.size_bytes) {
+    // reader never gets a wrong blob whole, and the blob goes. A window
+    // that ends early has the rest of the blob hashed first.
+    if (offset_ + n >= end_) {
+      std::string tail;
+      for (int64_t rest = end_; rest < digest_.size_bytes; rest += in_.gcount()) {
+        tail.resize(std::min<int64_t>(kMaxChunkBytes, digest_.size_bytes - rest));
+        in_.read(tail.data(), tail.size());
+        if (in_.gcount() <= 0) break;
+        sha_.Update(absl::string_view(tail.data(), in_.gcount()));
+      }
       std::string actual = sha_.FinishHex();
       if (actual != digest_.hash) {
         store_->Discard(digest_,
@@ -196,6 +237,8 @@ class BlobReadReactor final : public grpc::ServerWriteReactor<Response> {
   Digest digest_;
   std::ifstream in_;
   std::string buffer_;
+  ReadWindow window_;
+  int64_t end_ = 0;  // where the window ends
   int64_t offset_ = 0;
   Response response_;
 };

@@ -186,13 +186,10 @@ grpc::ServerWriteReactor<bytestream::ReadResponse>* ReapiByteStream::Read(
       !allowed.ok()) {
     return RefuseCall<Reactor>(ToGrpcStatus(allowed));
   }
-  if (request->read_offset() != 0 || request->read_limit() != 0) {
-    return RefuseCall<Reactor>(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     "this server reads whole blobs only: send read_offset 0 and read_limit 0"));
-  }
+  // A download resumed from where it broke off reads from an offset.
   return new BlobReadReactor<bytestream::ReadResponse, ByteStreamChunk>(
-      store_->store(), BlobOfResource(request->resource_name(), /*upload=*/false), store_->io());
+      store_->store(), BlobOfResource(request->resource_name(), /*upload=*/false), store_->io(),
+      ReadWindow{request->read_offset(), request->read_limit()});
 }
 
 grpc::ServerReadReactor<bytestream::WriteRequest>* ReapiByteStream::Write(

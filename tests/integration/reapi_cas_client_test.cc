@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "common/store/cas_store.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
+#include "google/bytestream/bytestream.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_paths.h"
 
@@ -40,6 +42,22 @@ class ReapiCasClientTest : public ::testing::Test {
     auto store = CasStore::Open(root_ + "/local", 0);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
+  }
+
+  // ByteStream.Read of `digest` from `offset`, at most `limit` bytes.
+  grpc::Status ReadWindow(const Digest& digest, int64_t offset, int64_t limit, std::string& out) {
+    google::bytestream::ReadRequest request;
+    request.set_resource_name(absl::StrCat("main/blobs/", digest.hash, "/", digest.size_bytes));
+    request.set_read_offset(offset);
+    request.set_read_limit(limit);
+    grpc::ClientContext context;
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", coordinator_->reapi_port()),
+                                       grpc::InsecureChannelCredentials());
+    auto stream = google::bytestream::ByteStream::NewStub(channel)->Read(&context, request);
+    out.clear();
+    google::bytestream::ReadResponse chunk;
+    while (stream->Read(&chunk)) out += chunk.data();
+    return stream->Finish();
   }
 
   std::string root_;
@@ -130,6 +148,54 @@ TEST_F(ReapiCasClientTest, ReadsAMessageBlobAndRefusesWhatIsNotOne) {
   absl::Status too_large = client_->ReadMessage(huge, "the command", *store_, read);
   EXPECT_EQ(too_large.code(), absl::StatusCode::kInvalidArgument) << too_large;
   EXPECT_THAT(too_large.message(), HasSubstr("the most one may be is"));
+}
+
+TEST_F(ReapiCasClientTest, AByteStreamReadResumesFromAnOffsetWithinALimit) {
+  std::string blob(int64_t{2} * kMaxChunkBytes + 777, '\0');
+  for (size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<char>(i * 7 % 251);
+  ASSERT_TRUE(client_->UploadMissing({BlobSource{DigestOf(blob), "", blob}}).ok());
+  const Digest digest = DigestOf(blob);
+  std::string got;
+  // A download broken off after 1.5 MiB asks for the rest.
+  const int64_t resume = kMaxChunkBytes + kMaxChunkBytes / 2;
+  grpc::Status tail = ReadWindow(digest, resume, 0, got);
+  ASSERT_TRUE(tail.ok()) << tail.error_message();
+  EXPECT_EQ(got, blob.substr(resume));
+  grpc::Status window = ReadWindow(digest, 1000, 5000, got);
+  ASSERT_TRUE(window.ok()) << window.error_message();
+  EXPECT_EQ(got, blob.substr(1000, 5000));
+  grpc::Status whole = ReadWindow(digest, 0, 0, got);
+  ASSERT_TRUE(whole.ok()) << whole.error_message();
+  EXPECT_EQ(got, blob);
+
+  grpc::Status past = ReadWindow(digest, digest.size_bytes + 1, 0, got);
+  EXPECT_EQ(past.error_code(), grpc::StatusCode::OUT_OF_RANGE) << past.error_message();
+  EXPECT_TRUE(got.empty());
+  grpc::Status negative = ReadWindow(digest, 0, -1, got);
+  EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << negative.error_message();
+}
+
+TEST_F(ReapiCasClientTest, AWindowOfABlobDamagedOnDiskIsNotSentToItsEnd) {
+  std::string blob(kMaxChunkBytes + 4096, 'z');
+  ASSERT_TRUE(client_->UploadMissing({BlobSource{DigestOf(blob), "", blob}}).ok());
+  const Digest digest = DigestOf(blob);
+  std::string got;
+  // Read once whole: verified, then damaged behind the coordinator's back.
+  ASSERT_TRUE(ReadWindow(digest, 0, 0, got).ok());
+  const std::string path = absl::StrCat(root_, "/coordinator/cas/", digest.hash.substr(0, 2), "/",
+                                        digest.hash, "_", digest.size_bytes);
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  {
+    std::fstream damage(path, std::ios::in | std::ios::out | std::ios::binary);
+    damage.seekp(static_cast<std::streamoff>(blob.size()) - 10);
+    damage.put('!');
+  }
+  // The window ends before the damage; the rest is hashed all the same.
+  grpc::Status window = ReadWindow(digest, 0, 100, got);
+  EXPECT_EQ(window.error_code(), grpc::StatusCode::DATA_LOSS) << window.error_message();
+  EXPECT_TRUE(got.empty());
 }
 
 }  // namespace
