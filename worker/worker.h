@@ -183,6 +183,10 @@ class Worker {
   // engine's CAS, the unit run as any other (RunTask), its outputs,
   // stdout and stderr uploaded, and its ActionResult returned.
   LeaseOutcome RunLease(const reapi::Action& action, const CancelToken& cancel);
+  // Runs a leased unit; one that the cap killed while other units ran
+  // beside it runs once more, alone (the bot's retry ladder: the engine
+  // knows nothing of memory).
+  v1::TaskResult RunLeasedTask(v1::Task& task, const CancelToken& cancel);
   // The platform the bot advertises: OSFamily, ISA, toolchain, nvcc, memory.
   std::vector<std::pair<std::string, std::string>> BotProperties() const;
   // Fingerprints the toolchain again if its files changed since the last
@@ -222,6 +226,9 @@ class Worker {
   // Reads the cache, the cap and the slots: stopped first.
   std::unique_ptr<HttpServer> metrics_server_;
   std::atomic<int64_t> leases_run_{0};  // names a bot's tasks
+  // A bot's compiles hold it shared; a unit run again alone, exclusively.
+  absl::Mutex lease_gate_;
+  std::atomic<int> leases_compiling_{0};
 };
 
 }  // namespace distcc_cuda::worker

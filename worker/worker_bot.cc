@@ -96,6 +96,31 @@ absl::Status Worker::StartBot() {
   return absl::OkStatus();
 }
 
+v1::TaskResult Worker::RunLeasedTask(v1::Task& task, const CancelToken& cancel) {
+  bool alone = true;
+  v1::TaskResult result;
+  {
+    absl::ReaderMutexLock shared(&lease_gate_);
+    alone = ++leases_compiling_ == 1;
+    result = RunTask(task, cancel);
+    alone = leases_compiling_-- == 1 && alone;
+  }
+  metrics_->TaskEnded(result);
+  if (result.outcome() != v1::TASK_KILLED_FOR_MEMORY || alone || cancel.cancelled()) return result;
+  spdlog::warn(
+      "bot {}: {} was killed for memory beside other units (its peak {} of the cap {}); "
+      "running it again alone",
+      options_.name, task.unit().name(), FormatByteSize(result.peak_memory_bytes()),
+      FormatByteSize(memory_cap_->cap_bytes()));
+  // Waits for the units running now to end; new ones wait for this.
+  absl::WriterMutexLock exclusive(&lease_gate_);
+  task.set_task_id(absl::StrCat(task.task_id(), "-alone"));
+  task.set_reserved_bytes(memory_cap_->cap_bytes());
+  result = RunTask(task, cancel);
+  metrics_->TaskEnded(result);
+  return result;
+}
+
 LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& cancel) {
   LeaseOutcome outcome;
   // A blob the engine lacks is its client's to upload again.
@@ -141,8 +166,7 @@ LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& ca
                                ? absl::Seconds(action.timeout().seconds())
                                : kDefaultLeaseTimeout;
   task.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  v1::TaskResult result = RunTask(task, cancel);
-  metrics_->TaskEnded(result);
+  v1::TaskResult result = RunLeasedTask(task, cancel);
   spdlog::info("bot {}: {} ended: {} (exit {})", options_.name, unit->name(),
                v1::TaskOutcome_Name(result.outcome()), result.exit_code());
   if (result.outcome() != v1::TASK_COMPLETED && result.outcome() != v1::TASK_KILLED_FOR_MEMORY) {

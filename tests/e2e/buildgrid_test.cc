@@ -202,6 +202,22 @@ TEST_F(BuildGridTest, AMemoryKillUnderTheBotsCapIsExit137WithWhy) {
   EXPECT_THAT(bot->Log(), HasSubstr("kernel.o ended: TASK_KILLED_FOR_MEMORY (exit 137)"));
 }
 
+TEST_F(BuildGridTest, AUnitKilledBesideAnotherRunsAgainAloneOnTheBot) {
+  // The fake nvcc: each of //:heavy_a and //:heavy_b holds 200 MiB for 3 s,
+  // so the two leases at once overflow the bot's 300 MiB cap.
+  testing::BackgroundProcess* bot =
+      StartBot("bg-bot-pair", "300MiB",
+               {"--slots", "2", "--nvcc", testing::FakeNvccPath(), "--memory-mechanism", "auto"});
+  ASSERT_NE(bot, nullptr);
+  ProcessResult built = Build({"//:heavy_a", "//:heavy_b"});
+  ASSERT_EQ(built.exit_code, 0) << built.stderr_text << bot->Log();
+  EXPECT_THAT(built.stderr_text, HasSubstr("2 remote."));
+  EXPECT_THAT(bot->Log(), HasSubstr("was killed for memory beside other units"));
+  EXPECT_THAT(bot->Log(), HasSubstr("running it again alone"));
+  EXPECT_TRUE(fs::exists(Object("heavy_a.o")));
+  EXPECT_TRUE(fs::exists(Object("heavy_b.o")));
+}
+
 TEST_F(BuildGridTest, AnIdleBotWaitsForWorkInsteadOfAskingAgainAndAgain) {
   const std::string metrics = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   testing::BackgroundProcess* bot = StartBot("bg-bot-idle", "1GiB", {"--metrics-listen", metrics});
