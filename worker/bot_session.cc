@@ -30,6 +30,24 @@ std::chrono::system_clock::time_point SessionDeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
 
+// `status` as the lease's google.rpc.Status, with its details (a
+// PreconditionFailure naming missing blobs, which the client uploads).
+void SetLeaseStatus(const absl::Status& status, rwapi::Lease& lease) {
+  grpc::Status wire = ToGrpcStatus(status);
+  if (wire.error_details().empty() ||
+      !lease.mutable_status()->ParseFromString(wire.error_details())) {
+    lease.mutable_status()->set_code(static_cast<int>(status.code()));
+    lease.mutable_status()->set_message(std::string(status.message()));
+  }
+}
+
+// Whether an update's error means the engine no longer has the session:
+// BuildGrid says INVALID_ARGUMENT ("Bot does not exist") once it reaped
+// it, DATA_LOSS when it closed it; others NOT_FOUND.
+bool SessionGone(const absl::Status& status) {
+  return absl::IsNotFound(status) || absl::IsInvalidArgument(status) || absl::IsDataLoss(status);
+}
+
 }  // namespace
 
 std::unique_ptr<BotSession> BotSession::Start(std::shared_ptr<grpc::Channel> channel,
@@ -59,13 +77,17 @@ std::unique_ptr<BotSession> BotSession::Start(std::shared_ptr<grpc::Channel> cha
   return bot;
 }
 
-BotSession::~BotSession() {
+void BotSession::Stop() {
+  absl::MutexLock lock(&mu_);
+  // Once: the loop's last update, which says the bot goes, must not be cut.
+  if (stop_.HasBeenNotified()) return;
   stop_.Notify();
-  {
-    absl::MutexLock lock(&mu_);
-    if (in_flight_ != nullptr) in_flight_->TryCancel();
-    for (auto& [id, running] : leases_) running.cancel->Cancel("the worker is stopping");
-  }
+  if (in_flight_ != nullptr) in_flight_->TryCancel();
+  for (auto& [id, running] : leases_) running.cancel->Cancel("the worker is stopping");
+}
+
+BotSession::~BotSession() {
+  Stop();
   loop_.join();
 }
 
@@ -80,6 +102,15 @@ int BotSession::running() const {
 }
 
 void BotSession::Pause(absl::Duration delay) { stop_.WaitForNotificationWithTimeout(delay); }
+
+int BotSession::Occupied() const {
+  int busy = 0;
+  for (const auto& [id, running] : leases_) {
+    // A cancelled lease keeps its slot until its run has ended.
+    busy += running.lease.state() == rwapi::ACTIVE || running.lease.state() == rwapi::CANCELLED;
+  }
+  return busy;
+}
 
 int BotSession::Running() const {
   int running_leases = 0;
@@ -121,7 +152,7 @@ absl::StatusOr<rwapi::BotSession> BotSession::Update(const rwapi::BotSession& se
   {
     absl::MutexLock lock(&mu_);
     if (stop_.HasBeenNotified() && !last) return absl::CancelledError("the bot is stopping");
-    in_flight_ = &context;
+    if (!last) in_flight_ = &context;
   }
   if (session.name().empty()) {
     rwapi::CreateBotSessionRequest request;
@@ -207,27 +238,32 @@ void BotSession::RunLease(std::string id, rwapi::Lease lease, std::shared_ptr<Ca
     return;
   }
   running.lease.set_state(rwapi::COMPLETED);
-  running.lease.mutable_status()->set_code(static_cast<int>(outcome.status.code()));
-  running.lease.mutable_status()->set_message(std::string(outcome.status.message()));
+  SetLeaseStatus(outcome.status, running.lease);
   if (outcome.status.ok()) running.lease.mutable_result()->PackFrom(outcome.result);
   // An update the engine holds for work would keep this result from it:
   // ended, so that the loop reports the result at once.
   if (in_flight_ != nullptr && !stop_.HasBeenNotified()) in_flight_->TryCancel();
 }
 
+void BotSession::Decline(const rwapi::Lease& lease, const std::string& why) {
+  RunningLease& declined = leases_[lease.id()];
+  declined.lease = lease;
+  declined.lease.set_state(rwapi::COMPLETED);
+  SetLeaseStatus(absl::UnavailableError(why), declined.lease);
+  declined.cancel = std::make_shared<CancelToken>();
+}
+
 bool BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSession& answer) {
-  std::set<std::string> reported;  // told the engine they ended
+  std::set<std::string> reported;     // told the engine they ended
+  std::set<std::string> sent_active;  // told the engine they run
   for (const rwapi::Lease& lease : sent.leases()) {
     if (lease.state() == rwapi::COMPLETED) reported.insert(lease.id());
+    if (lease.state() == rwapi::ACTIVE) sent_active.insert(lease.id());
   }
   std::set<std::string> listed;
-  int started = 0;
-  int cancelled = 0;
+  int started = 0, cancelled = 0, declined = 0;
   {
     absl::MutexLock lock(&mu_);
-    // The engine holds an update for work only while the version it was
-    // given is its own.
-    session_.set_version(answer.version());
     for (const std::string& id : reported) {
       auto found = leases_.find(id);
       if (found == leases_.end()) continue;
@@ -238,9 +274,18 @@ bool BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSessio
       listed.insert(lease.id());
       auto found = leases_.find(lease.id());
       bool offered = lease.state() == rwapi::PENDING || lease.state() == rwapi::ACTIVE;
-      if (found == leases_.end() && offered && !reported.count(lease.id())) {
-        StartLease(lease);
-        ++started;
+      if (offered && found == leases_.end()) {
+        if (Occupied() < options_.capacity) {
+          StartLease(lease);
+          ++started;
+        } else {
+          // More than its slots: given back, for the engine to place.
+          Decline(lease, absl::StrCat("bot ", options_.bot_id, " has no free slot (capacity ",
+                                      options_.capacity, ")"));
+          ++declined;
+        }
+      } else if (offered && found->second.lease.state() == rwapi::CANCELLED) {
+        ++declined;  // its last run is still ending: the engine offers it again
       } else if (found != leases_.end() && lease.state() == rwapi::CANCELLED &&
                  found->second.lease.state() == rwapi::ACTIVE) {
         found->second.lease.set_state(rwapi::CANCELLED);
@@ -250,22 +295,22 @@ bool BotSession::Reconcile(const rwapi::BotSession& sent, const rwapi::BotSessio
     }
     // A lease the engine no longer lists is not this bot's any more.
     for (auto& [id, running] : leases_) {
-      bool sent_active = false;
-      for (const rwapi::Lease& lease : sent.leases()) {
-        sent_active |= lease.id() == id && lease.state() == rwapi::ACTIVE;
-      }
-      if (sent_active && !listed.count(id) && running.lease.state() == rwapi::ACTIVE) {
+      if (sent_active.count(id) && !listed.count(id) && running.lease.state() == rwapi::ACTIVE) {
         running.lease.set_state(rwapi::CANCELLED);
         running.cancel->Cancel("the engine no longer lists the lease");
         ++cancelled;
       }
     }
+    // BuildGrid holds an update for work only while the version it was
+    // given is its own, and lists the bot's leases afresh only when it is
+    // not: a lease not taken must be offered again.
+    if (declined == 0) session_.set_version(answer.version());
   }
-  if (started > 0 || cancelled > 0) {
-    spdlog::info("bot {}: {} leases started, {} cancelled by the engine", options_.bot_id, started,
-                 cancelled);
+  if (started > 0 || cancelled > 0 || declined > 0) {
+    spdlog::info("bot {}: {} leases started, {} cancelled by the engine, {} given back",
+                 options_.bot_id, started, cancelled, declined);
   }
-  return started > 0 || cancelled > 0 || !reported.empty();
+  return started > 0 || cancelled > 0 || declined > 0 || !reported.empty();
 }
 
 void BotSession::Loop() {
@@ -276,14 +321,14 @@ void BotSession::Loop() {
     bool full = false;
     {
       absl::MutexLock lock(&mu_);
-      if (Running() >= options_.capacity && !SomeLeaseEnded()) {
+      if (Occupied() >= options_.capacity && !SomeLeaseEnded()) {
         // No room for work, nothing to report: only that the bot is alive.
         auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return SomeLeaseEnded() || stop_.HasBeenNotified();
         };
         mu_.AwaitWithTimeout(absl::Condition(&woken), kFullUpdateEvery);
       }
-      full = Running() >= options_.capacity;
+      full = Occupied() >= options_.capacity;
       ended.swap(finished_);
     }
     for (std::thread& thread : ended) {
@@ -304,12 +349,18 @@ void BotSession::Loop() {
     }
     if (stop_.HasBeenNotified()) break;
     // A lease ended during a held update (RunLease ended it), or the
-    // engine held it to the deadline with no work: report, ask again.
-    if (absl::IsCancelled(answer.status()) && LeaseEnded()) continue;
-    if (absl::IsDeadlineExceeded(answer.status()) && !full) continue;
-    if (absl::IsNotFound(answer.status())) {
-      spdlog::warn("bot {}: {} forgot its session ({}); opening a new one", options_.bot_id,
-                   options_.engine_address, answer.status().ToString());
+    // engine held it to the deadline with no work: report, ask again (a
+    // second after the last ask at the soonest).
+    if ((absl::IsCancelled(answer.status()) && LeaseEnded()) ||
+        (absl::IsDeadlineExceeded(answer.status()) && !full)) {
+      Pause(kMinQuietInterval - (absl::Now() - asked));
+      continue;
+    }
+    if (SessionGone(answer.status())) {
+      spdlog::warn(
+          "bot {}: {} no longer has its session ({}); opening a new one (another bot with the "
+          "same --name takes its session)",
+          options_.bot_id, options_.engine_address, answer.status().ToString());
       // Restarted, or the session expired: its leases went back to the
       // engine's queue.
       {
@@ -348,6 +399,19 @@ void BotSession::Loop() {
   if (name().empty()) return;
   absl::StatusOr<rwapi::BotSession> last =
       Update(Snapshot(rwapi::BOT_TERMINATING), absl::Seconds(2));
+  if (last.ok() && last->leases_size() > 0) {
+    // Work the engine gave as the bot said it goes: given back at once.
+    rwapi::BotSession back = Snapshot(rwapi::BOT_TERMINATING);
+    back.clear_leases();
+    for (rwapi::Lease lease : last->leases()) {
+      if (lease.state() != rwapi::PENDING && lease.state() != rwapi::ACTIVE) continue;
+      lease.set_state(rwapi::COMPLETED);
+      SetLeaseStatus(absl::UnavailableError(absl::StrCat("bot ", options_.bot_id, " is stopping")),
+                     lease);
+      *back.add_leases() = lease;
+    }
+    if (back.leases_size() > 0) last = Update(back, absl::Seconds(2));
+  }
   if (!last.ok()) {
     spdlog::warn("bot {}: could not tell {} it is stopping: {}", options_.bot_id,
                  options_.engine_address, last.status().ToString());

@@ -38,8 +38,10 @@ namespace reapi = ::build::bazel::remote::execution::v2;
 struct BotOptions {
   std::string engine_address;  // for messages
   std::string instance;        // the engine's instance: the session's parent
-  std::string bot_id;          // the same across restarts (the worker's name)
-  int capacity = 1;            // leases at once (the worker's slots)
+  // The same across restarts, so that the engine gives a restarted bot's
+  // leases to another at once (the worker's --name; default its host name).
+  std::string bot_id;
+  int capacity = 1;  // leases at once (the worker's slots)
   // What the bot's primary device advertises (OSFamily, ISA, toolchain, memory).
   std::vector<std::pair<std::string, std::string>> properties;
   // Told of each call to the engine ("create", "update") and how it ended.
@@ -62,6 +64,10 @@ class BotSession {
   // backoff while the engine is away) and then serves leases with `run`.
   static std::unique_ptr<BotSession> Start(std::shared_ptr<grpc::Channel> channel,
                                            BotOptions options, LeaseRunner run);
+  // Stops taking work and ends the leases that run (they are reported
+  // UNAVAILABLE, for the engine to give to another bot); the destructor
+  // then reports them and says BOT_TERMINATING.
+  void Stop();
   ~BotSession();
 
   // The session's name once the engine created it; "" until then.
@@ -93,6 +99,11 @@ class BotSession {
   void RunLease(std::string id, rwapi::Lease lease, std::shared_ptr<CancelToken> cancel);
   // Leases running now.
   int Running() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Slots in use: running leases, and cancelled ones until their run ends.
+  int Occupied() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives `lease` back in the next update (UNAVAILABLE, saying `why`).
+  void Decline(const rwapi::Lease& lease, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool SomeLeaseEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool LeaseEnded() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits `delay` unless the bot stops first.

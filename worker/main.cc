@@ -34,7 +34,8 @@ ABSL_FLAG(std::string, nvcc, "",
           "/usr/local/cuda/bin/nvcc)");
 ABSL_FLAG(std::string, require_nvcc, "",
           "refuse to start unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
-ABSL_FLAG(std::string, name, "", "name shown in status (default: HOST-PID)");
+ABSL_FLAG(std::string, name, "",
+          "name shown in status (default: HOST-PID; with --bots-api, the bot's id: HOST)");
 ABSL_FLAG(std::string, work_dir, "",
           "folder for sandboxes and the input cache (default: "
           "/tmp/distcc-cuda-worker-NAME)");
@@ -150,7 +151,10 @@ int main(int argc, char** argv) {
   options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
   options.name = absl::GetFlag(FLAGS_name);
   if (options.name.empty()) {
-    options.name = absl::StrCat(distcc_cuda::HostName(), "-", getpid());
+    // A bot keeps its name across restarts: the engine then gives the
+    // leases of the bot that died to another at once.
+    options.name = options.bots_api.empty() ? absl::StrCat(distcc_cuda::HostName(), "-", getpid())
+                                            : distcc_cuda::HostName();
   }
   // Every line from here on is about this worker.
   distcc_cuda::LogFields worker_field{{"worker", options.name}};

@@ -190,8 +190,11 @@ Worker::~Worker() {
   stop_.Notify();
   // A bot's running leases end and are reported to its engine as
   // UNAVAILABLE, so that the engine gives them to another bot.
-  if (cas_client_ != nullptr && bot_ != nullptr) cas_client_->CancelAll();
-  bot_.reset();
+  if (bot_ != nullptr) {
+    bot_->Stop();
+    cas_client_->CancelAll();
+    bot_.reset();
+  }
   std::string id;
   int killed = 0;
   {

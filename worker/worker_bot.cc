@@ -7,6 +7,7 @@
 // engine is worker/bot_session.cc.
 #include <sys/utsname.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/byte_size.h"
@@ -14,6 +15,7 @@
 #include "common/base/status.h"
 #include "common/reapi/action_unit.h"
 #include "common/reapi/input_root.h"
+#include "common/store/input_tree.h"
 #include "common/transport/tls_credentials.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -23,10 +25,9 @@
 namespace distcc_cuda::worker {
 namespace {
 
-// The most files one leased Action's input root may hold.
-constexpr int64_t kMaxLeaseInputs = 100000;
-// A leased Action without a timeout of its own.
+// A leased Action without a timeout of its own, and the longest it may ask.
 constexpr absl::Duration kDefaultLeaseTimeout = absl::Hours(1);
+constexpr absl::Duration kMaxLeaseTimeout = absl::Hours(4);
 
 // Bazel's names for the machine's instruction set.
 std::string InstructionSet() {
@@ -141,20 +142,30 @@ LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& ca
     v1::ToolchainFingerprint mine = toolchain();
     if (!ToolchainMatches(mine, *asked)) {
       return fail(absl::FailedPreconditionError(absl::StrCat(
-          "the action asks for toolchain '", asked->substr(0, 80), "'; bot ", options_.name,
-          " has nvcc ", mine.nvcc_release(), " (", mine.digest().substr(0, 12),
-          "): register the property so that the engine matches it, or drop it")));
+          "the action asks for toolchain '", absl::CHexEscape(asked->substr(0, 80)), "'; bot ",
+          options_.name, " has nvcc ", mine.nvcc_release(), " (", mine.digest().substr(0, 12),
+          "): have the engine match the property (BuildGrid: add 'toolchain' to "
+          "match-property-keys, and ask for the 12-digit digest), or drop it")));
     }
   }
   absl::StatusOr<std::optional<int64_t>> hint = MemoryHint(platform);
   if (!hint.ok()) return fail(hint.status());
+  if (hint->value_or(0) > memory_cap_->cap_bytes()) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "the action says it takes ", FormatByteSize(**hint), " of memory; bot ", options_.name,
+        " has a cap of ", FormatByteSize(memory_cap_->cap_bytes()),
+        ": it can never run here (have the engine match memory, or start bots with a larger "
+        "--memory-cap)")));
+  }
   std::unique_ptr<CasPin> pin = cache_->Pin({});
-  auto read_folder = [this](const reapi::Digest& digest, reapi::Directory& folder) {
+  auto read_folder = [this, &cancel](const reapi::Digest& digest, reapi::Directory& folder) {
+    if (cancel.cancelled()) return absl::CancelledError(cancel.reason());
     return engine_cas_->ReadMessage(digest, "a folder of the input root", *cache_, folder);
   };
+  // The same bound as the tree's expansion before the unit runs.
   absl::StatusOr<Digest> root =
-      ConvertInputRoot(action.input_root_digest(), read_folder, *cache_, kMaxLeaseInputs,
-                       "the most a distcc-cuda bot takes", *pin);
+      ConvertInputRoot(action.input_root_digest(), read_folder, *cache_,
+                       InputTreeLimits().max_files, "the most a distcc-cuda unit reads", *pin);
   if (!root.ok()) return fail(root.status());
   absl::StatusOr<v1::CompileUnit> unit = UnitOfCommand(command, *root);
   if (!unit.ok()) return fail(unit.status());
@@ -162,9 +173,10 @@ LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& ca
   task.set_task_id(absl::StrCat("lease-", ++leases_run_));
   *task.mutable_unit() = *unit;
   task.set_reserved_bytes(hint->value_or(0));
-  absl::Duration timeout = action.has_timeout() && action.timeout().seconds() > 0
-                               ? absl::Seconds(action.timeout().seconds())
-                               : kDefaultLeaseTimeout;
+  absl::Duration timeout =
+      action.has_timeout() && action.timeout().seconds() > 0
+          ? std::min(absl::Seconds(action.timeout().seconds()), kMaxLeaseTimeout)
+          : kDefaultLeaseTimeout;
   task.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   v1::TaskResult result = RunLeasedTask(task, cancel);
   spdlog::info("bot {}: {} ended: {} (exit {})", options_.name, unit->name(),

@@ -147,6 +147,12 @@ absl::Status ReapiCasClient::ReadMessage(const reapi::Digest& digest, absl::stri
                                          CasStore& store, google::protobuf::Message& message) {
   RETURN_IF_ERROR(CheckMessageDigest(digest, what));
   absl::StatusOr<std::string> fetched = FetchThroughStore(FromReapi(digest), store);
+  if (absl::IsNotFound(fetched.status())) {
+    // Named as REAPI names a missing blob: the client uploads it again.
+    return MissingBlobsError(absl::StrCat("the engine lacks ", what, " (", BlobSubject(digest),
+                                          "): ", fetched.status().message()),
+                             {BlobSubject(digest)});
+  }
   RETURN_IF_ERROR(Annotate(fetched.status(),
                            absl::StrCat("cannot read ", what, " (", BlobSubject(digest), ")")));
   const std::string& bytes = *fetched;

@@ -30,7 +30,8 @@ class ReapiCasClient : public BlobClient {
   // Reads the engine's blob `digest` (an Action, a Command, a Directory)
   // into `message`, through `store`: INVALID_ARGUMENT naming `what` when the
   // digest is malformed, the blob is larger than 4 MiB, would take more than
-  // 64 MiB parsed, or does not parse; NOT_FOUND when the engine lacks it.
+  // 64 MiB parsed, or does not parse; FAILED_PRECONDITION with a MISSING
+  // violation naming "blobs/HASH/SIZE" when the engine lacks it.
   absl::Status ReadMessage(const reapi::Digest& digest, absl::string_view what, CasStore& store,
                            google::protobuf::Message& message);
 

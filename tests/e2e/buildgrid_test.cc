@@ -168,6 +168,12 @@ TEST_F(BuildGridTest, BazelsActionsRunOnTwoBotsAndThenHitBuildGridsCache) {
   ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
   EXPECT_THAT(again.stderr_text, HasSubstr("2 remote cache hit"));
   EXPECT_TRUE(fs::exists(Object("kernel.o")));
+
+  // A stopped bot ends cleanly, having told BuildGrid it goes.
+  absl::StatusOr<int> stopped = first->Stop(SIGTERM, absl::Seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0) << first->Log();
+  EXPECT_THAT(first->Log(), HasSubstr("node peak"));
 }
 
 TEST_F(BuildGridTest, TheBotRefusesAnActionTheArgumentModelRefuses) {
@@ -185,6 +191,11 @@ TEST_F(BuildGridTest, TheBotRefusesAnActionTheArgumentModelRefuses) {
   EXPECT_NE(other.exit_code, 0);
   EXPECT_THAT(other.stderr_text,
               HasSubstr("the action asks for toolchain '99.9'; bot bg-bot-guard"));
+  // Nor one that says it needs more memory than the bot's cap.
+  ProcessResult huge = Build({"//:kernel"}, {"--remote_default_exec_properties=memory=64GiB"});
+  EXPECT_NE(huge.exit_code, 0);
+  EXPECT_THAT(huge.stderr_text, HasSubstr("takes 64.0 GiB of memory; bot bg-bot-guard has a cap of "
+                                          "4.0 GiB: it can never run here"));
   EXPECT_THAT(bot->Log(), Not(HasSubstr("TASK_COMPLETED")));
 }
 
@@ -194,12 +205,16 @@ TEST_F(BuildGridTest, AMemoryKillUnderTheBotsCapIsExit137WithWhy) {
   ASSERT_NE(bot, nullptr);
   // A platform property makes this an action no other test ran (and one
   // with a memory hint, which the bot reserves).
-  ProcessResult killed = Build({"//:kernel"}, {"--remote_default_exec_properties=memory=2GiB"});
+  ProcessResult killed = Build({"//:kernel"}, {"--remote_default_exec_properties=memory=64MiB"});
   EXPECT_NE(killed.exit_code, 0);
   EXPECT_THAT(killed.stderr_text, HasSubstr("(Killed)"));
   EXPECT_THAT(killed.stderr_text, HasSubstr("distcc-cuda: kernel.o was killed for memory"));
   EXPECT_THAT(killed.stderr_text, HasSubstr("cap 100 MiB"));
   EXPECT_THAT(bot->Log(), HasSubstr("kernel.o ended: TASK_KILLED_FOR_MEMORY (exit 137)"));
+  // Stopped, it tells BuildGrid so (the next test's leases go to its bot).
+  absl::StatusOr<int> stopped = bot->Stop(SIGTERM, absl::Seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_THAT(bot->Log(), Not(HasSubstr("could not tell")));
 }
 
 TEST_F(BuildGridTest, AUnitKilledBesideAnotherRunsAgainAloneOnTheBot) {
@@ -212,7 +227,7 @@ TEST_F(BuildGridTest, AUnitKilledBesideAnotherRunsAgainAloneOnTheBot) {
   ProcessResult built = Build({"//:heavy_a", "//:heavy_b"});
   ASSERT_EQ(built.exit_code, 0) << built.stderr_text << bot->Log();
   EXPECT_THAT(built.stderr_text, HasSubstr("2 remote."));
-  EXPECT_THAT(bot->Log(), HasSubstr("was killed for memory beside other units"));
+  EXPECT_THAT(bot->Log(), HasSubstr("was killed for memory beside other units")) << bot->Log();
   EXPECT_THAT(bot->Log(), HasSubstr("running it again alone"));
   EXPECT_TRUE(fs::exists(Object("heavy_a.o")));
   EXPECT_TRUE(fs::exists(Object("heavy_b.o")));

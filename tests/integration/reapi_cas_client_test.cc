@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
 #include "common/store/cas_store.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
@@ -140,8 +141,9 @@ TEST_F(ReapiCasClientTest, ReadsAMessageBlobAndRefusesWhatIsNotOne) {
 
   absl::Status missing =
       client_->ReadMessage(ToReapi(DigestOf("never uploaded")), "the command", *store_, read);
-  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
-  EXPECT_THAT(missing.message(), HasSubstr("cannot read the command"));
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition) << missing;
+  EXPECT_TRUE(NamesMissingBlobs(missing)) << missing;
+  EXPECT_THAT(missing.message(), HasSubstr("the engine lacks the command"));
 
   reapi::Digest huge = ToReapi(DigestOf("x"));
   huge.set_size_bytes(int64_t{64} << 20);
