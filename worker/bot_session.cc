@@ -41,6 +41,24 @@ void SetLeaseStatus(const absl::Status& status, rwapi::Lease& lease) {
   }
 }
 
+// What a person should check when an engine refuses to open a session.
+std::string WhatToCheck(const absl::Status& why) {
+  switch (why.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+      return " (is --instance one of the engine's instances?)";
+    case absl::StatusCode::kUnimplemented:
+      return " (does the engine serve the Bots API? BuildGrid: its execution service)";
+    case absl::StatusCode::kUnavailable:
+      return " (is the engine running there?)";
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return " (does it need TLS or a certificate? grpcs://, --tls-*)";
+    default:
+      return "";
+  }
+}
+
 // Whether an update's error means the engine no longer has the session:
 // BuildGrid says INVALID_ARGUMENT ("Bot does not exist") once it reaped
 // it, DATA_LOSS when it closed it; others NOT_FOUND.
@@ -196,9 +214,9 @@ bool BotSession::CreateUntilStopped() {
     if (stop_.HasBeenNotified()) break;
     absl::Status why =
         answer.ok() ? absl::InternalError("the engine named no session") : answer.status();
-    spdlog::warn("bot {} cannot open a session on {} (instance '{}'): {}; trying again in {}",
+    spdlog::warn("bot {} cannot open a session on {} (instance '{}'): {}{}; trying again in {}",
                  options_.bot_id, options_.engine_address, options_.instance, why.ToString(),
-                 absl::FormatDuration(backoff));
+                 WhatToCheck(why), absl::FormatDuration(backoff));
     Pause(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
