@@ -20,6 +20,7 @@ set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 REPO=$PWD
+. bench/buildgrid_bot.sh
 CORES=$(nproc)
 JOBS=${JOBS:-$CORES}
 SLOTS=${SLOTS:-$CORES}
@@ -97,19 +98,7 @@ kill "$COORDINATOR" "$WORKER"
 wait "$COORDINATOR" "$WORKER" 2>/dev/null || true
 
 if [[ ${BUILDGRID:-1} == 1 ]] && BGD=$(./scripts/buildgrid); then
-  PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  chmod 755 "$WORK"
-  tests/e2e/buildgrid/serve --bgd "$BGD" "$WORK/buildgrid" "$PORT" main \
-    > "$WORK/buildgrid.log" 2>&1 &
-  SERVE=$!
-  # The bot first, so that it can tell BuildGrid it is going.
-  trap 'kill ${BOT:-} 2>/dev/null; wait ${BOT:-} 2>/dev/null; kill $SERVE 2>/dev/null;
-        wait 2>/dev/null || true' EXIT
-  for _ in $(seq 600); do grep -q "buildgrid: serving" "$WORK/buildgrid.log" && break; sleep 0.1; done
-  "$REPO/build/bin/distcc-cuda-worker" --bots-api "grpc://127.0.0.1:$PORT" --instance main \
-    --name bench-bot --slots "$SLOTS" --work-dir "$WORK/bot" > "$WORK/bot.log" 2>&1 &
-  BOT=$!
-  for _ in $(seq 100); do grep -q "joined" "$WORK/bot.log" && break; sleep 0.1; done
+  start_buildgrid_bot "$WORK" "$BGD" "$SLOTS"
   GRID=(--remote_executor="grpc://127.0.0.1:$PORT" --remote_instance_name=main
         --spawn_strategy=remote --noremote_local_fallback --noremote_upload_local_results
         --remote_timeout=600s --jobs=64)

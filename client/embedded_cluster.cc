@@ -8,6 +8,7 @@
 #include "common/base/host_resources.h"
 #include "common/base/status.h"
 #include "common/process/memory_cap.h"
+#include "common/reapi/execution_client.h"
 #include "common/store/cas_store.h"
 #include "common/transport/certificates.h"
 
@@ -15,7 +16,7 @@ namespace distcc_cuda::client {
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox,
-    bool worker_in_background) {
+    bool worker_in_background, const RemoteEngineSettings* remote) {
   auto cluster = std::make_unique<EmbeddedCluster>();
   coordinator::CoordinatorOptions coordinator_options;
   coordinator_options.in_process = true;
@@ -52,6 +53,18 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
   worker_options.sandbox = sandbox;
   cluster->machine_slots_ = std::make_shared<MachineSlots>(worker_options.slots);
   worker_options.machine_slots = cluster->machine_slots_;
+  if (remote != nullptr) {
+    // Units compile on the engine: this machine's slots are for the build's
+    // own scans and links.
+    worker_options.name = "engine";
+    worker_options.slots = remote->jobs;
+    worker_options.memory_cap_bytes = remote->memory_bytes;
+    worker_options.machine_slots = nullptr;
+    worker_options.remote_executor = remote->address;
+    worker_options.instance = remote->instance;
+    worker_options.remote_headers = remote->headers;
+    worker_options.memory_property = remote->memory_property;
+  }
   cluster->slots_ = worker_options.slots;
   cluster->memory_cap_bytes_ = worker_options.memory_cap_bytes;
   EmbeddedCluster* self = cluster.get();
@@ -116,19 +129,48 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectToCoordinator(
                             "--tls-ca, --tls-cert and --tls-key)"));
 }
 
+std::string DescribeRemoteEngine(const RemoteEngineSettings& remote) {
+  const MemoryProperty& memory = remote.memory_property;
+  return absl::StrCat(
+      "distcc-cuda: compiling on the engine at ", remote.address.Url(),
+      remote.instance.empty() ? "" : absl::StrCat(" (instance ", remote.instance, ")"), ": up to ",
+      remote.jobs, " units at once, its largest worker taken as ",
+      FormatByteSize(remote.memory_bytes), ", ",
+      memory.name.empty()
+          ? "no memory property"
+          : absl::StrCat("each unit's predicted peak in property ", memory.name,
+                         memory.unit_bytes == 1
+                             ? " (bytes)"
+                             : absl::StrCat(" (units of ", memory.unit_bytes, " bytes)")),
+      "\n");
+}
+
 absl::StatusOr<ClusterConnection> ConnectToCluster(const ClusterSettings& settings,
                                                    std::ostream& out) {
   ClusterConnection cluster;
   cluster.address = settings.coordinator_address;
+  if (settings.remote.has_value()) {
+    // An engine that is not there fails the build in seconds, before any
+    // scanning.
+    const RemoteEngineSettings& remote = *settings.remote;
+    RETURN_IF_ERROR(
+        CheckEngineExecutes(OpenEngineChannel(remote.address, std::nullopt, remote.headers),
+                            remote.instance, remote.address.Url(), settings.connect_timeout));
+  }
   if (cluster.address.empty()) {
     ASSIGN_OR_RETURN(
         cluster.embedded,
         EmbeddedCluster::Start(settings.state_dir, settings.nvcc_path, settings.embedded_slots,
-                               settings.embedded_sandbox, settings.worker_in_background));
+                               settings.embedded_sandbox, settings.worker_in_background,
+                               settings.remote ? &*settings.remote : nullptr));
     cluster.address = cluster.embedded->address();
-    out << "distcc-cuda: no --coordinator given; building on this machine ("
-        << cluster.embedded->slots() << " slots, memory cap "
-        << FormatByteSize(cluster.embedded->memory_cap_bytes()) << ")\n";
+    if (settings.remote.has_value()) {
+      out << DescribeRemoteEngine(*settings.remote);
+    } else {
+      out << "distcc-cuda: no --coordinator given; building on this machine ("
+          << cluster.embedded->slots() << " slots, memory cap "
+          << FormatByteSize(cluster.embedded->memory_cap_bytes()) << ")\n";
+    }
     // A worker starting in the background says how it isolates compiles
     // only once it has started.
     if (!settings.embedded_sandbox && !settings.worker_in_background) {

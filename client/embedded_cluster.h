@@ -36,10 +36,11 @@ class EmbeddedCluster {
   // fingerprint, sandbox probe, store and registration: about 55 ms), beside
   // the build's command, whose cached units need no worker. WorkerStarted()
   // says how that went.
-  static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(const std::string& state_dir,
-                                                                const std::string& nvcc, int slots,
-                                                                bool sandbox = true,
-                                                                bool worker_in_background = false);
+  // With `remote`, the worker compiles nothing here: it sends each unit to
+  // that engine, with `remote`'s jobs as its slots and its memory as its cap.
+  static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
+      const std::string& state_dir, const std::string& nvcc, int slots, bool sandbox = true,
+      bool worker_in_background = false, const RemoteEngineSettings* remote = nullptr);
   ~EmbeddedCluster();
 
   // Waits for the worker's start: OK, or why it cannot compile here (what
@@ -85,6 +86,10 @@ struct ClusterConnection {
   std::string address;                        // for messages
   std::shared_ptr<grpc::Channel> channel;
 };
+
+// "distcc-cuda: compiling on the engine at grpc://...": what a build on
+// another engine says first.
+std::string DescribeRemoteEngine(const RemoteEngineSettings& remote);
 
 // Connects first, so that an unreachable coordinator fails in seconds,
 // before any scanning: to the coordinator `settings` name, or to the

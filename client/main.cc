@@ -12,11 +12,14 @@
 #include <filesystem>
 #include <future>
 #include <iostream>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/build_command.h"
 #include "client/build_session.h"
@@ -26,6 +29,7 @@
 #include "client/options.h"
 #include "client/progress.h"
 #include "client/verify.h"
+#include "common/base/byte_size.h"
 #include "common/base/cancellation.h"
 #include "common/base/command_line.h"
 #include "common/base/logging.h"
@@ -40,6 +44,23 @@
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT of a coordinator (default for build: an embedded one on "
           "this machine; $DISTCC_CUDA_COORDINATOR if set)");
+ABSL_FLAG(std::string, remote_executor, "",
+          "grpc://HOST:PORT or grpcs://HOST:PORT of a Remote Execution API engine (BuildGrid, "
+          "Buildfarm, NativeLink, BuildBuddy) to compile every unit on, as Actions; planning, "
+          "memory admission, the retry ladder, merges and the link stay here");
+ABSL_FLAG(std::string, remote_instance, "", "--remote-executor's instance name");
+ABSL_FLAG(std::vector<std::string>, remote_header, {},
+          "KEY=VALUE header sent with every call to --remote-executor (an API key); give it "
+          "again for another");
+ABSL_FLAG(std::string, remote_memory_property, "memory",
+          "NAME[:UNIT]: the platform property the engine reads an action's memory from, UNIT "
+          "B (default), KiB, MiB, GiB, KB, MB or GB; each unit's predicted peak goes there, and "
+          "a larger one after a memory kill (NativeLink: memory_kb:KiB, Buildfarm: min-mem, "
+          "BuildBuddy: EstimatedMemory; empty: none)");
+ABSL_FLAG(int, remote_jobs, 32, "--remote-executor: units on the engine at once");
+ABSL_FLAG(std::string, remote_memory, "64GiB",
+          "--remote-executor: the memory of the engine's largest worker; no unit is sent "
+          "reserving more, and the units on the engine at once reserve no more in all");
 ABSL_FLAG(std::string, o, "distcc-cuda-out",
           "output folder: the library, and a manifest's objects in obj/");
 ABSL_FLAG(std::string, library, "", "library file name to link (compile_commands.json plans only)");
@@ -115,6 +136,12 @@ constexpr char kUsage[] =
     "      runs your own build (pip install, python setup.py build_ext,\n"
     "      cmake --build, ninja, make) with every nvcc compile on the cluster:\n"
     "      sets PYTORCH_NVCC, CMAKE_CUDA_COMPILER_LAUNCHER and MAX_JOBS for it.\n"
+    "  distcc-cuda build ... --remote-executor grpc[s]://HOST:PORT [--remote-instance NAME]\n"
+    "      either kind of build with every unit compiled on another Remote\n"
+    "      Execution API engine (BuildGrid, Buildfarm, NativeLink, BuildBuddy)\n"
+    "      as Actions; the plan, memory admission, the retry ladder and the\n"
+    "      link stay here (--remote-memory-property, --remote-header,\n"
+    "      --remote-jobs, --remote-memory).\n"
     "  distcc-cuda [/path/to/]nvcc ARGS...\n"
     "      the launcher: one compile, as nvcc would do it (what cannot go to\n"
     "      the cluster runs nvcc here). DISTCC_CUDA_VERBOSE=1 says where each\n"
@@ -160,6 +187,62 @@ absl::StatusOr<std::vector<distcc_cuda::TargetGpu>> TargetGpus(const std::string
   return distcc_cuda::DetectLocalGpus(nvcc);
 }
 
+// Every value `--NAME=V` or `--NAME V` (one dash too) has before a "--":
+// absl keeps only a flag's last.
+std::vector<std::string> EveryValueOf(int argc, char** argv, const std::string& name) {
+  std::vector<std::string> values;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    for (const std::string& dashes : {"--", "-"}) {
+      const std::string flag = dashes + name;
+      if (absl::StartsWith(arg, flag + "=")) {
+        values.push_back(arg.substr(flag.size() + 1));
+      } else if (arg == flag && i + 1 < argc) {
+        values.push_back(argv[++i]);
+      } else {
+        continue;
+      }
+      break;
+    }
+  }
+  return values;
+}
+
+// Each --remote-header given, in order (main fills it).
+std::vector<std::string> remote_headers;
+
+// --remote-executor and the flags that go with it; nullopt without it.
+absl::StatusOr<std::optional<distcc_cuda::client::RemoteEngineSettings>> RemoteEngineFlags() {
+  const std::string url = absl::GetFlag(FLAGS_remote_executor);
+  if (url.empty()) return std::nullopt;
+  distcc_cuda::client::RemoteEngineSettings remote;
+  ASSIGN_OR_RETURN(remote.address, distcc_cuda::ParseEngineUrl(url, "--remote-executor"));
+  remote.instance = absl::GetFlag(FLAGS_remote_instance);
+  // Given on the command line, each of them; else the config file's list.
+  std::vector<std::string> headers = remote_headers;
+  if (headers.empty()) headers = absl::GetFlag(FLAGS_remote_header);
+  for (const std::string& header : headers) {
+    ASSIGN_OR_RETURN(auto parsed, distcc_cuda::ParseEngineHeader(header));
+    remote.headers.push_back(std::move(parsed));
+  }
+  ASSIGN_OR_RETURN(remote.memory_property,
+                   distcc_cuda::ParseMemoryProperty(absl::GetFlag(FLAGS_remote_memory_property)));
+  remote.jobs = absl::GetFlag(FLAGS_remote_jobs);
+  if (remote.jobs < 1 || remote.jobs > 4096) {
+    return absl::InvalidArgumentError("--remote-jobs must be between 1 and 4096");
+  }
+  absl::StatusOr<int64_t> memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_remote_memory));
+  if (!memory.ok() || *memory < (int64_t{256} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--remote-memory '", absl::GetFlag(FLAGS_remote_memory),
+                     "' is not a size of at least 256MiB (the memory of the engine's largest "
+                     "worker, e.g. 64GiB)"));
+  }
+  remote.memory_bytes = *memory;
+  return remote;
+}
+
 // What both kinds of build take from the flags and the environment, parsed
 // once: the cluster (or the embedded default), the pinned nvcc, the scan's
 // environment, the trace and --strict-arch.
@@ -181,6 +264,12 @@ absl::StatusOr<distcc_cuda::client::CommonBuildOptions> CommonOptions(
   options.nvcc_variables = environment.nvcc_variables;
   options.trace_path = absl::GetFlag(FLAGS_trace);
   options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+  ASSIGN_OR_RETURN(options.remote, RemoteEngineFlags());
+  if (options.remote.has_value() && !coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "--remote-executor and --coordinator (or $DISTCC_CUDA_COORDINATOR) name two clusters; "
+        "give one");
+  }
   return options;
 }
 
@@ -351,6 +440,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc && dashes == 0; ++i) {
     if (std::string(argv[i]) == "--") dashes = i;
   }
+  remote_headers = EveryValueOf(argc, argv, "remote-header");
   std::vector<std::string> positional = distcc_cuda::ParseFlags(argc, argv, "client");
   if (positional.size() < 2) {
     std::cerr << kUsage;

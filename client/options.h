@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/reapi/engine_channel.h"
+#include "common/reapi/unit_action.h"
 #include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
@@ -58,6 +60,20 @@ struct ClientEnvironment {
 // embedded default keeps its state when --state-dir does not say.
 std::string DefaultStateDir(const ClientEnvironment& environment);
 
+// Another Remote Execution API engine that runs the build's units
+// (--remote-executor): the embedded coordinator plans, admits and retries
+// them, and its worker sends each to the engine as an Action.
+struct RemoteEngineSettings {
+  EngineAddress address;
+  std::string instance;            // --remote-instance
+  EngineHeaders headers;           // --remote-header K=V, on every call
+  MemoryProperty memory_property;  // --remote-memory-property NAME[:UNIT]
+  int jobs = 32;                   // --remote-jobs: units on the engine at once
+  // --remote-memory: the memory of the engine's largest worker; the
+  // coordinator admits units against it and never reserves more for one.
+  int64_t memory_bytes = int64_t{64} << 30;
+};
+
 // How `build PLAN` and `build -- COMMAND` reach their cluster.
 struct ClusterSettings {
   std::string coordinator_address;  // empty: start the embedded default
@@ -69,6 +85,8 @@ struct ClusterSettings {
   int embedded_slots = 0;        // 0: the usable cores
   bool embedded_sandbox = true;  // false: --insecure-no-sandbox
   bool worker_in_background = false;
+  // Set: the embedded default's units run on this engine, not here.
+  std::optional<RemoteEngineSettings> remote;
 };
 
 // What both kinds of build take, besides their own: the cluster, the

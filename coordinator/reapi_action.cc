@@ -98,7 +98,7 @@ absl::StatusOr<v1::SubmitBuildRequest> UnitBuildOf(const reapi::Command& command
 absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
                                                    const v1::CompileUnit& unit, CasStore& cas) {
   return ::distcc_cuda::ActionResultOf(
-      result, unit, [&cas](const std::string& text) { return cas.PutBytes(text); });
+      result, unit, 0, [&cas](const std::string& text) { return cas.PutBytes(text); });
 }
 
 absl::StatusOr<reapi::ExecuteResponse> ExecuteResponseOf(const v1::TaskResult& result,

@@ -5,6 +5,7 @@
 // up to splitting the unit.
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/byte_size.h"
@@ -16,6 +17,22 @@
 #include "spdlog/fmt/fmt.h"
 
 namespace distcc_cuda::coordinator {
+namespace {
+
+// The name a unit's result is shown under: its worker's own. A worker that
+// hands units on to another engine (a client's --remote-executor) may say
+// which of the engine's workers ran it; that shows after its own name
+// ("engine/bot-a"), cut to 64 characters of [A-Za-z0-9._-], never instead.
+std::string ShownWorkerName(const std::string& registered, const std::string& reported) {
+  if (reported.empty() || reported == registered) return registered;
+  std::string below = reported.substr(0, 64);
+  for (char& c : below) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return absl::StrCat(registered, "/", below);
+}
+
+}  // namespace
 
 absl::Status BuildScheduler::ReportResult(const v1::ReportResultRequest& request, absl::Time now,
                                           const WorkerPeer& peer) {
@@ -53,7 +70,7 @@ absl::Status BuildScheduler::TakeReport(const v1::ReportResultRequest& request, 
     result.set_wall_time_ms(std::clamp<int64_t>(result.wall_time_ms(), 0, leased_ms));
     result.set_cpu_time_ms(std::clamp<int64_t>(result.cpu_time_ms(), 0,
                                                leased_ms * std::max(1, worker->info.slots())));
-    result.set_worker_name(worker->info.name());
+    result.set_worker_name(ShownWorkerName(worker->info.name(), result.worker_name()));
     result.set_producer(worker->peer.name);
     for (std::string* text : {result.mutable_stdout_text(), result.mutable_stderr_text(),
                               result.mutable_error_message()}) {
@@ -132,7 +149,10 @@ void BuildScheduler::CompleteTask(const std::string& task_id, const v1::TaskResu
   auto build_it = builds_.find(task->build_id);
   if (build_it == builds_.end()) return;
   const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
-  if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED) {
+  // A peak of 0 is unknown (an engine's worker that measures none, a result
+  // from an engine's cache): nothing to learn from.
+  if (history_ != nullptr && result.outcome() == v1::TASK_COMPLETED &&
+      result.peak_memory_bytes() > 0) {
     history_->Learn(planned.identity, planned.family, result.peak_memory_bytes(),
                     absl::Milliseconds(result.wall_time_ms()), planned.instantiations,
                     planned.closure, planned.closure_bytes, planned.parallel);

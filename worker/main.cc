@@ -14,8 +14,10 @@
 #include "common/base/host_resources.h"
 #include "common/base/logging.h"
 #include "common/base/signals.h"
+#include "common/base/status.h"
 #include "common/nvcc/toolchain.h"
 #include "common/process/memory_cap.h"
+#include "common/reapi/engine_channel.h"
 #include "common/store/cas_store.h"
 #include "common/transport/tls_credentials.h"
 #include "spdlog/spdlog.h"
@@ -87,15 +89,11 @@ namespace {
 // --bots-api's grpc://HOST:PORT or grpcs://HOST:PORT into `options`.
 absl::Status ParseBotsApi(const std::string& flag, distcc_cuda::worker::WorkerOptions& options) {
   if (flag.empty()) return absl::OkStatus();
-  for (const auto& [scheme, tls] : {std::pair{"grpc://", false}, std::pair{"grpcs://", true}}) {
-    if (!absl::StartsWith(flag, scheme)) continue;
-    options.bots_api = flag.substr(std::string(scheme).size());
-    options.bots_api_tls = tls;
-    if (options.bots_api.empty() || options.bots_api.find('/') != std::string::npos) break;
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("'", flag, "' is not grpc://HOST:PORT or grpcs://HOST:PORT"));
+  ASSIGN_OR_RETURN(distcc_cuda::EngineAddress engine,
+                   distcc_cuda::ParseEngineUrl(flag, "--bots-api"));
+  options.bots_api = engine.host_port;
+  options.bots_api_tls = engine.tls;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -117,7 +115,7 @@ int main(int argc, char** argv) {
   distcc_cuda::BlockTerminationSignals();
   distcc_cuda::worker::WorkerOptions options;
   if (absl::Status engine = ParseBotsApi(absl::GetFlag(FLAGS_bots_api), options); !engine.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat("--bots-api: ", engine.message()));
+    distcc_cuda::LogFatal("distcc-cuda-worker", std::string(engine.message()));
     return 2;
   }
   options.instance = absl::GetFlag(FLAGS_instance);

@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   if (options.work_dir.empty()) {
     return absl::InvalidArgumentError("the worker needs a work dir");
   }
+  if (!options.bots_api.empty() && options.remote_executor.has_value()) {
+    return absl::InvalidArgumentError(
+        "a worker is either another engine's bot or its client, not both");
+  }
   std::unique_ptr<Worker> worker(new Worker());
   worker->options_ = options;
   // Two workers on one work dir would share a store and remove each other's
@@ -63,7 +67,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   worker->toolkit_root_ =
       std::filesystem::path(AbsolutePath(options.nvcc_path)).parent_path().parent_path().string();
   worker->tasks_dir_ = options.work_dir + "/tasks";
-  if (options.sandbox) {
+  if (options.remote_executor.has_value()) {
+    // Nothing compiles here: the engine's workers sandbox and cap.
+  } else if (options.sandbox) {
     SandboxOptions sandbox = options.sandbox_options;
     sandbox.toolkit_root = worker->toolkit_root_;
     // The sandbox user must reach the task folders; a work dir under a
@@ -103,7 +109,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   cap.cap_bytes = options.memory_cap_bytes;
   cap.name = options.name;
   cap.force_watchdog = options.force_watchdog;
-  ASSIGN_OR_RETURN(worker->memory_cap_, NodeMemoryCap::Create(cap));
+  if (!options.remote_executor.has_value()) {
+    ASSIGN_OR_RETURN(worker->memory_cap_, NodeMemoryCap::Create(cap));
+  }
   RETURN_IF_ERROR(MakeDirectories(worker->tasks_dir_));
   // Task folders a previous run of this worker left (it was killed, or the
   // machine went down): nothing runs in them any more.
@@ -122,6 +130,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
         options.channel ? options.channel : OpenChannel(options.coordinator_address, options.tls);
     worker->stub_ = v1::WorkerService::NewStub(worker->channel_);
     worker->cas_client_ = std::make_unique<CasClient>(v1::ContentStore::NewStub(worker->channel_));
+    if (options.remote_executor.has_value()) worker->StartEngine();
   }
   auto registry = std::make_shared<prometheus::Registry>();
   worker->metrics_ = std::make_unique<WorkerMetrics>(registry);
@@ -178,9 +187,12 @@ WorkerGauges Worker::Gauges() const {
     gauges.busy = running_.size();
   }
   gauges.slots = options_.slots;
-  gauges.memory_cap_bytes = memory_cap_->cap_bytes();
-  gauges.memory_used_bytes = memory_cap_->CurrentBytes();
-  gauges.memory_peak_bytes = memory_cap_->PeakBytes();
+  gauges.memory_cap_bytes = options_.memory_cap_bytes;
+  if (memory_cap_ != nullptr) {
+    gauges.memory_cap_bytes = memory_cap_->cap_bytes();
+    gauges.memory_used_bytes = memory_cap_->CurrentBytes();
+    gauges.memory_peak_bytes = memory_cap_->PeakBytes();
+  }
   return gauges;
 }
 
@@ -209,6 +221,7 @@ Worker::~Worker() {
   // Uploads and downloads in flight end now: a dead link must not hold up
   // the stop.
   if (cas_client_ != nullptr) cas_client_->CancelAll();
+  if (engine_store_ != nullptr) engine_store_->CancelAll();
   if (killed > 0) spdlog::info("worker {}: stopping {} running units", options_.name, killed);
   // The coordinator re-queues this worker's units now, not after its
   // heartbeat timeout.
@@ -260,7 +273,7 @@ absl::Status Worker::Register() {
   *request.mutable_toolchain() = toolchain();
   request.set_memory_cap_bytes(options_.memory_cap_bytes);
   request.set_slots(options_.slots);
-  request.set_memory_mechanism(memory_cap_->Describe());
+  request.set_memory_mechanism(memory_mechanism());
   request.set_sandbox(sandbox_description());
   request.set_reads_input_trees(true);
   v1::RegisterWorkerResponse response;
@@ -286,7 +299,7 @@ bool Worker::RegisterUntilStopped() {
       spdlog::info("worker {} registered with {}{}: {} slots, {}; {}; {}", options_.name,
                    options_.coordinator_address,
                    attempt > 1 ? absl::StrCat(" (attempt ", attempt, ")") : "", options_.slots,
-                   memory_cap_->Describe(), DescribeToolchain(toolchain()), sandbox_description());
+                   memory_mechanism(), DescribeToolchain(toolchain()), sandbox_description());
       return true;
     }
     if (stop_.HasBeenNotified()) break;
@@ -383,7 +396,7 @@ void Worker::HeartbeatLoop() {
       request.set_worker_id(worker_id_);
       for (const auto& [id, cancel] : running_) request.add_running_task_ids(id);
     }
-    request.set_memory_used_bytes(memory_cap_->CurrentBytes());
+    request.set_memory_used_bytes(memory_cap_ != nullptr ? memory_cap_->CurrentBytes() : 0);
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(5)));

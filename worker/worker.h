@@ -24,7 +24,10 @@
 #include "common/process/sandbox.h"
 #include "common/process/subprocess.h"
 #include "common/process/task_tree.h"
+#include "common/reapi/engine_channel.h"
+#include "common/reapi/execution_client.h"
 #include "common/reapi/reapi_cas_client.h"
+#include "common/reapi/unit_action.h"
 #include "common/store/cas_client.h"
 #include "common/store/cas_store.h"
 #include "common/transport/http_server.h"
@@ -78,7 +81,16 @@ struct WorkerOptions {
   // working for a coordinator (worker/bot_session.h).
   std::string bots_api;
   bool bots_api_tls = false;  // grpcs://: TLS, with `tls` where given, else the system's CAs
-  std::string instance;       // the engine's instance name
+  std::string instance;       // the engine's instance name (--bots-api, remote_executor)
+  // Set: every unit this worker leases runs on this Remote Execution API
+  // engine as an Action instead of here (`distcc-cuda build
+  // --remote-executor`; worker_engine.cc). The worker then has no sandbox
+  // and no cap of its own: `memory_cap_bytes` is the memory of the engine's
+  // largest worker, which the coordinator admits units against, and each
+  // unit's reservation goes to the engine in `memory_property`.
+  std::optional<EngineAddress> remote_executor;
+  EngineHeaders remote_headers;    // sent with every call to it
+  MemoryProperty memory_property;  // its name empty: none is sent
   // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
   std::string metrics_listen;
   // Serve metrics on an address other than loopback (no credentials).
@@ -101,7 +113,7 @@ class Worker {
 
   v1::ToolchainFingerprint toolchain() const;
   // How the cap is enforced, for people: "cgroup v1 at ..., cap 4.0 GiB".
-  std::string memory_mechanism() const { return memory_cap_->Describe(); }
+  std::string memory_mechanism() const;
   // How compiles are isolated, for people: the sandbox's Describe(), or a
   // warning that there is none.
   std::string sandbox_description() const;
@@ -187,6 +199,24 @@ class Worker {
   // beside it runs once more, alone (the bot's retry ladder: the engine
   // knows nothing of memory).
   v1::TaskResult RunLeasedTask(v1::Task& task, const CancelToken& cancel);
+  // As the client of another engine (worker_engine.cc): opens the channel
+  // and the engine's CAS and Execution clients.
+  void StartEngine();
+  // Runs one task on the engine: its inputs listed and checked as for a
+  // compile here, uploaded as an Action's with the unit's reservation in the
+  // memory property, executed (or answered from the engine's ActionCache),
+  // and its outputs brought into the coordinator's store. An exit of 137 or
+  // RESOURCE_EXHAUSTED is a memory kill, which the coordinator's retry ladder
+  // answers with a larger reservation.
+  v1::TaskResult RunOnEngine(const v1::Task& task, const CancelToken& cancel);
+  // The result of an execution the engine ended with OK: exit 137 as a
+  // memory kill, a compile's exit code, and for exit 0 its outputs.
+  v1::TaskResult ResultOfEngineAction(const reapi::ExecuteResponse& response,
+                                      const v1::CompileUnit& unit, const v1::Task& task);
+  // Downloads the unit's outputs from the engine and uploads them to the
+  // coordinator's store, into `result`.
+  v1::TaskResult CollectEngineOutputs(const reapi::ActionResult& action_result,
+                                      const v1::CompileUnit& unit, v1::TaskResult result);
   // The platform the bot advertises: OSFamily, ISA, toolchain, nvcc, memory.
   std::vector<std::pair<std::string, std::string>> BotProperties() const;
   // Fingerprints the toolchain again if its files changed since the last
@@ -207,11 +237,14 @@ class Worker {
   std::unique_ptr<BlobClient> cas_client_;  // the coordinator's store, or the engine's
   ReapiCasClient* engine_cas_ = nullptr;    // cas_client_ as a bot's
   std::unique_ptr<BotSession> bot_;         // as a bot of another engine
+  // As the client of another engine: its store and its Execution service.
+  std::unique_ptr<ReapiCasClient> engine_store_;
+  std::unique_ptr<ReapiExecutionClient> engine_execution_;
   std::unique_ptr<CasStore> cache_;
-  std::unique_ptr<NodeMemoryCap> memory_cap_;
-  std::unique_ptr<Sandbox> sandbox_;  // null with --insecure-no-sandbox
-  std::string tasks_dir_;             // where task folders are made
-  std::string toolkit_root_;          // the folder above nvcc's bin/
+  std::unique_ptr<NodeMemoryCap> memory_cap_;  // null for another engine's client
+  std::unique_ptr<Sandbox> sandbox_;           // null with --insecure-no-sandbox
+  std::string tasks_dir_;                      // where task folders are made
+  std::string toolkit_root_;                   // the folder above nvcc's bin/
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

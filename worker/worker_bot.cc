@@ -14,11 +14,9 @@
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/reapi/action_unit.h"
+#include "common/reapi/engine_channel.h"
 #include "common/reapi/input_root.h"
 #include "common/store/input_tree.h"
-#include "common/transport/tls_credentials.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
 
@@ -70,17 +68,13 @@ std::vector<std::pair<std::string, std::string>> Worker::BotProperties() const {
 
 absl::Status Worker::StartBot() {
   const WorkerOptions& options = options_;
-  if (options.bots_api_tls && !options.tls.has_value()) {
-    channel_ = grpc::CreateChannel(options.bots_api, grpc::SslCredentials({}));
-  } else {
-    channel_ = OpenChannel(options.bots_api, options.bots_api_tls ? options.tls : std::nullopt);
-  }
+  const EngineAddress engine{options.bots_api, options.bots_api_tls};
+  channel_ = OpenEngineChannel(engine, options.bots_api_tls ? options.tls : std::nullopt, {});
   auto engine_cas = std::make_unique<ReapiCasClient>(channel_, options.instance);
   engine_cas_ = engine_cas.get();
   cas_client_ = std::move(engine_cas);
   BotOptions bot;
-  bot.engine_address =
-      absl::StrCat(options.bots_api_tls ? "grpcs://" : "grpc://", options.bots_api);
+  bot.engine_address = engine.Url();
   bot.instance = options.instance;
   bot.bot_id = options.name;
   bot.capacity = options.slots;
@@ -179,17 +173,19 @@ LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& ca
           : kDefaultLeaseTimeout;
   task.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   v1::TaskResult result = RunLeasedTask(task, cancel);
-  spdlog::info("bot {}: {} ended: {} (exit {})", options_.name, unit->name(),
-               v1::TaskOutcome_Name(result.outcome()), result.exit_code());
+  spdlog::info("bot {}: {} ended: {} (exit {}, {} reserved)", options_.name, unit->name(),
+               v1::TaskOutcome_Name(result.outcome()), result.exit_code(),
+               task.reserved_bytes() > 0 ? FormatByteSize(task.reserved_bytes()) : "nothing");
   if (result.outcome() != v1::TASK_COMPLETED && result.outcome() != v1::TASK_KILLED_FOR_MEMORY) {
     return fail(LeaseStatusOf(result, unit->name()));
   }
   std::vector<BlobSource> texts;
   absl::StatusOr<reapi::ActionResult> action_result =
-      ActionResultOf(result, *unit, [&texts](const std::string& text) -> absl::StatusOr<Digest> {
-        texts.push_back(BlobSource{DigestOf(text), "", text});
-        return texts.back().digest;
-      });
+      ActionResultOf(result, *unit, task.reserved_bytes(),
+                     [&texts](const std::string& text) -> absl::StatusOr<Digest> {
+                       texts.push_back(BlobSource{DigestOf(text), "", text});
+                       return texts.back().digest;
+                     });
   if (!action_result.ok()) return fail(action_result.status());
   if (absl::StatusOr<int> sent = cas_client_->UploadMissing(texts); !sent.ok()) {
     return fail(absl::UnavailableError(

@@ -37,6 +37,10 @@ bool IsOwnDirectory(const std::string& path) {
 }  // namespace
 
 std::string Worker::sandbox_description() const {
+  if (options_.remote_executor.has_value()) {
+    return absl::StrCat("compiles run on the engine at ", options_.remote_executor->Url(),
+                        ", isolated by its own workers");
+  }
   if (sandbox_ != nullptr) return absl::StrCat("compiles sandboxed by ", sandbox_->Describe());
   return absl::StrCat("INSECURE: compiles run without a sandbox (--insecure-no-sandbox), at ",
                       unit_root_.empty() ? "their task folders' paths" : unit_root_);
@@ -181,6 +185,7 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
 v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
   if (cancel.cancelled()) return Cancelled(cancel.reason());
   RefreshToolchainIfChanged();
+  if (engine_execution_ != nullptr) return RunOnEngine(task, cancel);
   MaterializedTask materialized;
   if (std::optional<v1::TaskResult> ended = Materialize(task, cancel, materialized)) {
     return *ended;

@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/byte_size.h"
 #include "common/base/status.h"
 
@@ -92,6 +93,7 @@ absl::StatusOr<v1::CompileUnit> UnitOfCommand(const reapi::Command& command,
 
 absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
                                                    const v1::CompileUnit& unit,
+                                                   int64_t reserved_bytes,
                                                    const TextStore& store_text) {
   reapi::ActionResult out;
   for (const v1::OutputFile& output : result.outputs()) {
@@ -118,6 +120,25 @@ absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
     *out.mutable_stderr_digest() = ToReapi(stored);
   }
   out.mutable_execution_metadata()->set_worker(result.worker_name());
+  if (result.wall_time_ms() > 0) {
+    // When it ran, as its wall time ending now: what a client learns
+    // durations from, a cached result's included.
+    const absl::Time now = absl::Now();
+    auto stamp = [](absl::Time at, google::protobuf::Timestamp* out) {
+      const int64_t micros = absl::ToUnixMicros(at);
+      out->set_seconds(micros / 1000000);
+      out->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+    };
+    stamp(now - absl::Milliseconds(result.wall_time_ms()),
+          out.mutable_execution_metadata()->mutable_execution_start_timestamp());
+    stamp(now, out.mutable_execution_metadata()->mutable_execution_completed_timestamp());
+  }
+  if (result.peak_memory_bytes() > 0) {
+    v1::UnitMemoryUsage memory;
+    memory.set_peak_bytes(result.peak_memory_bytes());
+    memory.set_reserved_bytes(reserved_bytes);
+    out.mutable_execution_metadata()->add_auxiliary_metadata()->PackFrom(memory);
+  }
   return out;
 }
 

@@ -54,10 +54,12 @@ absl::StatusOr<v1::CompileUnit> UnitOfCommand(const reapi::Command& command,
 using TextStore = std::function<absl::StatusOr<Digest>(const std::string& text)>;
 
 // The ActionResult of a unit's result: its outputs, exit code (137 for a
-// unit the memory cap killed, with why on stderr), and stdout and stderr,
-// kept with `store_text`.
+// unit the memory cap killed, with why on stderr), stdout and stderr kept
+// with `store_text`, and its peak memory and `reserved_bytes` as a
+// UnitMemoryUsage in the auxiliary metadata.
 absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
                                                    const v1::CompileUnit& unit,
+                                                   int64_t reserved_bytes,
                                                    const TextStore& store_text);
 
 }  // namespace distcc_cuda

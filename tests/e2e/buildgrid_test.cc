@@ -6,7 +6,10 @@
 // nvcc actions run on the bots (two at once on two bots), a second build
 // is BuildGrid's action-cache hit, an action the argument model refuses is
 // refused by the bot, and a memory kill under the bot's cap comes back as
-// exit 137 with why.
+// exit 137 with why. And the distcc-cuda client itself submitting to
+// BuildGrid (`build --remote-executor`): examples/attention built on two
+// bots, then from BuildGrid's ActionCache, and a unit a bot killed for memory
+// sent again with a larger memory property.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -17,6 +20,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/base/byte_size.h"
+#include "common/base/files.h"
 #include "common/process/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -134,6 +140,26 @@ class BuildGridTest : public ::testing::Test {
 
   std::string Object(const std::string& name) const { return testing::BazelOutput(dir_, name); }
 
+  // `distcc-cuda build PLAN` on BuildGrid, with the client's state in
+  // `state` (its own result cache: a new one has nothing).
+  std::vector<std::string> ClientBuild(const std::string& plan, const std::string& out,
+                                       const std::string& state,
+                                       const std::vector<std::string>& flags = {}) const {
+    std::vector<std::string> argv = {testing::BinaryPath("distcc-cuda"),
+                                     "build",
+                                     plan,
+                                     "-o",
+                                     out,
+                                     "--state-dir",
+                                     state,
+                                     "--remote-executor",
+                                     "grpc://" + *address_,
+                                     "--remote-instance",
+                                     kInstance};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return argv;
+  }
+
   static inline std::string skip_;
   static inline std::string* root_ = nullptr;
   static inline std::string* address_ = nullptr;
@@ -158,8 +184,8 @@ TEST_F(BuildGridTest, BazelsActionsRunOnTwoBotsAndThenHitBuildGridsCache) {
     EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n")) << object << inspect.stderr_text;
   }
   // Each bot takes one lease at a time (--slots 1): both compiled.
-  EXPECT_THAT(first->Log(), HasSubstr("ended: TASK_COMPLETED (exit 0)"));
-  EXPECT_THAT(second->Log(), HasSubstr("ended: TASK_COMPLETED (exit 0)"));
+  EXPECT_THAT(first->Log(), HasSubstr("ended: TASK_COMPLETED (exit 0,"));
+  EXPECT_THAT(second->Log(), HasSubstr("ended: TASK_COMPLETED (exit 0,"));
 
   // Bazel's own outputs gone: the results come from BuildGrid's cache.
   fs::remove_all(dir_ + "/bazel-base/execroot/distcc_cuda_bazel_e2e/bazel-out");
@@ -210,7 +236,7 @@ TEST_F(BuildGridTest, AMemoryKillUnderTheBotsCapIsExit137WithWhy) {
   EXPECT_THAT(killed.stderr_text, HasSubstr("(Killed)"));
   EXPECT_THAT(killed.stderr_text, HasSubstr("distcc-cuda: kernel.o was killed for memory"));
   EXPECT_THAT(killed.stderr_text, HasSubstr("cap 100 MiB"));
-  EXPECT_THAT(bot->Log(), HasSubstr("kernel.o ended: TASK_KILLED_FOR_MEMORY (exit 137)"));
+  EXPECT_THAT(bot->Log(), HasSubstr("kernel.o ended: TASK_KILLED_FOR_MEMORY (exit 137,"));
   // Stopped, it tells BuildGrid so (the next test's leases go to its bot).
   absl::StatusOr<int> stopped = bot->Stop(SIGTERM, absl::Seconds(10));
   ASSERT_TRUE(stopped.ok()) << stopped.status();
@@ -252,6 +278,165 @@ TEST_F(BuildGridTest, AnIdleBotWaitsForWorkInsteadOfAskingAgainAndAgain) {
   // BuildGrid holds an idle bot's update for 24 s; whatever an engine does,
   // the bot asks at most once a second.
   EXPECT_LE(calls() - before, 7) << bot->Log();
+}
+
+TEST_F(BuildGridTest, TheClientBuildsAttentionOnTwoBotsThenFromTheEnginesActionCache) {
+  ASSERT_NE(StartBot("bg-bot-c1", "4GiB"), nullptr);
+  ASSERT_NE(StartBot("bg-bot-c2", "4GiB"), nullptr);
+  const std::string plan = testing::SourceDir() + "/examples/attention/kernels.toml";
+  ProcessResult built = testing::RunToEnd(ClientBuild(plan, dir_ + "/out", dir_ + "/state-1"));
+  const std::string out = built.stdout_text + built.stderr_text;
+  ASSERT_EQ(built.exit_code, 0) << out;
+  EXPECT_THAT(out,
+              HasSubstr("compiling on the engine at grpc://" + *address_ + " (instance main)"));
+  EXPECT_THAT(out, HasSubstr("units     25 (25 compiled, 0 cached, 0 failed)")) << out;
+  // Both bots compiled some of the 25 units; their peaks came back with
+  // their results (UnitMemoryUsage), so the summary names them.
+  EXPECT_THAT(out, HasSubstr("engine/bg-bot-c1: ")) << out;
+  EXPECT_THAT(out, HasSubstr("engine/bg-bot-c2: ")) << out;
+  EXPECT_THAT(out, HasSubstr("units peaked within their predicted reservation")) << out;
+  EXPECT_TRUE(fs::exists(dir_ + "/out/libattention_sm100.so"));
+  // A client with a new state dir has nothing of its own: every unit is
+  // BuildGrid's ActionCache hit, and nothing runs on a bot.
+  ProcessResult again = testing::RunToEnd(ClientBuild(plan, dir_ + "/out-2", dir_ + "/state-2"));
+  const std::string again_out = again.stdout_text + again.stderr_text;
+  ASSERT_EQ(again.exit_code, 0) << again_out;
+  EXPECT_THAT(again_out, HasSubstr("workers   1 (engine/ActionCache: 25)")) << again_out;
+  EXPECT_TRUE(fs::exists(dir_ + "/out-2/libattention_sm100.so"));
+}
+
+// `build -- COMMAND` through the engine: the launcher's nvcc and host C++
+// compiles are units on BuildGrid's bot, their objects where the command
+// asked.
+TEST_F(BuildGridTest, ABuildCommandsCompilesRunOnTheEngineThroughTheLauncher) {
+  ASSERT_NE(StartBot("bg-bot-launcher", "4GiB", {"--slots", "2"}), nullptr);
+  const std::string project = dir_ + "/command";
+  ASSERT_TRUE(WriteFileAtomically(project + "/k.cu",
+                                  "__global__ void k(int* x) { *x = 1; }\n"
+                                  "void launch(int* x) { k<<<1, 1>>>(x); }\n")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(project + "/h.cpp", "int host() { return 3; }\n").ok());
+  ProcessSpec spec;
+  spec.argv = {testing::BinaryPath("distcc-cuda"),
+               "build",
+               "--state-dir",
+               dir_ + "/state",
+               "--remote-executor",
+               "grpc://" + *address_,
+               "--remote-instance",
+               kInstance,
+               "--",
+               "sh",
+               "-c",
+               "$PYTORCH_NVCC -gencode arch=compute_100,code=sm_100 -c k.cu -o k.o && "
+               "$CXX -O2 -c h.cpp -o h.o"};
+  spec.environment = {{"CXX", "g++"}};
+  spec.working_directory = project;
+  spec.timeout = absl::Minutes(3);
+  absl::StatusOr<ProcessResult> ran = RunProcess(spec);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  const std::string out = ran->stdout_text + ran->stderr_text;
+  ASSERT_EQ(ran->exit_code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("units     2 on the cluster (2 compiled, 0 cached, 0 failed)")) << out;
+  EXPECT_THAT(out, HasSubstr("workers   1 (engine/bg-bot-launcher: 2)")) << out;
+  EXPECT_TRUE(fs::exists(project + "/k.o"));
+  EXPECT_TRUE(fs::exists(project + "/h.o"));
+}
+
+// BuildGrid cannot route by memory: a unit too large for the bot it landed
+// on is killed there (exit 137), and the client's retry ladder sends it
+// again with a larger `memory` property. Here the small bot goes once it
+// killed the unit, so the retry lands on the large one.
+TEST_F(BuildGridTest, AUnitTheEngineKilledForMemoryIsSentAgainWithALargerProperty) {
+  // The fake nvcc, as nvcc in a toolkit of its own: a bot runs only a
+  // Command whose program is nvcc. A unit never seen is predicted at the 2
+  // GiB default, which the small bot must hold to run it at all.
+  const std::string nvcc = testing::FakeNvccWithRelease(*root_ + "/fake-toolkit", "13.0");
+  const std::vector<std::string> fake = {"--nvcc", nvcc, "--memory-mechanism", "auto"};
+  testing::BackgroundProcess* small = StartBot("bg-bot-2g", "2304MiB", fake);
+  ASSERT_NE(small, nullptr);
+  const std::string project = dir_ + "/heavy";
+  ASSERT_TRUE(WriteFileAtomically(project + "/heavy.cu",
+                                  absl::StrCat("// FAKE_TOUCH_MIB=2560 FAKE_SLEEP_MS=300 ", dir_,
+                                               "\nint heavy() { return 1; }\n"))
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(project + "/build/compile_commands.json",
+                                  absl::StrCat(R"([{"directory": ")", project,
+                                               R"(/build", "file": "../heavy.cu", "command": ")",
+                                               nvcc, R"( -c ../heavy.cu -o heavy.o"}])"))
+                  .ok());
+  std::vector<std::string> argv =
+      ClientBuild(project + "/build/compile_commands.json", dir_ + "/out", dir_ + "/state",
+                  {"--nvcc", nvcc, "--library", "libheavy.so"});
+  auto client = testing::BackgroundProcess::Start(argv, dir_ + "/client.log");
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::string> killed =
+      (*client)->WaitForLog("killed for memory on engine", absl::Minutes(2));
+  ASSERT_TRUE(killed.ok()) << killed.status() << small->Log();
+  EXPECT_THAT(*killed, HasSubstr("retrying with"));
+  ASSERT_TRUE(small->Stop(SIGTERM, absl::Seconds(10)).ok());
+  testing::BackgroundProcess* large = StartBot("bg-bot-4g", "4GiB", fake);
+  ASSERT_NE(large, nullptr);
+  absl::StatusOr<std::string> built = (*client)->WaitForLog("distcc-cuda: built", absl::Minutes(2));
+  ASSERT_TRUE(built.ok()) << built.status() << large->Log();
+  absl::StatusOr<int> exited = (*client)->Stop(SIGCONT, absl::Seconds(30));
+  ASSERT_TRUE(exited.ok()) << exited.status();
+  EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 0) << (*client)->Log();
+  EXPECT_THAT((*client)->Log(), HasSubstr("engine/bg-bot-4g: 1"));
+  // The reservation each bot was given, as its memory property: the retry's
+  // is larger than the first's.
+  auto reserved = [](const std::string& log, const std::string& ended) -> int64_t {
+    const size_t at = log.find(ended);
+    if (at == std::string::npos) return -1;
+    const size_t begin = log.find(", ", at) + 2;
+    const size_t end = log.find(" reserved)", begin);
+    absl::StatusOr<int64_t> bytes =
+        ParseByteSize(absl::StrReplaceAll(log.substr(begin, end - begin), {{" ", ""}}));
+    return bytes.ok() ? *bytes : -1;
+  };
+  const int64_t first =
+      reserved(small->Log(), "heavy.cu.o ended: TASK_KILLED_FOR_MEMORY (exit 137");
+  const int64_t second = reserved(large->Log(), "heavy.cu.o ended: TASK_COMPLETED (exit 0");
+  EXPECT_EQ(first, int64_t{2} << 30) << small->Log();
+  EXPECT_GT(second, first) << large->Log();
+}
+
+TEST(RemoteExecutorFlagTest, AnEngineThatIsNotThereOrNotAnAddressIsSaidAtOnce) {
+  const std::string dir = testing::NewTempDir("remote-executor-");
+  const std::string plan = testing::SourceDir() + "/examples/attention/kernels.toml";
+  auto build = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {testing::BinaryPath("distcc-cuda"),
+                                     "build",
+                                     plan,
+                                     "-o",
+                                     dir + "/out",
+                                     "--state-dir",
+                                     dir + "/state"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return testing::RunToEnd(argv, absl::Minutes(1));
+  };
+  ProcessResult not_url = build({"--remote-executor", "http://127.0.0.1:1"});
+  EXPECT_EQ(not_url.exit_code, 2);
+  EXPECT_THAT(not_url.stderr_text,
+              HasSubstr("--remote-executor 'http://127.0.0.1:1' is not grpc://HOST:PORT"));
+  const std::string nobody = absl::StrCat("grpc://127.0.0.1:", testing::FreeLoopbackPort());
+  const absl::Time start = absl::Now();
+  ProcessResult away = build({"--remote-executor", nobody, "--connect-timeout-s", "1"});
+  EXPECT_EQ(away.exit_code, 2);
+  EXPECT_THAT(away.stderr_text, HasSubstr("cannot reach the engine at " + nobody));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  ProcessResult both = build({"--remote-executor", nobody, "--coordinator", "127.0.0.1:1"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.stderr_text, HasSubstr("name two clusters"));
+  // Each header given counts, not only the last.
+  ProcessResult header =
+      build({"--remote-executor", nobody, "--remote-header", "novalue", "--remote-header", "a=1"});
+  EXPECT_EQ(header.exit_code, 2);
+  EXPECT_THAT(header.stderr_text, HasSubstr("is not KEY=VALUE"));
+  ProcessResult property =
+      build({"--remote-executor", nobody, "--remote-memory-property", "memory_kb:KB2"});
+  EXPECT_EQ(property.exit_code, 2);
+  EXPECT_THAT(property.stderr_text, HasSubstr("the unit after ':' must be"));
 }
 
 TEST(BotsApiFlagTest, AnAddressThatIsNotGrpcIsRefusedBeforeAnythingStarts) {
