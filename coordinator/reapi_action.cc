@@ -106,23 +106,7 @@ absl::StatusOr<reapi::ExecuteResponse> ExecuteResponseOf(const v1::TaskResult& r
                                                          CasStore& cas) {
   reapi::ExecuteResponse response;
   response.set_cached_result(cached);
-  absl::StatusCode code = absl::StatusCode::kOk;
-  switch (result.outcome()) {
-    case v1::TASK_COMPLETED:
-    case v1::TASK_KILLED_FOR_MEMORY:
-      break;
-    case v1::TASK_REJECTED:
-      code = absl::StatusCode::kInvalidArgument;
-      break;
-    case v1::TASK_TIMED_OUT:
-      code = absl::StatusCode::kDeadlineExceeded;
-      break;
-    case v1::TASK_CANCELLED:
-      code = absl::StatusCode::kCancelled;
-      break;
-    default:
-      code = absl::StatusCode::kInternal;
-  }
+  const absl::StatusCode code = StatusCodeOfOutcome(result.outcome());
   if (code != absl::StatusCode::kOk) {
     response.mutable_status()->set_code(static_cast<int>(code));
     response.mutable_status()->set_message(

@@ -195,6 +195,11 @@ class Worker {
   // engine's CAS, the unit run as any other (RunTask), its outputs,
   // stdout and stderr uploaded, and its ActionResult returned.
   LeaseOutcome RunLease(const reapi::Action& action, const CancelToken& cancel);
+  // The leased unit's input files, listed: INVALID_ARGUMENT when they take
+  // more than a compile reads; FAILED_PRECONDITION with a MISSING violation
+  // for each the engine lacks (its client uploads them again), so that none
+  // is found missing only once the unit runs.
+  absl::Status CheckLeaseInputs(const v1::CompileUnit& unit);
   // Runs a leased unit; one that the cap killed while other units ran
   // beside it runs once more, alone (the bot's retry ladder: the engine
   // knows nothing of memory).

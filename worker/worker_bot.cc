@@ -7,6 +7,9 @@
 // engine is worker/bot_session.cc.
 #include <sys/utsname.h>
 
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +29,9 @@ namespace {
 // A leased Action without a timeout of its own, and the longest it may ask.
 constexpr absl::Duration kDefaultLeaseTimeout = absl::Hours(1);
 constexpr absl::Duration kMaxLeaseTimeout = absl::Hours(4);
+// The most a leased Action's input files may take, all together: an engine
+// must not fill a bot's disk through one Action.
+constexpr int64_t kMaxLeaseInputBytes = int64_t{16} << 30;
 
 // Bazel's names for the machine's instruction set.
 std::string InstructionSet() {
@@ -43,16 +49,11 @@ absl::Status LeaseStatusOf(const v1::TaskResult& result, const std::string& unit
   std::string why = absl::StrContains(result.error_message(), unit)
                         ? result.error_message()
                         : absl::StrCat(unit, ": ", result.error_message());
-  switch (result.outcome()) {
-    case v1::TASK_REJECTED:
-      return absl::InvalidArgumentError(why);
-    case v1::TASK_TIMED_OUT:
-      return absl::DeadlineExceededError(why);
-    case v1::TASK_CANCELLED:
-      return absl::CancelledError(why);
-    default:
-      return absl::InternalError(absl::StrCat(unit, " could not run: ", result.error_message()));
+  const absl::StatusCode code = StatusCodeOfOutcome(result.outcome());
+  if (code == absl::StatusCode::kInternal || code == absl::StatusCode::kOk) {
+    return absl::InternalError(absl::StrCat(unit, " could not run: ", result.error_message()));
   }
+  return absl::Status(code, why);
 }
 
 }  // namespace
@@ -89,6 +90,41 @@ absl::Status Worker::StartBot() {
         return RunLease(action, cancel);
       });
   return absl::OkStatus();
+}
+
+absl::Status Worker::CheckLeaseInputs(const v1::CompileUnit& unit) {
+  v1::CompileUnit listed = unit;
+  RETURN_IF_ERROR(ExpandUnitInputs(listed, [this](const Digest& digest) {
+    return engine_cas_->FetchThroughStore(digest, *cache_);
+  }));
+  int64_t bytes = 0;
+  std::vector<Digest> not_here;
+  std::map<Digest, std::string> paths;
+  for (const v1::InputFile& input : listed.inputs()) {
+    const Digest digest = FromProto(input.digest());
+    bytes += std::max<int64_t>(digest.size_bytes, 0);
+    if (!cache_->Contains(digest) && paths.emplace(digest, input.path()).second) {
+      not_here.push_back(digest);
+    }
+  }
+  if (bytes > kMaxLeaseInputBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the action's inputs take ",
+                                                   FormatByteSize(bytes),
+                                                   "; a compile that distcc-cuda runs "
+                                                   "reads at most ",
+                                                   FormatByteSize(kMaxLeaseInputBytes)));
+  }
+  if (not_here.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<Digest> missing, engine_cas_->FindMissing(not_here));
+  if (missing.empty()) return absl::OkStatus();
+  // What the client must upload again (REAPI: a MISSING precondition).
+  std::vector<std::string> subjects;
+  for (const Digest& digest : missing) subjects.push_back(BlobSubject(ToReapi(digest)));
+  return MissingBlobsError(absl::StrCat("the engine lacks ", missing.size(), " input file",
+                                        missing.size() > 1 ? "s" : "", " of the action (",
+                                        absl::CHexEscape(paths[missing[0]].substr(0, 200)),
+                                        missing.size() > 1 ? ", ..." : "", ")"),
+                           subjects);
 }
 
 v1::TaskResult Worker::RunLeasedTask(v1::Task& task, const CancelToken& cancel) {
@@ -163,6 +199,7 @@ LeaseOutcome Worker::RunLease(const reapi::Action& action, const CancelToken& ca
   if (!root.ok()) return fail(root.status());
   absl::StatusOr<v1::CompileUnit> unit = UnitOfCommand(command, *root);
   if (!unit.ok()) return fail(unit.status());
+  if (absl::Status inputs = CheckLeaseInputs(*unit); !inputs.ok()) return fail(inputs);
   v1::Task task;
   task.set_task_id(absl::StrCat("lease-", ++leases_run_));
   *task.mutable_unit() = *unit;

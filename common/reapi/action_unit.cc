@@ -91,6 +91,22 @@ absl::StatusOr<v1::CompileUnit> UnitOfCommand(const reapi::Command& command,
   return unit;
 }
 
+absl::StatusCode StatusCodeOfOutcome(v1::TaskOutcome outcome) {
+  switch (outcome) {
+    case v1::TASK_COMPLETED:
+    case v1::TASK_KILLED_FOR_MEMORY:
+      return absl::StatusCode::kOk;
+    case v1::TASK_REJECTED:
+      return absl::StatusCode::kInvalidArgument;
+    case v1::TASK_TIMED_OUT:
+      return absl::StatusCode::kDeadlineExceeded;
+    case v1::TASK_CANCELLED:
+      return absl::StatusCode::kCancelled;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
 absl::StatusOr<reapi::ActionResult> ActionResultOf(const v1::TaskResult& result,
                                                    const v1::CompileUnit& unit,
                                                    int64_t reserved_bytes,

@@ -49,6 +49,12 @@ bool ToolchainMatches(const v1::ToolchainFingerprint& toolchain, absl::string_vi
 absl::StatusOr<v1::CompileUnit> UnitOfCommand(const reapi::Command& command,
                                               const Digest& input_root);
 
+// The status a REAPI client gets for a unit that ended with `outcome`: OK
+// for a compile that ran (completed, or killed for memory: exit 137 in its
+// ActionResult); INVALID_ARGUMENT (refused), DEADLINE_EXCEEDED, CANCELLED,
+// and INTERNAL (it could not run) for one that did not.
+absl::StatusCode StatusCodeOfOutcome(v1::TaskOutcome outcome);
+
 // Keeps a text (stdout, stderr) where the ActionResult's reader finds it,
 // and returns its digest.
 using TextStore = std::function<absl::StatusOr<Digest>(const std::string& text)>;

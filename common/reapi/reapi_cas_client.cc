@@ -124,14 +124,8 @@ absl::Status ReapiCasClient::Read(const Digest& digest,
   auto reader = bytestream_->Read(&context, request);
   google::bytestream::ReadResponse chunk;
   absl::Status sink_status;
-  int64_t received = 0;
   while (reader->Read(&chunk)) {
-    received += static_cast<int64_t>(chunk.data().size());
-    sink_status =
-        received > digest.size_bytes
-            ? absl::DataLossError(absl::StrCat("the engine sent more than the ", digest.size_bytes,
-                                               " bytes of ", digest.ToString()))
-            : sink(chunk.data());
+    sink_status = sink(chunk.data());
     if (!sink_status.ok()) {
       context.TryCancel();
       break;

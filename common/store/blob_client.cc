@@ -98,6 +98,19 @@ absl::Status BlobClient::ForEachChunk(
   return absl::OkStatus();
 }
 
+absl::Status BlobClient::ReadWithin(const Digest& digest,
+                                    const std::function<absl::Status(absl::string_view)>& sink) {
+  int64_t received = 0;
+  return Read(digest, [&](absl::string_view data) {
+    received += static_cast<int64_t>(data.size());
+    if (received > digest.size_bytes) {
+      return absl::DataLossError(absl::StrCat("the store sent more than the ", digest.size_bytes,
+                                              " bytes of ", digest.ToString()));
+    }
+    return sink(data);
+  });
+}
+
 absl::Status BlobClient::DownloadToFile(const Digest& digest, const std::string& destination) {
   std::string temp = absl::StrCat(destination, ".part");
   {
@@ -106,13 +119,19 @@ absl::Status BlobClient::DownloadToFile(const Digest& digest, const std::string&
     if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp));
     Sha256 sha;
     int64_t size = 0;
-    RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
+    absl::Status read = ReadWithin(digest, [&](absl::string_view data) {
       out.write(data.data(), data.size());
       sha.Update(data);
       size += data.size();
       return out ? absl::OkStatus()
                  : absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp));
-    }));
+    });
+    if (!read.ok()) {
+      // No half a blob left behind.
+      out.close();
+      std::filesystem::remove(temp);
+      return read;
+    }
     Digest actual{sha.FinishHex(), size};
     if (actual != digest) {
       std::filesystem::remove(temp);
@@ -134,7 +153,7 @@ absl::Status BlobClient::DownloadToStore(const Digest& digest, CasStore& store) 
   store.CountLookup(found);
   if (found) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto writer, store.StartWrite(digest));
-  RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
+  RETURN_IF_ERROR(ReadWithin(digest, [&](absl::string_view data) {
     return writer->Append(writer->bytes_written(), data);
   }));
   return writer->Commit();
@@ -142,7 +161,7 @@ absl::Status BlobClient::DownloadToStore(const Digest& digest, CasStore& store) 
 
 absl::StatusOr<std::string> BlobClient::DownloadBytes(const Digest& digest) {
   std::string content;
-  RETURN_IF_ERROR(Read(digest, [&](absl::string_view data) {
+  RETURN_IF_ERROR(ReadWithin(digest, [&](absl::string_view data) {
     content.append(data.data(), data.size());
     return absl::OkStatus();
   }));

@@ -90,6 +90,11 @@ class BlobClient {
   // Reads the blob and hands each chunk to `sink` in order.
   virtual absl::Status Read(const Digest& digest,
                             const std::function<absl::Status(absl::string_view)>& sink) = 0;
+  // Read, ended with DATA_LOSS as soon as the store sends more bytes than
+  // the digest says: a hostile store cannot fill a disk or memory through
+  // it. Every download goes through here.
+  absl::Status ReadWithin(const Digest& digest,
+                          const std::function<absl::Status(absl::string_view)>& sink);
   // Hands `send` the blob's chunks in order (at most kMaxChunkBytes each,
   // read from its file or its bytes; one empty chunk for an empty blob),
   // with each chunk's offset and whether it is the last. Stops early when

@@ -22,8 +22,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/base/byte_size.h"
+#include "common/base/cancellation.h"
 #include "common/base/files.h"
 #include "common/process/subprocess.h"
+#include "common/reapi/engine_channel.h"
+#include "common/reapi/execution_client.h"
+#include "common/reapi/reapi_cas_client.h"
+#include "common/reapi/unit_action.h"
+#include "common/store/digest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/background_process.h"
@@ -244,7 +250,7 @@ TEST_F(BuildGridTest, AMemoryKillUnderTheBotsCapIsExit137WithWhy) {
 }
 
 TEST_F(BuildGridTest, AUnitKilledBesideAnotherRunsAgainAloneOnTheBot) {
-  // The fake nvcc: each of //:heavy_a and //:heavy_b holds 200 MiB for 3 s,
+  // The fake nvcc: each of //:heavy_a and //:heavy_b holds 200 MiB for 8 s,
   // so the two leases at once overflow the bot's 300 MiB cap.
   testing::BackgroundProcess* bot =
       StartBot("bg-bot-pair", "300MiB",
@@ -399,6 +405,49 @@ TEST_F(BuildGridTest, AUnitTheEngineKilledForMemoryIsSentAgainWithALargerPropert
   const int64_t second = reserved(large->Log(), "heavy.cu.o ended: TASK_COMPLETED (exit 0");
   EXPECT_EQ(first, int64_t{2} << 30) << small->Log();
   EXPECT_GT(second, first) << large->Log();
+}
+
+// An Action whose input file the engine lacks (a client that skipped an
+// upload, a CAS that evicted it): the bot says which is MISSING before
+// anything runs, as REAPI asks, so that a client uploads it again, instead
+// of failing the unit as INTERNAL (which BuildGrid retries five times).
+TEST_F(BuildGridTest, AnInputFileTheEngineLacksIsNamedMissingBeforeTheUnitRuns) {
+  ASSERT_NE(StartBot("bg-bot-missing", "4GiB"), nullptr);
+  v1::CompileUnit unit;
+  unit.set_name("lacking");
+  for (const char* argument :
+       {"-gencode", "arch=compute_100,code=sm_100", "-c", "lacking.cu", "-o", "lacking.o"}) {
+    unit.add_arguments(argument);
+  }
+  unit.add_output_paths("lacking.o");
+  const std::string source = absl::StrCat("// ", dir_, "\n__global__ void k() {}\n");
+  v1::InputFile* input = unit.add_inputs();
+  input->set_path("lacking.cu");
+  *input->mutable_digest() = ToProto(DigestOf(source));
+  input->set_content(source);
+  ActionSettings settings;
+  settings.compiler = testing::RealNvccPath();
+  absl::StatusOr<UnitAction> action =
+      ActionOfUnit(unit, settings, [](const Digest&) { return std::string(); });
+  ASSERT_TRUE(action.ok()) << action.status();
+  // Everything but the source goes up.
+  std::vector<BlobSource> blobs;
+  for (const BlobSource& blob : action->blobs) {
+    if (blob.digest != DigestOf(source)) blobs.push_back(blob);
+  }
+  auto channel = OpenEngineChannel({*address_, false}, std::nullopt, {});
+  ReapiCasClient cas(channel, kInstance);
+  ASSERT_TRUE(cas.UploadMissing(blobs).ok());
+  ReapiExecutionClient execution(channel, kInstance);
+  CancelToken cancel;
+  absl::StatusOr<reapi::ExecuteResponse> response =
+      execution.Execute(action->action_digest, cancel);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition))
+      << response->DebugString();
+  EXPECT_THAT(response->status().message(),
+              HasSubstr("the engine lacks 1 input file of the action (lacking.cu)"));
+  EXPECT_THAT(response->status().message(), Not(HasSubstr("could not run")));
 }
 
 TEST(RemoteExecutorFlagTest, AnEngineThatIsNotThereOrNotAnAddressIsSaidAtOnce) {
