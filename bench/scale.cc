@@ -110,16 +110,17 @@ bool ReadMessage(int fd, google::protobuf::Message& message) {
 int SendParts(int fd, const std::string& root, const std::string& generated,
               const std::vector<std::vector<std::string>>& closures, int units, int part_units) {
   client::WorkspaceFiles files;
+  const client::WorkspaceLayout layout = client::WorkspaceLayout::Relocated(root);
   const std::vector<std::string> system_prefixes = SystemIncludePrefixes();
   size_t folders_sent = 0;
   for (int first = 0; first < units; first += part_units) {
     v1::AddUnitsRequest part;
-    part.set_workspace_root(root);
+    part.set_workspace_root("/");
     for (int u = first; u < std::min(units, first + part_units); ++u) {
       v1::CompileUnit* unit = part.add_units();
       std::string name = absl::StrFormat("cutlass3x_sm100_tensorop_gemm_%05d", u);
       unit->set_name(name);
-      unit->set_working_directory(generated);
+      client::PlaceUnit(*unit, layout, absl::StrCat(root, "/", generated));
       for (const char* flag : {"-DCUTLASS_ENABLE_TENSOR_CORE_MMA=1", "-DCUTLASS_VERSIONS_GENERATED",
                                "-I../../../../../include", "-I../../../../../tools/library/include",
                                "-O3", "-std=c++17", "--expt-relaxed-constexpr",
@@ -131,11 +132,10 @@ int SendParts(int fd, const std::string& root, const std::string& generated,
         unit->add_arguments(argument);
       }
       unit->add_output_paths(name + ".cu.o");
-      unit->set_workspace_root(root);
       // The scan's closure is the family's headers; the source goes beside.
       absl::Status added = client::AddUnitInputs(
           *unit, closures[u % closures.size()],
-          absl::StrCat(root, "/", generated, "/", name, ".cu"), files, system_prefixes);
+          absl::StrCat(root, "/", generated, "/", name, ".cu"), layout, files, system_prefixes);
       if (!added.ok()) {
         std::cerr << added << "\n";
         return 1;

@@ -326,6 +326,7 @@ struct BuildFigures {
   std::string verified;  // "" without --verify
   std::vector<std::string> link_argv;
   LinkObjects objects;
+  std::string workspaces;  // DescribeWorkspaces
 };
 
 void PrintSummary(const LocalPlan& plan, const FollowedBuild& followed, const BuildFigures& figures,
@@ -374,6 +375,7 @@ void PrintSummary(const LocalPlan& plan, const FollowedBuild& followed, const Bu
   if (!figures.verified.empty()) out << "  verify    " << figures.verified << "\n";
   out << "  link      " << DescribeLink(figures.link_argv, figures.objects.paths) << "\n";
   out << "  toolchain " << DescribeToolchain(toolchain) << "\n";
+  out << "  " << figures.workspaces << "\n";
 }
 
 }  // namespace
@@ -401,7 +403,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
       plan,
       {options.nvcc_path, &scan_cache, UsableCores(),
        cluster.embedded != nullptr ? cluster.embedded->machine_slots().get() : nullptr,
-       reconnect_timeout > absl::ZeroDuration(), [&] { follower.EndStream(); }, cluster.address},
+       reconnect_timeout > absl::ZeroDuration(), [&] { follower.EndStream(); }, cluster.address,
+       options.absolute_paths},
       cluster.channel, [&](const absl::Status&) { follower.SubmissionFailed(); });
   absl::Time compile_start = absl::Now();
   {
@@ -436,6 +439,8 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   if (followed.finished && !followed.last_part_seen) return OlderCoordinatorError(cluster.address);
   scan_cache.Trim(kScanCacheBytes);
   figures.submission = TraceSubmission(submission.figures(), trace);
+  figures.workspaces = DescribeWorkspaces(submission.figures().workspaces,
+                                          submission.figures().outside, options.absolute_paths);
   RETURN_IF_ERROR(CheckBuildEnded(followed, options, cluster, out));
   figures.compile_time = absl::Now() - compile_start;
   RETURN_IF_ERROR(CheckNoUnitFailed(followed, out));

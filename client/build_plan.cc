@@ -10,6 +10,7 @@
 #include "client/compile_commands.h"
 #include "client/kernel_manifest.h"
 #include "client/unit_request.h"
+#include "client/workspace_layout.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/nvcc/forwarded_flags.h"
@@ -23,6 +24,7 @@ namespace {
 absl::StatusOr<LocalPlan> PlanFromManifest(const BuildOptions& options) {
   ASSIGN_OR_RETURN(KernelManifest manifest, LoadKernelManifest(options.plan_path));
   LocalPlan plan;
+  plan.workspace = AbsolutePath(manifest.directory);
   plan.object_dir = options.output_dir + "/obj";
   plan.library_path = options.output_dir + "/" + manifest.output;
   plan.link = manifest.link;
@@ -65,6 +67,10 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
   }
   std::set<std::string> names;
   std::map<std::string, int> next_number;
+  // The entries' workspaces, once per pair of folders: a CUTLASS database
+  // of 55,000 entries has a few hundred.
+  std::map<std::pair<std::string, std::string>, std::string> workspaces;
+  std::vector<std::string> roots;
   for (const CompileCommand& command : commands) {
     ASSIGN_OR_RETURN(NvccCommand parsed,
                      ParseNvccCommand({command.arguments.begin() + 1, command.arguments.end()}));
@@ -82,11 +88,20 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
     unit.directory = command.directory;
     unit.flags = parsed.FlagArguments();
     unit.source = parsed.sources[0];
+    const std::string source = AbsolutePath(unit.source, unit.directory);
+    auto [workspace, added] =
+        workspaces.try_emplace({unit.directory, fs::path(source).parent_path().string()});
+    if (added) {
+      workspace->second = CompileWorkspace(unit.directory, source);
+      roots.push_back(workspace->second);
+    }
     unit.local_object = options.objects_dir.empty()
                             ? command.output
                             : AbsolutePath(options.objects_dir) + "/" + unit.name + ".o";
     plan.units.push_back(std::move(unit));
   }
+  plan.workspace = roots.empty() ? AbsolutePath(fs::path(options.plan_path).parent_path().string())
+                                 : CommonAncestor(roots);
   return plan;
 }
 

@@ -35,6 +35,10 @@ struct LocalSet {
 
 // What `distcc-cuda build PLAN` builds and how it links it.
 struct LocalPlan {
+  // The folder of this machine the build belongs to, which the workers see
+  // at the canonical root (client/workspace_layout.h): a manifest's own
+  // folder; the project folder above a compile_commands.json's entries.
+  std::string workspace;
   std::vector<LocalUnit> units;
   std::vector<LocalSet> sets;
   std::string object_dir;

@@ -56,6 +56,8 @@ struct SessionTally {
   PredictionReport predictions;
   int scans_cached = 0;  // includes from the scan cache: no nvcc -M ran
   std::string toolchain;
+  std::map<std::string, int> workspaces;  // units by the workspace they were in
+  OutsideFiles outside;                   // what they read outside it (the most per folder)
 };
 
 // Serves the launcher calls of one command.
@@ -190,6 +192,11 @@ class Session final : public v1::LauncherSession::Service {
     trace_.Add("this machine", name, result.cached ? "download (cached)" : "download",
                result.finished, result.downloaded);
     tally_.toolchain = result.toolchain;
+    ++tally_.workspaces[result.workspace];
+    for (const auto& [folder, count] : result.outside) {
+      int& most = tally_.outside[folder];
+      most = std::max(most, count);
+    }
     if (result.scan_cached) ++tally_.scans_cached;
     if (result.cached) {
       ++tally_.cached;
@@ -457,6 +464,10 @@ void PrintSessionSummary(const CommandBuildOptions& options, int status, absl::D
         << tally.largest_name << "); " << tally.predictions.Describe() << "\n";
   }
   if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
+  if (!tally.workspaces.empty()) {
+    out << "  " << DescribeWorkspaces(tally.workspaces, tally.outside, options.absolute_paths)
+        << "\n";
+  }
   if (!options.trace_path.empty()) {
     absl::Status written = trace.Write(options.trace_path);
     out << "  trace     "
@@ -523,6 +534,8 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
   std::shared_ptr<MachineSlots> machine_slots =
       embedded != nullptr ? embedded->machine_slots() : nullptr;
   compiler.ShareMachineSlots(machine_slots);
+  std::error_code no_folder;
+  compiler.SetLayoutSettings({options.absolute_paths, fs::current_path(no_folder).string()});
   Session session(compiler, options.nvcc_path, machine_slots, arch, trace, &cancel,
                   options.fallback_local, display);
   grpc::ServerBuilder builder;

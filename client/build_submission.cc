@@ -21,30 +21,22 @@ namespace {
 // CUTLASS units takes seconds).
 constexpr absl::Duration kPartDeadline = absl::Minutes(10);
 
-// Whether `path` is `folder` or lies under it.
-bool IsUnder(const std::string& path, const std::string& folder) {
-  if (folder == "/") return true;
-  return absl::StartsWith(path, folder) &&
-         (path.size() == folder.size() || path[folder.size()] == '/');
-}
-
 // Whether a part failed because the coordinator went away (or restarted and
 // no longer knows the build), rather than because of what it carried.
 bool CoordinatorLost(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsNotFound(status) || absl::IsCancelled(status);
 }
 
-// `local` as a unit of the protocol under `root`, its inputs in a tree.
-absl::Status AddUnit(const LocalUnit& local, const std::string& root,
+// `local` as a unit of the protocol in `layout`, its inputs in a tree.
+absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
                      const std::vector<std::string>& excluded,
                      const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
                      v1::AddUnitsRequest& part) {
   v1::CompileUnit* unit = part.add_units();
   unit->set_name(local.name);
-  std::string working = Relative(local.directory, root);
-  unit->set_working_directory(working == "." ? "" : working);
+  PlaceUnit(*unit, layout, local.directory);
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(local.flags, local.directory, root, excluded));
+                   RelativeFlags(local.flags, local.directory, layout.root(), excluded));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   std::string object = fs::path(local.source).filename().string() + ".o";
   for (const std::string& argument :
@@ -53,32 +45,30 @@ absl::Status AddUnit(const LocalUnit& local, const std::string& root,
     unit->add_arguments(argument);
   }
   unit->add_output_paths(object);
-  unit->set_workspace_root(root);
-  return AddUnitInputs(*unit, local.closure, AbsolutePath(local.source, local.directory), files,
-                       system_prefixes);
+  return AddUnitInputs(*unit, local.closure, AbsolutePath(local.source, local.directory), layout,
+                       files, system_prefixes);
 }
 
-// `local` as an instantiation set of the protocol under `root`.
-absl::Status AddSet(const LocalSet& local, const std::string& root,
+// `local` as an instantiation set of the protocol in `layout`.
+absl::Status AddSet(const LocalSet& local, const WorkspaceLayout& layout,
                     const std::vector<std::string>& excluded,
                     const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
                     v1::AddUnitsRequest& part) {
   v1::InstantiationSet* set = part.add_instantiation_sets();
   *set = local.set;
-  std::string working = Relative(local.directory, root);
-  set->set_directory(working == "." ? "" : working);
+  set->set_directory(layout.InTree(local.directory));
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(local.flags, local.directory, root, excluded));
+                   RelativeFlags(local.flags, local.directory, layout.root(), excluded));
   for (const std::string& flag : flags) set->add_arguments(flag);
   std::vector<std::string> arguments = flags;
   arguments.insert(arguments.end(), {"-c", "unit.cu", "-o", "unit.o"});
   RETURN_IF_ERROR(
-      Annotate(ValidateCompileArguments(arguments, {root, set->directory(), system_prefixes}),
+      Annotate(ValidateCompileArguments(arguments, {"/", set->directory(), system_prefixes}),
                absl::StrCat("instantiation set ", set->name())));
   std::set<std::string> seen;
   for (const std::string& path : local.closure) {
     if (!seen.insert(path).second) continue;
-    ASSIGN_OR_RETURN(*set->add_inputs(), InputFor(path, root, files));
+    ASSIGN_OR_RETURN(*set->add_inputs(), InputFor(path, layout, files));
   }
   return MoveIntoInputTree(*set->mutable_inputs(), *set->mutable_input_root(), files);
 }
@@ -115,24 +105,6 @@ BuildSubmission::BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
       excluded_(ExcludedPrefixes(settings_.nvcc)),
       system_prefixes_(SystemIncludePrefixes()) {
   system_prefixes_.insert(system_prefixes_.end(), excluded_.begin(), excluded_.end());
-  std::vector<std::string> anchors;
-  for (const LocalUnit& unit : plan_.units) {
-    anchors.push_back(unit.directory);
-    anchors.push_back(AbsolutePath(unit.source, unit.directory));
-    for (std::string& folder : IncludeFolders(unit.directory, unit.flags, excluded_)) {
-      anchors.push_back(std::move(folder));
-    }
-  }
-  for (const LocalSet& set : plan_.sets) {
-    anchors.push_back(set.directory);
-    for (const std::string& header : set.set.headers()) {
-      anchors.push_back(AbsolutePath(header, set.directory));
-    }
-    for (std::string& folder : IncludeFolders(set.directory, set.flags, excluded_)) {
-      anchors.push_back(std::move(folder));
-    }
-  }
-  planned_root_ = CommonAncestor(anchors);
   const size_t jobs = plan_.units.size() + plan_.sets.size();
   {
     absl::MutexLock lock(&mu_);
@@ -145,22 +117,25 @@ BuildSubmission::BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
 
 BuildSubmission::~BuildSubmission() { Finish().IgnoreError(); }
 
-std::string BuildSubmission::RootFor(const std::vector<std::string>& closure) const {
-  if (std::all_of(closure.begin(), closure.end(),
-                  [this](const std::string& path) { return IsUnder(path, planned_root_); })) {
-    return planned_root_;
-  }
-  std::vector<std::string> anchors = closure;
-  anchors.push_back(planned_root_);
-  return CommonAncestor(anchors);
+absl::StatusOr<WorkspaceLayout> BuildSubmission::LayoutOf(size_t job, OutsideFiles* outside) const {
+  const bool is_unit = job < plan_.units.size();
+  const std::string& directory =
+      is_unit ? plan_.units[job].directory : plan_.sets[job - plan_.units.size()].directory;
+  const std::vector<std::string>& flags =
+      is_unit ? plan_.units[job].flags : plan_.sets[job - plan_.units.size()].flags;
+  const std::vector<std::string>& closure =
+      is_unit ? plan_.units[job].closure : plan_.sets[job - plan_.units.size()].closure;
+  return LayoutFor(plan_.workspace, closure, NamedInputPaths(directory, flags, excluded_),
+                   settings_.absolute_paths, outside);
 }
 
 absl::Status BuildSubmission::Scan(size_t job) {
   ScanCache* cache = settings_.scan_cache;
   if (job < plan_.units.size()) {
     LocalUnit& unit = plan_.units[job];
-    ASSIGN_OR_RETURN(unit.closure, ScanInputClosure(settings_.nvcc, unit.directory, unit.flags,
-                                                    unit.source, excluded_, cache));
+    ASSIGN_OR_RETURN(unit.closure,
+                     ScanInputClosure(settings_.nvcc, unit.directory, unit.flags, unit.source,
+                                      excluded_, cache, plan_.workspace));
     if (unit.closure.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("unit ", unit.name, ": nvcc reported no inputs for ", unit.source));
@@ -169,9 +144,9 @@ absl::Status BuildSubmission::Scan(size_t job) {
   }
   LocalSet& set = plan_.sets[job - plan_.units.size()];
   for (const std::string& header : set.set.headers()) {
-    ASSIGN_OR_RETURN(
-        std::vector<std::string> files,
-        ScanInputClosure(settings_.nvcc, set.directory, set.flags, header, excluded_, cache));
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     ScanInputClosure(settings_.nvcc, set.directory, set.flags, header, excluded_,
+                                      cache, plan_.workspace));
     set.closure.insert(set.closure.end(), files.begin(), files.end());
   }
   return CheckClosure(absl::StrCat("instantiation set ", set.set.name()), set.closure);
@@ -316,13 +291,19 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
   for (size_t job : jobs) {
     const bool is_unit = job < plan_.units.size();
     const LocalSet* set = is_unit ? nullptr : &plan_.sets[job - plan_.units.size()];
-    const std::string root = RootFor(is_unit ? plan_.units[job].closure : set->closure);
+    OutsideFiles outside;
+    ASSIGN_OR_RETURN(WorkspaceLayout layout, LayoutOf(job, &outside));
+    const std::string& root = layout.root();
     auto [part, added] = parts.try_emplace(root);
     if (added) {
       order.push_back(root);
-      part->second.set_workspace_root(root);
+      part->second.set_workspace_root("/");
     }
     RootFiles& files = roots_[root];
+    for (const auto& [folder, count] : outside) {
+      int& most = files.outside[folder];
+      most = std::max(most, count);
+    }
     if (!files.files.known_digest && settings_.scan_cache != nullptr) {
       ScanCache* cache = settings_.scan_cache;
       files.files.known_digest = [cache](const std::string& path) {
@@ -330,14 +311,14 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
       };
     }
     RETURN_IF_ERROR(
-        is_unit ? AddUnit(plan_.units[job], root, excluded_, system_prefixes_, files.files,
+        is_unit ? AddUnit(plan_.units[job], layout, excluded_, system_prefixes_, files.files,
                           part->second)
-                : AddSet(*set, root, excluded_, system_prefixes_, files.files, part->second));
+                : AddSet(*set, layout, excluded_, system_prefixes_, files.files, part->second));
     ++files.units;
   }
   if (order.empty()) {  // the last part, after every unit went
-    order.push_back(planned_root_);
-    parts[planned_root_].set_workspace_root(planned_root_);
+    order.push_back(plan_.workspace);
+    parts[plan_.workspace].set_workspace_root("/");
   }
   int uploaded = 0, input_files = 0;
   std::vector<std::shared_ptr<const MadePart>> made;
@@ -379,6 +360,15 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
   std::sort(by_units.begin(), by_units.end());
   figures_.roots.clear();
   for (const auto& [units, root] : by_units) figures_.roots.push_back(root);
+  figures_.outside.clear();
+  figures_.workspaces.clear();
+  for (const auto& [root, files] : roots_) figures_.workspaces[root] = files.units;
+  for (const auto& [root, files] : roots_) {
+    for (const auto& [folder, count] : files.outside) {
+      int& most = figures_.outside[folder];
+      most = std::max(most, count);
+    }
+  }
   for (auto& part : made) parts_.push_back(std::move(part));
   last_made_ = last;
   return absl::OkStatus();

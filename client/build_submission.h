@@ -24,6 +24,7 @@
 #include "client/build_plan.h"
 #include "client/scan_cache.h"
 #include "client/unit_request.h"
+#include "client/workspace_layout.h"
 #include "common/base/machine_slots.h"
 #include "common/store/cas_client.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -44,6 +45,9 @@ struct SubmissionSettings {
   bool wait_for_reopen = false;
   std::function<void()> on_lost;
   std::string address;  // the coordinator's, for messages
+  // --absolute-paths: every file at its own path on the workers
+  // (WorkspaceLayout::AsIs), not the workspace at the canonical root.
+  bool absolute_paths = false;
 };
 
 // The request that opens a plan's build: its name, toolchain and split,
@@ -86,11 +90,15 @@ class BuildSubmission {
   // What the submission did, for the summary and the trace: final once the
   // last part went (closed()).
   struct Figures {
-    int units = 0;                   // units and sets scanned
-    int scans_cached = 0;            // answered by the scan cache
-    int input_files = 0;             // distinct input files
-    int uploaded = 0;                // of them, uploaded (the coordinator lacked them)
-    std::vector<std::string> roots;  // workspace roots, most units' first
+    int units = 0;                          // units and sets scanned
+    int scans_cached = 0;                   // answered by the scan cache
+    int input_files = 0;                    // distinct input files
+    int uploaded = 0;                       // of them, uploaded (the coordinator lacked them)
+    std::vector<std::string> roots;         // workspace roots, most units' first
+    std::map<std::string, int> workspaces;  // units and sets by workspace root
+    // What units read outside their workspace, at its own path (the most
+    // files one unit read under each folder).
+    OutsideFiles outside;
     absl::Time scan_began = absl::InfinitePast();
     absl::Time scan_ended = absl::InfinitePast();
     struct Part {
@@ -120,11 +128,11 @@ class BuildSubmission {
   absl::Status UploadAll();
   absl::Status Add(const v1::AddUnitsRequest& part, const BlobSource* plan_blob);
   void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
-  // The workspace root of a unit or set of closure `closure`: the folder
-  // above every file the plan names before its scan (folders, sources,
-  // include folders) and its closure. The same for a unit however its build
-  // was cut into parts, so a rebuild keys it the same.
-  std::string RootFor(const std::vector<std::string>& closure) const;
+  // The layout of scanned job `job` (a unit, or a set after the units):
+  // the plan's workspace, widened over what its closure reaches by "../"
+  // (LayoutFor). The same for a unit however its build was cut into parts,
+  // so a rebuild keys it the same.
+  absl::StatusOr<WorkspaceLayout> LayoutOf(size_t job, OutsideFiles* outside) const;
 
   // The files of the units under one workspace root, and how many of its
   // blobs and folders went up already.
@@ -133,6 +141,7 @@ class BuildSubmission {
     size_t blobs_sent = 0;
     size_t folders_sent = 0;
     int units = 0;
+    OutsideFiles outside;  // as Figures::outside, for these units
   };
   struct MadePart {
     v1::AddUnitsRequest request;  // without its build id
@@ -147,7 +156,6 @@ class BuildSubmission {
   const std::function<void(const absl::Status&)> on_error_;
   std::vector<std::string> excluded_;         // the toolkit's own folders
   std::vector<std::string> system_prefixes_;  // and the system's
-  std::string planned_root_;                  // RootFor's folder before scanning
 
   mutable absl::Mutex mu_;
   std::vector<size_t> ready_ ABSL_GUARDED_BY(mu_);  // scanned, not in a part yet

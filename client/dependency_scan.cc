@@ -212,17 +212,18 @@ absl::StatusOr<std::vector<std::string>> Scan(const ScanQuestion& question,
 
 absl::StatusOr<std::vector<std::string>> ScanInputClosure(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
-    const std::string& source, const std::vector<std::string>& excluded, ScanCache* cache) {
-  return Scan({nvcc, directory, flags, source, {"-M"}}, "", excluded, cache);
+    const std::string& source, const std::vector<std::string>& excluded, ScanCache* cache,
+    const std::string& workspace) {
+  return Scan({nvcc, directory, flags, source, {"-M"}, workspace}, "", excluded, cache);
 }
 
 absl::StatusOr<std::vector<std::string>> ScanWritingDependencyFile(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
     const std::string& source, const std::vector<std::string>& dependency_arguments,
-    const std::string& dependency_file, const std::vector<std::string>& excluded,
-    ScanCache* cache) {
-  return Scan({nvcc, directory, flags, source, dependency_arguments}, dependency_file, excluded,
-              cache);
+    const std::string& dependency_file, const std::vector<std::string>& excluded, ScanCache* cache,
+    const std::string& workspace) {
+  return Scan({nvcc, directory, flags, source, dependency_arguments, workspace}, dependency_file,
+              excluded, cache);
 }
 
 }  // namespace distcc_cuda::client

@@ -28,12 +28,12 @@ std::vector<std::string> ParseMakeDependencies(const std::string& text);
 // holds for the same question with nothing changed is used and no nvcc
 // runs; a fresh answer is remembered there. The environment's variables
 // that nvcc reads (NVCC_CCBIN, ...) are the cache's; without one, none.
-absl::StatusOr<std::vector<std::string>> ScanInputClosure(const std::string& nvcc,
-                                                          const std::string& directory,
-                                                          const std::vector<std::string>& flags,
-                                                          const std::string& source,
-                                                          const std::vector<std::string>& excluded,
-                                                          ScanCache* cache = nullptr);
+// `workspace` is the compile's (ScanQuestion's): the cache's entry is
+// found from the same tree in another folder.
+absl::StatusOr<std::vector<std::string>> ScanInputClosure(
+    const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
+    const std::string& source, const std::vector<std::string>& excluded, ScanCache* cache = nullptr,
+    const std::string& workspace = "");
 
 // Runs `nvcc FLAGS DEPENDENCY_ARGUMENTS SOURCE` in `directory`, where the
 // dependency arguments write a make rule to `dependency_file` (relative to
@@ -45,6 +45,6 @@ absl::StatusOr<std::vector<std::string>> ScanWritingDependencyFile(
     const std::string& nvcc, const std::string& directory, const std::vector<std::string>& flags,
     const std::string& source, const std::vector<std::string>& dependency_arguments,
     const std::string& dependency_file, const std::vector<std::string>& excluded,
-    ScanCache* cache = nullptr);
+    ScanCache* cache = nullptr, const std::string& workspace = "");
 
 }  // namespace distcc_cuda::client

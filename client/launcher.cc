@@ -452,6 +452,7 @@ int RunLauncher(int argc, char** argv, const ClientEnvironment& environment) {
   RemoteCompiler compiler(OpenChannel(coordinator, *tls), coordinator, 1,
                           ScanCache::FolderFor(state_dir, environment.scan_cache),
                           environment.nvcc_variables, state_dir);
+  compiler.SetLayoutSettings({environment.absolute_paths, ""});
   LauncherOutcome outcome = CompileOrRunHere(compiler, call, decision, nullptr, fallback_local);
   if (verbose && outcome.remote) {
     std::cerr << "distcc-cuda: " << decision.plan.name << " compiled on " << outcome.remote->worker

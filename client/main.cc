@@ -115,6 +115,12 @@ ABSL_FLAG(std::string, trace, "",
 ABSL_FLAG(bool, strict_arch, false,
           "refuse to build (instead of warning) when a GPU of --target-gpus cannot load the "
           "build's targets");
+ABSL_FLAG(bool, absolute_paths, false,
+          "compile every file at its own absolute path on the workers, so that objects are byte "
+          "for byte a local nvcc's (debug info, __FILE__, internal names); results are then "
+          "keyed by where the workspace sits and shared only with builds in the same folder "
+          "(also $DISTCC_CUDA_ABSOLUTE_PATHS=1; without either, the workspace is compiled at "
+          "/distcc-cuda/workspace and its results serve the same tree in any folder)");
 ABSL_FLAG(std::string, tls_ca, "",
           "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, talk to "
           "--coordinator over mutual TLS (also tls-ca in the config file's [client] table)");
@@ -264,6 +270,7 @@ absl::StatusOr<distcc_cuda::client::CommonBuildOptions> CommonOptions(
   options.nvcc_variables = environment.nvcc_variables;
   options.trace_path = absl::GetFlag(FLAGS_trace);
   options.strict_arch = absl::GetFlag(FLAGS_strict_arch);
+  options.absolute_paths = absl::GetFlag(FLAGS_absolute_paths) || environment.absolute_paths;
   ASSIGN_OR_RETURN(options.remote, RemoteEngineFlags());
   if (options.remote.has_value() && !coordinator.empty()) {
     return absl::InvalidArgumentError(

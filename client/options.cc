@@ -31,6 +31,7 @@ ClientEnvironment ClientEnvironment::Of(const char* const* environ) {
   environment.session = value("DISTCC_CUDA_SESSION");
   environment.fallback_local = value("DISTCC_CUDA_FALLBACK") == "local";
   environment.verbose = value("DISTCC_CUDA_VERBOSE") == "1";
+  environment.absolute_paths = value("DISTCC_CUDA_ABSOLUTE_PATHS") == "1";
   environment.launcher_tls = {value("DISTCC_CUDA_TLS_CA"), value("DISTCC_CUDA_TLS_CERT"),
                               value("DISTCC_CUDA_TLS_KEY")};
   if (all.count("DISTCC_CUDA_SCAN_CACHE") > 0 && !value("DISTCC_CUDA_SCAN_CACHE").empty()) {

@@ -44,6 +44,7 @@ struct ClientEnvironment {
   std::string session;
   bool fallback_local = false;  // DISTCC_CUDA_FALLBACK=local
   bool verbose = false;         // DISTCC_CUDA_VERBOSE=1 (the launcher)
+  bool absolute_paths = false;  // DISTCC_CUDA_ABSOLUTE_PATHS=1
   // DISTCC_CUDA_TLS_CA, _CERT and _KEY: the launcher's certificate.
   TlsFiles launcher_tls;
   // DISTCC_CUDA_SCAN_CACHE when set: the scan cache's folder, or "off".
@@ -101,6 +102,9 @@ struct CommonBuildOptions : ClusterSettings {
   std::string trace_path;
   // --strict-arch: refuse, instead of warning, a unit no target GPU loads.
   bool strict_arch = false;
+  // --absolute-paths (or DISTCC_CUDA_ABSOLUTE_PATHS=1): every file at its own
+  // path on the workers, results keyed by it (client/workspace_layout.h).
+  bool absolute_paths = false;
 };
 
 }  // namespace distcc_cuda::client

@@ -104,59 +104,62 @@ namespace {
 // and what making the unit's input tree needs.
 struct LauncherUnit {
   v1::SubmitBuildRequest request;
-  std::string root;            // the workspace root: every input is below it
-  std::string source_in_tree;  // the source, relative to root
+  // Where its files appear on the workers.
+  WorkspaceLayout layout = WorkspaceLayout::AsIs("/");
+  std::string source_in_tree;  // the source, in the tree
   std::vector<std::string> closure;
   std::vector<std::string> system_prefixes;
   WorkspaceFiles files;
   bool tree_built = false;  // its inputs are in `files`, ready to upload
 
   v1::CompileUnit& unit() { return *request.mutable_units(0); }
+  // What names the layout in the scan cache's memo of trees.
+  std::string layout_key() const { return layout.root() + " at " + layout.canonical(); }
 };
 
 // The request for `plan`'s unit, whose inputs are `closure` (found by a
-// scan of `scan_time`), with the paths of the unit's flags, source and
-// object made relative to the workspace root.
+// scan of `scan_time`), in the layout of its workspace (`settings`), with
+// the paths of the unit's flags, source and object made relative to its
+// folder where they lie in the workspace. `outside` receives what it reads
+// outside the workspace.
 absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& plan,
                              const v1::ToolchainFingerprint& toolchain,
                              const std::vector<std::string>& excluded, absl::Duration scan_time,
-                             LauncherUnit& launched) {
+                             const LayoutSettings& settings, LauncherUnit& launched,
+                             OutsideFiles& outside) {
   const std::string& directory = call.working_directory;
-  std::vector<std::string> anchors = {directory};
-  anchors.insert(anchors.end(), launched.closure.begin(), launched.closure.end());
   const v1::UnitCompiler compiler = CompilerOf(plan);
-  for (std::string& folder : IncludeFolders(directory, plan.flags, excluded, compiler)) {
-    anchors.push_back(std::move(folder));
-  }
-  const std::string root = CommonAncestor(anchors);
-  launched.root = root;
+  const std::string source = AbsolutePath(plan.source, directory);
+  ASSIGN_OR_RETURN(
+      launched.layout,
+      LayoutFor(CompileWorkspace(directory, source, settings.session_folder), launched.closure,
+                NamedInputPaths(directory, plan.flags, excluded, compiler), settings.absolute_paths,
+                &outside));
+  const WorkspaceLayout& layout = launched.layout;
   v1::SubmitBuildRequest& request = launched.request;
   request.add_scan_micros(absl::ToInt64Microseconds(scan_time));
   request.set_build_name(absl::StrCat("launcher: ", plan.source));
   request.set_architecture_split(v1::ARCHITECTURE_SPLIT_NEVER);
-  request.set_workspace_root(root);
+  request.set_workspace_root("/");
   *request.mutable_toolchain() = toolchain;
   v1::CompileUnit* unit = request.add_units();
   unit->set_name(plan.name);
   unit->set_compiler(compiler);
-  std::string working = Relative(directory, root);
-  unit->set_working_directory(working == "." ? "" : working);
+  PlaceUnit(*unit, layout, directory);
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(plan.flags, directory, root, excluded, compiler));
+                   RelativeFlags(plan.flags, directory, layout.root(), excluded, compiler));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   // The worker writes the object beside the source's folder under the
   // output's own file name; it lands at -o here.
   const std::string object = fs::path(plan.output).filename().string();
   for (const std::string& argument :
-       {plan.action, Relative(AbsolutePath(plan.source, directory), directory), std::string("-o"),
-        object}) {
+       {plan.action, Relative(source, directory), std::string("-o"), object}) {
     unit->add_arguments(argument);
   }
   unit->add_output_paths(object);
-  unit->set_workspace_root(root);
   launched.system_prefixes = SystemIncludePrefixes();
   launched.system_prefixes.insert(launched.system_prefixes.end(), excluded.begin(), excluded.end());
-  launched.source_in_tree = Relative(AbsolutePath(plan.source, directory), root);
+  launched.source_in_tree = layout.InTree(source);
   return absl::OkStatus();
 }
 
@@ -170,12 +173,12 @@ absl::Status BuildLaunchedTree(LauncherUnit& launched, ScanCache& scan_cache) {
   std::set<std::string> seen;
   for (const std::string& path : launched.closure) {
     if (!seen.insert(path).second) continue;
-    ASSIGN_OR_RETURN(*unit.add_inputs(), InputFor(path, launched.root, launched.files));
+    ASSIGN_OR_RETURN(*unit.add_inputs(), InputFor(path, launched.layout, launched.files));
   }
   RETURN_IF_ERROR(ValidateCompileUnit(unit, launched.system_prefixes));
   RETURN_IF_ERROR(MoveIntoInputTree(*unit.mutable_inputs(), *unit.mutable_input_root(),
                                     launched.files, launched.source_in_tree));
-  scan_cache.RememberTree(launched.root, launched.source_in_tree, launched.closure, unit);
+  scan_cache.RememberTree(launched.layout_key(), launched.source_in_tree, launched.closure, unit);
   launched.tree_built = true;
   return absl::OkStatus();
 }
@@ -184,7 +187,7 @@ absl::Status BuildLaunchedTree(LauncherUnit& launched, ScanCache& scan_cache) {
 // that root alone, and is built only if the coordinator lacks an input.
 absl::Status UseKnownTreeOrBuild(LauncherUnit& launched, ScanCache& scan_cache) {
   std::optional<v1::CompileUnit> known =
-      scan_cache.FindTree(launched.root, launched.source_in_tree, launched.closure);
+      scan_cache.FindTree(launched.layout_key(), launched.source_in_tree, launched.closure);
   if (!known) return BuildLaunchedTree(launched, scan_cache);
   *launched.unit().mutable_input_root() = known->input_root();
   *launched.unit().mutable_inputs() = known->inputs();
@@ -288,6 +291,10 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
   if (machine_slots_ != nullptr) machine_slot = machine_slots_->Acquire();
   const absl::Time began = absl::Now();
   const std::string& directory = call.working_directory;
+  // The scan cache keys the call by its project's folder, as it is before
+  // the closure can widen it (LayoutFor).
+  const std::string workspace = CompileWorkspace(directory, AbsolutePath(plan.source, directory),
+                                                 layout_settings_.session_folder);
   std::vector<std::string> closure;
   absl::Status scanned = [&]() -> absl::Status {
     if (!plan.dependency_file.empty()) {
@@ -295,12 +302,12 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
       ASSIGN_OR_RETURN(closure,
                        ScanWritingDependencyFile(call.compiler, directory, plan.flags, plan.source,
                                                  plan.dependency_arguments, plan.dependency_file,
-                                                 excluded, &scan_cache));
+                                                 excluded, &scan_cache, workspace));
       if (!plan.nonsystem_dependencies) return absl::OkStatus();
     }
     // -MMD leaves out headers of -isystem folders, which may be ours to ship.
     ASSIGN_OR_RETURN(closure, ScanInputClosure(call.compiler, directory, plan.flags, plan.source,
-                                               excluded, &scan_cache));
+                                               excluded, &scan_cache, workspace));
     return absl::OkStatus();
   }();
   machine_slot.reset();
@@ -365,7 +372,9 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   ASSIGN_OR_RETURN(launched.closure, ScanClosure(call, plan, excluded, scan_cache, scan_time));
   compiled.scanned = absl::Now();
   compiled.scan_cached = scan_cache.hits() > 0 && scan_cache.misses() == 0;
-  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, launched));
+  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, layout_settings_,
+                                  launched, compiled.outside));
+  compiled.workspace = launched.layout.root();
   launched.files.known_digest = [&](const std::string& path) {
     return scan_cache.KnownDigest(path);
   };
@@ -413,6 +422,9 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   }
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(submitted.status), "compiling " + plan.source));
   RETURN_IF_ERROR(TakeResult(submitted, plan, toolchain, address_, compiled));
+  // nvcc's messages name the workspace's files as they are here.
+  compiled.stdout_text = launched.layout.ToLocalText(compiled.stdout_text);
+  compiled.stderr_text = launched.layout.ToLocalText(compiled.stderr_text);
   if (compiled.exit_code != 0) return compiled;
   absl::Status got = cas.DownloadToFile(FromProto(submitted.finished->result().outputs(0).digest()),
                                         AbsolutePath(plan.output, directory));

@@ -21,6 +21,7 @@
 #include "client/launcher_call.h"
 #include "client/scan_cache.h"
 #include "client/scan_cohort.h"
+#include "client/workspace_layout.h"
 #include "common/base/cancellation.h"
 #include "common/base/machine_slots.h"
 #include "distcc_cuda/v1/build.pb.h"
@@ -41,6 +42,8 @@ struct RemoteCompileResult {
   std::string prediction_source;  // what the coordinator predicted it from
   std::string toolchain;          // DescribeToolchain of the nvcc it compiled with
   bool scan_cached = false;       // its includes came from the scan cache: no nvcc -M ran
+  std::string workspace;          // the folder the workers saw at the canonical root
+  OutsideFiles outside;           // what it read outside that, at its own path
   // When each step ended, for --trace: the call came, its includes were
   // scanned, its inputs uploaded, a worker started it (InfinitePast when it
   // came from the cache), it finished, its object was written here.
@@ -50,6 +53,15 @@ struct RemoteCompileResult {
   absl::Time started = absl::InfinitePast();
   absl::Time finished = absl::InfinitePast();
   absl::Time downloaded = absl::InfinitePast();
+};
+
+// Where a call's workspace is found and how it is laid out on the workers.
+struct LayoutSettings {
+  // --absolute-paths: every file at its own path (WorkspaceLayout::AsIs).
+  bool absolute_paths = false;
+  // A `build --` session's folder: the search for a call's project does not
+  // climb above it (FindProjectRoot's bound). "": no session.
+  std::string session_folder;
 };
 
 class RemoteCompiler {
@@ -67,6 +79,8 @@ class RemoteCompiler {
   // On the embedded default: each scan also holds one of this machine's
   // slots, which its worker's compiles share. Call before the first Compile.
   void ShareMachineSlots(std::shared_ptr<MachineSlots> slots) { machine_slots_ = std::move(slots); }
+  // How calls' workspaces are laid out. Call before the first Compile.
+  void SetLayoutSettings(LayoutSettings settings) { layout_settings_ = std::move(settings); }
 
   // Compiles `call` (planned by DecideWhereToCompile) on the cluster. Returns
   // nvcc's exit code and output; on exit code 0 the object is at the call's
@@ -113,6 +127,7 @@ class RemoteCompiler {
   const EnvironmentVariables nvcc_variables_;
   const std::string state_dir_;
   std::shared_ptr<MachineSlots> machine_slots_;  // may be null
+  LayoutSettings layout_settings_;
   // The calls started together reach the coordinator together.
   ScanCohort cohort_;
 };

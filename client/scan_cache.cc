@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/unit_request.h"
+#include "client/workspace_layout.h"
 #include "common/base/files.h"
 #include "common/store/digest.h"
 #include "distcc_cuda/v1/scan_cache.pb.h"
@@ -93,6 +94,19 @@ std::optional<std::string> Unpacked(const std::string& packed) {
   return bytes;
 }
 
+// `entry` (its paths as they are here) as it is stored: paths inside
+// `workspace` relative to it.
+v1::ScanCacheEntry Marked(v1::ScanCacheEntry entry, const std::string& workspace) {
+  for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
+    file.set_path(MarkWorkspace(file.path(), workspace));
+  }
+  for (v1::ScanCacheEntry::Folder& folder : *entry.mutable_folders()) {
+    folder.set_path(MarkWorkspace(folder.path(), workspace));
+  }
+  entry.set_dependency_text(MarkWorkspace(entry.dependency_text(), workspace));
+  return entry;
+}
+
 }  // namespace
 
 std::vector<std::string> FoldersToWatch(const ScanQuestion& question,
@@ -168,12 +182,16 @@ std::string ScanCache::FolderFor(const std::string& state_dir,
 }
 
 std::string ScanCache::QuestionText(const ScanQuestion& question) const {
-  std::string text =
-      absl::StrCat("distcc-cuda scan 1\ntoolchain ", toolchain_digest_, "\nnvcc ", question.nvcc,
-                   "\ndirectory ", question.directory, "\nsource ", question.source, "\n");
-  for (const std::string& flag : question.flags) absl::StrAppend(&text, "flag ", flag, "\n");
+  auto marked = [&](const std::string& text) { return MarkWorkspace(text, question.workspace); };
+  // v2: paths inside the workspace are relative to it.
+  std::string text = absl::StrCat("distcc-cuda scan 2\ntoolchain ", toolchain_digest_, "\nnvcc ",
+                                  question.nvcc, "\ndirectory ", marked(question.directory),
+                                  "\nsource ", marked(question.source), "\n");
+  for (const std::string& flag : question.flags) {
+    absl::StrAppend(&text, "flag ", marked(flag), "\n");
+  }
   for (const std::string& argument : question.dependency_arguments) {
-    absl::StrAppend(&text, "dependency ", argument, "\n");
+    absl::StrAppend(&text, "dependency ", marked(argument), "\n");
   }
   for (const auto& [name, value] : nvcc_variables_) {
     absl::StrAppend(&text, "env ", name, "=", value, "\n");
@@ -196,6 +214,14 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
   if (!bytes || !entry.ParseFromString(*bytes) || entry.question() != text) {
     ++misses_;
     return std::nullopt;
+  }
+  // The entry as this workspace's: its paths where the workspace is now.
+  const std::string& workspace = question.workspace;
+  for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
+    file.set_path(WorkspaceMarked(file.path(), workspace));
+  }
+  for (v1::ScanCacheEntry::Folder& folder : *entry.mutable_folders()) {
+    folder.set_path(WorkspaceMarked(folder.path(), workspace));
   }
   bool restat = false;
   for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
@@ -231,7 +257,7 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
     restat = true;
   }
   if (restat) {
-    (void)WriteFileAtomically(path, Packed(entry.SerializeAsString()));
+    (void)WriteFileAtomically(path, Packed(Marked(entry, workspace).SerializeAsString()));
   } else {
     utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used, for Trim
   }
@@ -242,7 +268,7 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
     answer.files.push_back(file.path());
     known_[file.path()] = Vouched{Digest{file.sha256(), file.size()}, StatText(file)};
   }
-  answer.dependency_text = entry.dependency_text();
+  answer.dependency_text = WorkspaceMarked(entry.dependency_text(), workspace);
   return answer;
 }
 
@@ -279,7 +305,7 @@ void ScanCache::Remember(const ScanQuestion& question, const ScanAnswer& answer,
   }
   const std::string path = EntryPath(entry.question());
   if (!MakeDirectories(fs::path(path).parent_path().string()).ok()) return;
-  (void)WriteFileAtomically(path, Packed(entry.SerializeAsString()));
+  (void)WriteFileAtomically(path, Packed(Marked(entry, question.workspace).SerializeAsString()));
 }
 
 std::optional<Digest> ScanCache::KnownDigest(const std::string& path) const {
@@ -292,7 +318,7 @@ std::optional<Digest> ScanCache::KnownDigest(const std::string& path) const {
 std::string ScanCache::TreePath(const std::string& root, const std::string& source,
                                 const std::vector<std::string>& files) const {
   if (folder_.empty()) return "";
-  std::string text = absl::StrCat("distcc-cuda tree 1\nroot ", root, "\nsource ", source, "\n");
+  std::string text = absl::StrCat("distcc-cuda tree 2\nroot ", root, "\nsource ", source, "\n");
   {
     absl::MutexLock lock(&known_mu_);
     for (const std::string& file : files) {

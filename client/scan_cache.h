@@ -7,7 +7,9 @@
 // in which a new header would change the answer (every includer's folder,
 // and each include path's folder of the same relative name as a header
 // found). When none of them changed (a stat each; a digest only where the
-// stat differs), the answer is reused and no nvcc runs.
+// stat differs), the answer is reused and no nvcc runs. Paths inside the
+// question's workspace are kept relative to it: the same tree in another
+// folder finds the entry, its files' content checked (their stats differ).
 //
 // Limits, as ccache's: a header that starts to exist where a
 // `__has_include` or a computed #include would find it in a folder not
@@ -39,6 +41,11 @@ struct ScanQuestion {
   std::vector<std::string> flags;
   std::string source;
   std::vector<std::string> dependency_arguments;  // -M, or what the caller's -MD became
+  // The folder the compile's workspace is in (client/workspace_layout.h):
+  // the entry names its files and folders relative to it, so that the same
+  // tree in another folder (a new pip temporary folder, a second checkout)
+  // finds it. "": every path as it is.
+  std::string workspace;
 };
 
 struct ScanAnswer {

@@ -58,16 +58,21 @@ absl::Status CheckBeforeScan(const std::string& name, const std::string& directo
   return absl::OkStatus();
 }
 
-std::vector<std::string> IncludeFolders(const std::string& directory,
-                                        const std::vector<std::string>& flags,
-                                        const std::vector<std::string>& excluded,
-                                        v1::UnitCompiler compiler) {
-  std::vector<std::string> folders;
+namespace {
+
+// The absolute paths of `flags`' input-path values outside `excluded`;
+// with `folders_only`, no pre-included file.
+std::vector<std::string> FlagPaths(const std::string& directory,
+                                   const std::vector<std::string>& flags,
+                                   const std::vector<std::string>& excluded,
+                                   v1::UnitCompiler compiler, bool folders_only) {
+  std::vector<std::string> paths;
   absl::StatusOr<NvccCommand> command = ParseCompileArguments(compiler, flags);
-  if (!command.ok()) return folders;  // refused earlier, with the reason
+  if (!command.ok()) return paths;  // refused earlier, with the reason
   for (const NvccArgument& flag : command->flags) {
-    if (flag.kind != NvccValueKind::kInputPath || flag.option == "-include" ||
-        flag.option == "--pre-include" || flag.option == "-imacros") {
+    if (flag.kind != NvccValueKind::kInputPath) continue;
+    if (folders_only && (flag.option == "-include" || flag.option == "--pre-include" ||
+                         flag.option == "-imacros")) {
       continue;
     }
     for (const std::string& path : PathsOf(flag, compiler)) {
@@ -75,10 +80,31 @@ std::vector<std::string> IncludeFolders(const std::string& directory,
       bool system = std::any_of(excluded.begin(), excluded.end(), [&](const std::string& prefix) {
         return absl::StartsWith(absolute + "/", prefix);
       });
-      if (!system) folders.push_back(absolute);
+      if (!system) paths.push_back(absolute);
     }
   }
-  return folders;
+  return paths;
+}
+
+}  // namespace
+
+std::vector<std::string> IncludeFolders(const std::string& directory,
+                                        const std::vector<std::string>& flags,
+                                        const std::vector<std::string>& excluded,
+                                        v1::UnitCompiler compiler) {
+  return FlagPaths(directory, flags, excluded, compiler, /*folders_only=*/true);
+}
+
+std::vector<std::string> NamedInputPaths(const std::string& directory,
+                                         const std::vector<std::string>& flags,
+                                         const std::vector<std::string>& excluded,
+                                         v1::UnitCompiler compiler) {
+  return FlagPaths(directory, flags, excluded, compiler, /*folders_only=*/false);
+}
+
+void PlaceUnit(v1::CompileUnit& unit, const WorkspaceLayout& layout, const std::string& directory) {
+  unit.set_workspace_root("/");
+  unit.set_working_directory(layout.InTree(directory));
 }
 
 std::string CommonAncestor(const std::vector<std::string>& paths) {
@@ -141,7 +167,7 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
   return parsed.FlagArguments();
 }
 
-absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
+absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const WorkspaceLayout& layout,
                                        WorkspaceFiles& files) {
   auto it = files.by_path.find(path);
   if (it != files.by_path.end()) return it->second;
@@ -151,7 +177,7 @@ absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::strin
   }
   const Digest& digest = *known;
   v1::InputFile input;
-  input.set_path(Relative(path, root));
+  input.set_path(layout.InTree(path));
   *input.mutable_digest() = ToProto(digest);
   input.set_is_executable(IsExecutableFile(path));
   files.by_path[path] = input;
@@ -250,9 +276,8 @@ absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& fi
 }
 
 absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>& closure,
-                           const std::string& source, WorkspaceFiles& files,
-                           const std::vector<std::string>& system_prefixes) {
-  const std::string& root = unit.workspace_root();
+                           const std::string& source, const WorkspaceLayout& layout,
+                           WorkspaceFiles& files, const std::vector<std::string>& system_prefixes) {
   // Each path after its length in 4 bytes: no two closures make one key.
   std::string key;
   size_t key_size = 0;
@@ -264,7 +289,7 @@ absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>
     key.append(reinterpret_cast<const char*>(&length), sizeof(length));
     key.append(path);
   }
-  ASSIGN_OR_RETURN(v1::InputFile own, InputFor(source, root, files));
+  ASSIGN_OR_RETURN(v1::InputFile own, InputFor(source, layout, files));
   unit.clear_inputs();
   if (auto known = files.roots_by_closure.find(key); known != files.roots_by_closure.end()) {
     *unit.mutable_input_root() = known->second;
@@ -272,7 +297,7 @@ absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>
     std::set<std::string> seen;
     for (const std::string& path : closure) {
       if (!seen.insert(path).second) continue;
-      ASSIGN_OR_RETURN(*unit.add_inputs(), InputFor(path, root, files));
+      ASSIGN_OR_RETURN(*unit.add_inputs(), InputFor(path, layout, files));
     }
     // The source spelled otherwise in the closure is still the unit's own.
     RETURN_IF_ERROR(MoveIntoInputTree(*unit.mutable_inputs(), *unit.mutable_input_root(), files,

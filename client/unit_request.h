@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // From a compile as it runs here (a folder, nvcc flags, a source, the input
-// closure the scan found) to a CompileUnit of the protocol: paths relative
-// to one workspace root, which the workers mount at the same absolute path.
-// Shared by `distcc-cuda build PLAN` and the launcher.
+// closure the scan found) to a CompileUnit of the protocol: its workspace
+// at the canonical root, other files at their own paths, all relative to
+// "/" (client/workspace_layout.h). Shared by `distcc-cuda build PLAN` and
+// the launcher.
 #pragma once
 
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/workspace_layout.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/store/cas_client.h"
 #include "distcc_cuda/v1/build.pb.h"
@@ -35,12 +37,24 @@ absl::Status CheckBeforeScan(const std::string& name, const std::string& directo
 absl::Status CheckClosure(const std::string& name, const std::vector<std::string>& closure);
 
 // The include folders a unit names outside the toolkit and the system
-// (`excluded`): they lie inside the workspace, so workers mount them at the
-// same paths.
+// (`excluded`), absolute.
 std::vector<std::string> IncludeFolders(const std::string& directory,
                                         const std::vector<std::string>& flags,
                                         const std::vector<std::string>& excluded,
                                         v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
+
+// Every file and folder a unit's flags name outside `excluded` (include
+// folders and pre-included files), absolute: what the unit reaches by
+// those names, not by "../" from its sources (LayoutFor's anchors).
+std::vector<std::string> NamedInputPaths(const std::string& directory,
+                                         const std::vector<std::string>& flags,
+                                         const std::vector<std::string>& excluded,
+                                         v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
+
+// Places `unit`, run in `directory` (absolute) here, in `layout`: its
+// workspace root "/" and its working directory where the layout puts
+// `directory`.
+void PlaceUnit(v1::CompileUnit& unit, const WorkspaceLayout& layout, const std::string& directory);
 
 // The deepest folder above every path ("/" when they share none).
 std::string CommonAncestor(const std::vector<std::string>& paths);
@@ -49,8 +63,9 @@ std::string CommonAncestor(const std::vector<std::string>& paths);
 std::string Relative(const std::string& path, const std::string& base);
 
 // Rewrites the include paths of `flags` for a worker: paths inside `root`
-// relative to `directory` (the worker mounts the inputs at `root`, so both
-// forms reach the same files), system folders absolute as they are. Include
+// (the workspace; `directory` lies in it) relative to `directory`, so that
+// they reach the same files wherever the workspace is mounted, others
+// absolute as they are. Include
 // folders of this machine's own toolkit (`toolkit`) at a non-standard place
 // are dropped: nvcc searches its own toolkit's folders anyway, and the
 // worker's toolkit lies elsewhere (a host compiler's flags keep them).
@@ -59,7 +74,8 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(
     const std::vector<std::string>& flags, const std::string& directory, const std::string& root,
     const std::vector<std::string>& toolkit, v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
 
-// The distinct input files of a build, each hashed once.
+// The distinct input files of a build in one workspace layout, each hashed
+// once.
 struct WorkspaceFiles {
   std::map<std::string, v1::InputFile> by_path;  // absolute path -> input
   std::vector<BlobSource> blobs;
@@ -127,7 +143,7 @@ absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& fi
                                        const std::string& own_path,
                                        const std::vector<std::string>& system_prefixes);
 
-// Gives `unit` (its workspace root set) its inputs from the closure
+// Gives `unit` (placed in `layout`: PlaceUnit) its inputs from the closure
 // its scan found (absolute paths; repeats ignored): the file at absolute
 // `source` listed beside the tree of all the others, and checks it as
 // CheckAndMoveIntoInputTree does. Each file is hashed once per build
@@ -135,13 +151,13 @@ absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& fi
 // making its list again: the units of a kernel family include the same
 // headers, so a 55,000-unit CUTLASS build makes 200 lists, not 55,000.
 absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>& closure,
-                           const std::string& source, WorkspaceFiles& files,
-                           const std::vector<std::string>& system_prefixes);
+                           const std::string& source, const WorkspaceLayout& layout,
+                           WorkspaceFiles& files, const std::vector<std::string>& system_prefixes);
 
-// The input for the file at absolute `path`, relative to `root`; hashed
-// (unless `files.known_digest` knows it) and added to `files` the first
-// time.
-absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const std::string& root,
+// The input for the file at absolute `path`, at its place in `layout`
+// (relative to "/"); hashed (unless `files.known_digest` knows it) and
+// added to `files` the first time. `files` holds one layout's inputs.
+absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const WorkspaceLayout& layout,
                                        WorkspaceFiles& files);
 
 }  // namespace distcc_cuda::client

@@ -103,8 +103,11 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
   // which some internal device names depend on; results of v2 would not
   // merge with v3 parts of the same unit. v4: the inputs are named by the
   // root of their tree, not listed, so a unit that sends a tree is keyed
-  // without expanding it.
-  field("distcc-cuda action v4");
+  // without expanding it. v5: clients send a unit's workspace at the
+  // canonical root (client/workspace_layout.h), so the same tree built from
+  // any folder is one action; a v4 result, keyed by the client's own
+  // folder, is not looked up again (one miss per unit after the upgrade).
+  field("distcc-cuda action v5");
   field(toolchain_digest);
   // The host compiler's units are told apart from nvcc's; nvcc's keys stay
   // those of v4 before host compiles joined.
@@ -112,7 +115,9 @@ std::string ActionDigest(const std::string& toolchain_digest, const v1::CompileU
     field(absl::StrCat("compiler ", static_cast<int>(unit.compiler())));
   }
   // Where the inputs are mounted: nvcc hashes the source's absolute path
-  // into internal symbol names, so the object depends on it.
+  // into internal symbol names, so the object depends on it. Clients put
+  // the workspace at one canonical root, so this is the same everywhere
+  // (and the client's own folder only with --absolute-paths).
   field(unit.workspace_root());
   field(unit.working_directory());
   for (const auto& argument : unit.arguments()) field(argument);

@@ -72,13 +72,21 @@ class HostCompileTest : public ::testing::Test {
   }
 
   // The object and dependency file the build wrote equal those of the same
-  // compile run here with g++, at the same paths.
-  void ExpectTheLocalCompilersFiles() {
+  // compile run here with g++, at the same paths. Workers compile the
+  // workspace at /distcc-cuda/workspace, which the debug information names:
+  // unless the build had --absolute-paths (`as_is`), g++ here gets the
+  // project's folder mapped there, and nothing else may differ.
+  void ExpectTheLocalCompilersFiles(bool as_is = false) {
     absl::StatusOr<std::string> object = ReadFile(proj_ + "/obj/api.o");
     absl::StatusOr<std::string> dependencies = ReadFile(proj_ + "/obj/api.d");
     ASSERT_TRUE(object.ok() && dependencies.ok()) << "the build wrote no object or .d";
+    EXPECT_EQ(object->find(proj_) == std::string::npos, !as_is)
+        << "the debug information names the project's folder";
     ProcessSpec local;
-    local.argv = {"sh", "-c", kCompile};
+    local.argv = {
+        "sh", "-c",
+        as_is ? std::string(kCompile)
+              : absl::StrCat(kCompile, " -fdebug-prefix-map=", proj_, "=/distcc-cuda/workspace")};
     local.working_directory = proj_;
     local.environment = {{"CXX", "g++"}};
     absl::StatusOr<ProcessResult> ran = RunProcess(local);
@@ -99,7 +107,7 @@ TEST_F(HostCompileTest, GoesToTwoLoopbackWorkersAndComesBackAsGccsOwn) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   // A compile, then one with an argument the model refuses, then a link.
   ProcessResult build =
-      Build({"--coordinator", (*cluster)->address()},
+      Build({"--coordinator", (*cluster)->address(), "--absolute-paths"},
             absl::StrCat(kCompile,
                          " && $CXX -B/nonexistent -Iinclude -c src/api.cpp -o obj/refused.o"
                          " && $CXX -shared obj/api.o -o obj/libapi.so"));
@@ -112,13 +120,14 @@ TEST_F(HostCompileTest, GoesToTwoLoopbackWorkersAndComesBackAsGccsOwn) {
   EXPECT_THAT(build.stderr_text, HasSubstr("here   libapi.so: not a compile (no -c)"));
   EXPECT_TRUE(fs::exists(proj_ + "/obj/refused.o"));
   EXPECT_TRUE(fs::exists(proj_ + "/obj/libapi.so"));
-  ExpectTheLocalCompilersFiles();
+  ExpectTheLocalCompilersFiles(/*as_is=*/true);
   // Unchanged, the compile comes from the result cache.
   fs::remove(proj_ + "/obj/api.o");
-  ProcessResult again = Build({"--coordinator", (*cluster)->address()}, kCompile);
+  ProcessResult again =
+      Build({"--coordinator", (*cluster)->address(), "--absolute-paths"}, kCompile);
   ASSERT_EQ(again.exit_code, 0) << again.stderr_text;
   EXPECT_THAT(again.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
-  ExpectTheLocalCompilersFiles();
+  ExpectTheLocalCompilersFiles(/*as_is=*/true);
 }
 
 TEST_F(HostCompileTest, GoesToTheEmbeddedDefaultsSandboxedWorker) {

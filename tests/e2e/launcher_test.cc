@@ -39,8 +39,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kHeader[] =
-    "#pragma once\ninline __device__ float Twice(float x) { return 2 * x; }\n";
+constexpr const char* kHeader = testing::kTwiceHeader;
 constexpr char kKernel[] = R"(#include "twice.h"
 namespace { __device__ float bias = 1.0f; }
 __global__ void Scale(float* x) { x[threadIdx.x] = Twice(x[threadIdx.x]) + bias; }
@@ -128,7 +127,10 @@ TEST_F(LauncherTest, ACompileRunsOnAWorkerAndWritesNvccsObjectAndDependencyFile)
   // Files written less than 100 ms before a scan are too new for the scan
   // cache to remember.
   absl::SleepFor(absl::Milliseconds(250));
-  const std::vector<std::string> state = {"--state-dir", root_ + "/client-state"};
+  // At its own path on the worker: the object is byte for byte nvcc's here
+  // (relocatable_cache_test covers the canonical root).
+  const std::vector<std::string> state = {"--state-dir", root_ + "/client-state",
+                                          "--absolute-paths"};
   ProcessResult session = Session(command, proj_, {}, state);
   ASSERT_EQ(session.exit_code, 0) << session.stderr_text;
   EXPECT_THAT(session.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));

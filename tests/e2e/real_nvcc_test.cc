@@ -215,10 +215,11 @@ TEST_F(RealNvccTest, TwoWorkersBuildTheAttentionExampleLikeALocalNvcc) {
 }
 
 // nvcc hashes the source's absolute path into the names of internal device
-// entities (_INTERNAL_<hash>_, _GLOBAL__N__<hash>_). Workers mount the
-// unit's inputs at the client's own path and run nvcc as PID 1 of its
-// namespace, so a remote object's device code is byte for byte a local
-// build's; the same source compiled at another path is not.
+// entities (_INTERNAL_<hash>_, _GLOBAL__N__<hash>_). With --absolute-paths
+// workers mount the unit's inputs at the client's own path and run nvcc as
+// PID 1 of its namespace, so a remote object's device code is byte for
+// byte a local build's; the same source compiled at another path is not.
+// (Without it, at the canonical root: relocatable_cache_test.)
 TEST_F(RealNvccTest, DeviceCodeOfInternalEntitiesEqualsALocalBuildAtTheSamePath) {
   const std::string source = R"(
 namespace { __device__ float scale = 2.0f; }
@@ -232,8 +233,9 @@ void Launch(float* x) { Scale<<<1, 32>>>(x); }
   const std::vector<std::string> flags = {"-O3", "-Xcompiler=-fPIC", "-gencode",
                                           "arch=compute_100,code=[sm_100,compute_100]"};
   WriteCompileCommand(nvcc_, proj, "k.cu", flags, "k.o");
-  ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
-                                "--library", "libk.so", "-o", proj, "--nvcc", nvcc_});
+  ProcessResult build =
+      Client({"build", proj + "/compile_commands.json", "--coordinator", address_, "--library",
+              "libk.so", "-o", proj, "--nvcc", nvcc_, "--absolute-paths"});
   ASSERT_EQ(build.exit_code, 0) << build.stdout_text << build.stderr_text;
   // CMake's link of a CUDA shared library: SONAME, the shared runtime.
   std::string dynamic = DynamicSection(proj + "/libk.so");
@@ -254,7 +256,7 @@ void Launch(float* x) { Scale<<<1, 32>>>(x); }
   ProcessResult embedded =
       Client({"build", proj + "/compile_commands.json", "--library", "libk.so", "-o",
               root_ + "/embedded", "--objects-dir", root_ + "/embedded/obj", "--state-dir",
-              root_ + "/embedded-state", "--nvcc", nvcc_});
+              root_ + "/embedded-state", "--nvcc", nvcc_, "--absolute-paths"});
   ASSERT_EQ(embedded.exit_code, 0) << embedded.stdout_text << embedded.stderr_text;
   // Byte for byte: the .nv_fatbin sections of the cluster's, the embedded
   // default's and a local nvcc's object.

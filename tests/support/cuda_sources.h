@@ -23,6 +23,10 @@ template <int N> void launch(float *p);
 template <> void launch<3>(float *p) { k<3><<<1, 32>>>(p); }
 )";
 
+// twice.h, the header the launcher's test projects include.
+inline constexpr char kTwiceHeader[] =
+    "#pragma once\ninline __device__ float Twice(float x) { return 2 * x; }\n";
+
 // A unit that keeps cicc and ptxas busy for minutes (each instantiation
 // about a second): it is always cancelled long before it ends.
 inline std::string SlowUnit(int instantiations) {

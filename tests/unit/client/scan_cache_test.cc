@@ -13,8 +13,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "client/dependency_scan.h"
+#include "client/workspace_layout.h"
 #include "common/base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -219,6 +221,65 @@ TEST_F(ScanCacheTest, TheDependencyFileIsWrittenAgainAsNvccWroteIt) {
   EXPECT_EQ(Scans() - before, 1);
   EXPECT_EQ(ReadFile(proj_ + "/obj/k.d").value_or("missing"), *written);
   EXPECT_THAT(*again, Contains(proj_ + "/inc1/a.h"));
+}
+
+// The same tree in another folder (pip's next temporary folder, a second
+// checkout) asks the same question of its workspace: no nvcc runs, the
+// files are those of the new folder, and the dependency file names them.
+TEST_F(ScanCacheTest, TheSameTreeInAnotherFolderIsAHitNamingItsOwnFiles) {
+  ScanCache cache = Cache();
+  const std::vector<std::string> arguments = {"-M", "-MT", "obj/k.o", "-MF", "obj/k.d"};
+  const std::vector<std::string> absolute_flags = {"-I" + proj_ + "/inc2", "-I" + proj_ + "/inc1",
+                                                   "-std=c++17"};
+  fs::create_directories(proj_ + "/obj");
+  const int before = Scans();
+  ASSERT_TRUE(ScanWritingDependencyFile(nvcc_, proj_, absolute_flags, proj_ + "/src/k.cu",
+                                        arguments, "obj/k.d", ExcludedPrefixes(nvcc_), &cache,
+                                        proj_)
+                  .ok());
+  absl::StatusOr<std::string> first = ReadFile(proj_ + "/obj/k.d");
+  ASSERT_TRUE(first.ok());
+  EXPECT_THAT(*first, ::testing::HasSubstr(proj_ + "/inc1/a.h"));
+  const std::string moved = dir_ + "/elsewhere/deeper/proj";
+  fs::create_directories(fs::path(moved).parent_path());
+  fs::copy(proj_, moved, fs::copy_options::recursive);
+  fs::remove(moved + "/obj/k.d");
+  fs::remove_all(proj_);
+  const std::vector<std::string> moved_flags = {"-I" + moved + "/inc2", "-I" + moved + "/inc1",
+                                                "-std=c++17"};
+  absl::StatusOr<std::vector<std::string>> again =
+      ScanWritingDependencyFile(nvcc_, moved, moved_flags, moved + "/src/k.cu", arguments,
+                                "obj/k.d", ExcludedPrefixes(nvcc_), &cache, moved);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Scans() - before, 1) << "the moved tree was scanned again";
+  EXPECT_THAT(*again, Contains(moved + "/inc1/sub/b.h"));
+  EXPECT_THAT(*again, Not(Contains(proj_ + "/inc1/sub/b.h")));
+  absl::StatusOr<std::string> written = ReadFile(moved + "/obj/k.d");
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(*written, absl::StrReplaceAll(*first, {{proj_, moved}}));
+  ASSERT_TRUE(cache.KnownDigest(moved + "/inc1/a.h").has_value());
+  // Without the workspace the same folder is another question.
+  ASSERT_TRUE(ScanInputClosure(nvcc_, moved, moved_flags, moved + "/src/k.cu",
+                               ExcludedPrefixes(nvcc_), &cache)
+                  .ok());
+  EXPECT_EQ(Scans() - before, 2);
+}
+
+TEST(MarkWorkspaceTest, MarksTheFolderOnlyAsAWholePath) {
+  const std::string w = "/tmp/pip-req-build-ab";
+  EXPECT_EQ(MarkWorkspace("/tmp/pip-req-build-ab/csrc/k.cu", w), "\x01workspace\x01/csrc/k.cu");
+  EXPECT_EQ(MarkWorkspace("-I/tmp/pip-req-build-ab/csrc", w), "-I\x01workspace\x01/csrc");
+  EXPECT_EQ(MarkWorkspace("-DROOT=/tmp/pip-req-build-ab", w), "-DROOT=\x01workspace\x01");
+  EXPECT_EQ(MarkWorkspace("k.o: /tmp/pip-req-build-ab/k.cu \\\n /tmp/pip-req-build-ab/a.h\n", w),
+            "k.o: \x01workspace\x01/k.cu \\\n \x01workspace\x01/a.h\n");
+  // Other folders that share the name's start, or hold it inside.
+  EXPECT_EQ(MarkWorkspace("/tmp/pip-req-build-abc/k.cu", w), "/tmp/pip-req-build-abc/k.cu");
+  EXPECT_EQ(MarkWorkspace("/x/tmp/pip-req-build-ab/k.cu", w), "/x/tmp/pip-req-build-ab/k.cu");
+  EXPECT_EQ(WorkspaceMarked(MarkWorkspace("-I/tmp/pip-req-build-ab/csrc", w), "/home/b/proj"),
+            "-I/home/b/proj/csrc");
+  // A folder make would spell otherwise keys as it is.
+  EXPECT_EQ(MarkWorkspace("/tmp/my proj/k.cu", "/tmp/my proj"), "/tmp/my proj/k.cu");
+  EXPECT_EQ(MarkWorkspace("/tmp/k.cu", ""), "/tmp/k.cu");
 }
 
 TEST_F(ScanCacheTest, TrimKeepsTheMostRecentlyUsedEntries) {

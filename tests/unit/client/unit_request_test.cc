@@ -134,11 +134,11 @@ TEST(UnitRequestTest, UnitsWithTheSameClosureShareTheTreeWithoutListingIt) {
     ASSERT_TRUE(WriteFileAtomically(headers.back(), absl::StrCat("// header ", i, "\n")).ok());
   }
   auto source = [&](int unit) { return absl::StrCat(root, "/gen/gemm_", unit, ".cu"); };
+  const WorkspaceLayout layout = WorkspaceLayout::Relocated(root);
   auto unit = [&](int n) {
     v1::CompileUnit compile;
     compile.set_name(absl::StrCat("gemm_", n));
-    compile.set_workspace_root(root);
-    compile.set_working_directory("gen");
+    PlaceUnit(compile, layout, root + "/gen");
     for (const std::string& argument :
          {std::string("-I../include"), std::string("-c"), absl::StrCat("gemm_", n, ".cu"),
           std::string("-o"), absl::StrCat("gemm_", n, ".o")}) {
@@ -162,10 +162,14 @@ TEST(UnitRequestTest, UnitsWithTheSameClosureShareTheTreeWithoutListingIt) {
   };
   for (int n = 0; n < 4; ++n) {
     units.push_back(unit(n));
-    absl::Status added = AddUnitInputs(units.back(), closures[n], source(n), files, prefixes);
+    absl::Status added =
+        AddUnitInputs(units.back(), closures[n], source(n), layout, files, prefixes);
     ASSERT_TRUE(added.ok()) << added;
     ASSERT_EQ(units.back().inputs_size(), 1);
-    EXPECT_EQ(units.back().inputs(0).path(), absl::StrCat("gen/gemm_", n, ".cu"));
+    EXPECT_EQ(units.back().workspace_root(), "/");
+    EXPECT_EQ(units.back().working_directory(), "distcc-cuda/workspace/gen");
+    EXPECT_EQ(units.back().inputs(0).path(),
+              absl::StrCat("distcc-cuda/workspace/gen/gemm_", n, ".cu"));
   }
   EXPECT_EQ(units[0].input_root().hash(), units[1].input_root().hash());
   EXPECT_EQ(units[0].input_root().hash(), units[2].input_root().hash());
@@ -180,23 +184,25 @@ TEST(UnitRequestTest, UnitsWithTheSameClosureShareTheTreeWithoutListingIt) {
   WorkspaceFiles listed;
   v1::CompileUnit whole = unit(0);
   for (const std::string& path : {source(0), headers[0], headers[1], headers[2]}) {
-    ASSERT_TRUE(InputFor(path, root, listed).ok());
-    *whole.add_inputs() = *InputFor(path, root, listed);
+    ASSERT_TRUE(InputFor(path, layout, listed).ok());
+    *whole.add_inputs() = *InputFor(path, layout, listed);
   }
-  ASSERT_TRUE(CheckAndMoveIntoInputTree(whole, listed, "gen/gemm_0.cu", prefixes).ok());
+  ASSERT_TRUE(
+      CheckAndMoveIntoInputTree(whole, listed, "distcc-cuda/workspace/gen/gemm_0.cu", prefixes)
+          .ok());
   EXPECT_EQ(whole.input_root().hash(), units[0].input_root().hash());
   EXPECT_EQ(whole.inputs(0).digest().hash(), units[0].inputs(0).digest().hash());
 
-  // A new closure with a file outside the workspace is refused, naming the unit.
+  // A file outside the workspace goes at its own path.
   ASSERT_TRUE(WriteFileAtomically(*dir + "/outside.h", "// outside\n").ok());
-  v1::CompileUnit bad = unit(0);
-  absl::Status refused =
-      AddUnitInputs(bad, {source(0), *dir + "/outside.h"}, source(0), files, prefixes);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("unit gemm_0: input '../outside.h'"));
+  v1::CompileUnit outside = unit(0);
+  absl::Status added =
+      AddUnitInputs(outside, {source(0), *dir + "/outside.h"}, source(0), layout, files, prefixes);
+  ASSERT_TRUE(added.ok()) << added;
+  EXPECT_EQ(files.by_path.at(*dir + "/outside.h").path(), dir->substr(1) + "/outside.h");
   // A closure whose source file is gone is an error naming it.
   v1::CompileUnit gone = unit(9);
-  absl::Status missing = AddUnitInputs(gone, {headers[0]}, source(9), files, prefixes);
+  absl::Status missing = AddUnitInputs(gone, {headers[0]}, source(9), layout, files, prefixes);
   EXPECT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.message()), HasSubstr("gemm_9.cu"));
   ASSERT_TRUE(RemoveAll(*dir).ok());
@@ -220,16 +226,17 @@ TEST(UnitRequestTest, InputForTakesTheDigestsTheScanCacheKnows) {
     if (path == dir + "/known.h") return vouched;
     return std::nullopt;
   };
-  absl::StatusOr<v1::InputFile> known = InputFor(dir + "/known.h", dir, files);
-  absl::StatusOr<v1::InputFile> unknown = InputFor(dir + "/new.h", dir, files);
+  const WorkspaceLayout layout = WorkspaceLayout::Relocated(dir);
+  absl::StatusOr<v1::InputFile> known = InputFor(dir + "/known.h", layout, files);
+  absl::StatusOr<v1::InputFile> unknown = InputFor(dir + "/new.h", layout, files);
   ASSERT_TRUE(known.ok() && unknown.ok());
   EXPECT_EQ(FromProto(known->digest()), vouched);
   EXPECT_EQ(FromProto(unknown->digest()), DigestOf("new"));
-  EXPECT_EQ(known->path(), "known.h");
+  EXPECT_EQ(known->path(), "distcc-cuda/workspace/known.h");
   ASSERT_EQ(files.blobs.size(), 2u);
   EXPECT_EQ(files.blobs[0].digest, vouched);
   // Each path is asked once; the second time it is the build's own.
-  ASSERT_TRUE(InputFor(dir + "/known.h", dir, files).ok());
+  ASSERT_TRUE(InputFor(dir + "/known.h", layout, files).ok());
   EXPECT_EQ(asked.size(), 2u);
 }
 

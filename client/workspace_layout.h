@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where a compile's files appear on the workers. The workspace (the folder
+// of this machine a build belongs to: the manifest's, the project's that a
+// launcher call compiles in, the unpacked sdist that pip or uv builds in)
+// appears at one canonical root, the same for every client, folder and
+// user; a file outside it (torch's headers in site-packages, a header named
+// by an absolute -I) at its own path. A unit's paths, and so its result's
+// key, its memory history and the object nvcc makes, then do not depend on
+// where the workspace sits here: a pip build in a new temporary folder, a
+// second checkout or a CI workspace finds the first one's results (as
+// Bazel's exec root and ccache's base_dir make it). docs: README, "One
+// cache for every folder".
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace distcc_cuda::client {
+
+// Where every workspace appears on the workers (and in --verify's rebuild).
+// Not under /run or another folder no input may lie in; nobody's real
+// folder.
+inline constexpr char kCanonicalWorkspace[] = "/distcc-cuda/workspace";
+
+// The nearest folder at or above `folder` (absolute) that holds a project:
+// a `.git` (a checkout or a git worktree), a setup.py or a pyproject.toml;
+// a CMakeLists.txt counts too, and its project is the outermost of the
+// folders above it that hold one in an unbroken chain (CMake's
+// subdirectories have their own). The search never climbs above `bound`
+// when `folder` lies inside it (a `build --` session's folder: a project
+// around it, such as a home folder kept in git, is not taken for it), and
+// the bound is then the project when no marker is found below it; else
+// `folder` itself when none is found.
+std::string FindProjectRoot(const std::string& folder, const std::string& bound = "");
+
+// The workspace of a launcher call (or a compile_commands.json entry) run
+// in `directory` on `source` (both absolute): the folder above both of
+// their projects (FindProjectRoot, within `bound`), so that an out-of-tree
+// build folder and its sources are one workspace.
+std::string CompileWorkspace(const std::string& directory, const std::string& source,
+                             const std::string& bound = "");
+
+class WorkspaceLayout {
+ public:
+  // `root` (absolute and normal) appears on the workers at `canonical`.
+  WorkspaceLayout(std::string root, std::string canonical);
+  // `root` at kCanonicalWorkspace.
+  static WorkspaceLayout Relocated(std::string root);
+  // Every path at its own (--absolute-paths): results keyed by where the
+  // workspace sits here, objects byte for byte a local nvcc's.
+  static WorkspaceLayout AsIs(std::string root);
+
+  const std::string& root() const { return root_; }
+  const std::string& canonical() const { return canonical_; }
+  bool relocated() const { return root_ != canonical_; }
+
+  // Whether the absolute `path` is the workspace root or lies under it.
+  bool Contains(absl::string_view path) const;
+  // The path that the absolute, normal `path` of this machine has on a
+  // worker.
+  std::string OnWorker(const std::string& path) const;
+  // OnWorker relative to "/", the root every unit's paths are relative to
+  // on the wire ("" for "/").
+  std::string InTree(const std::string& path) const;
+  // `text` (a worker's nvcc messages) with the canonical root named as the
+  // workspace is here, so that a message names the user's own files.
+  std::string ToLocalText(absl::string_view text) const;
+
+ private:
+  std::string root_;
+  std::string canonical_;
+};
+
+// The files of a unit's input closure that lie outside its workspace, by
+// the folder that reaches them: an include folder or a file the unit names
+// by an absolute path outside the workspace. Such files are part of the
+// unit's key by path and content, wherever the workspace is.
+using OutsideFiles = std::map<std::string, int>;
+
+// The layout of a unit whose workspace is `workspace`, whose closure
+// (absolute, without the toolkit's and the system's files) is `closure`,
+// and whose flags name `anchors` (absolute include folders and
+// pre-included files). A file outside the workspace that no anchor holds
+// is one the sources reach with "../" from inside: nvcc would look for it
+// beside the canonical root, so the workspace widens to the folder above
+// it (the result is then keyed by where those folders sit relative to each
+// other, still not by where they are). With `absolute_paths`, AsIs.
+// `outside` (may be null) receives the files left at their own paths.
+// INVALID_ARGUMENT for a file outside the workspace that lies under
+// kCanonicalWorkspace on this machine: it would be hidden on the workers.
+absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
+                                          const std::vector<std::string>& closure,
+                                          const std::vector<std::string>& anchors,
+                                          bool absolute_paths, OutsideFiles* outside = nullptr);
+
+// "FOLDER (N files)" for the `limit` folders of most files, then how many
+// more: what a summary says is keyed by its absolute path.
+std::string DescribeOutsideFiles(const OutsideFiles& outside, int limit = 3);
+
+// Local caches keyed by a workspace's relative layout (the scan cache): in
+// `text` (a path, a flag, a make rule), each mention of the folder
+// `workspace` as a whole path (at the text's start or after a space, '=',
+// ',', ':' or a quote, or after a "-X" option letter; followed by '/', a
+// space, ',', ':', a quote or the end) becomes kWorkspaceMark. WorkspaceMarked
+// undoes it for another folder. Both leave the text as it is for "", "/"
+// and a folder whose name make or a shell would spell otherwise (a space,
+// '$', '#'...): such a workspace's entries are keyed by where it is.
+inline constexpr char kWorkspaceMark[] = "\x01workspace\x01";
+std::string MarkWorkspace(absl::string_view text, const std::string& workspace);
+std::string WorkspaceMarked(absl::string_view text, const std::string& workspace);
+
+// The summary's lines (after "  ", without the last newline) that say
+// where a build's units were (`units` by workspace), how the workers saw
+// it, and what of their inputs is keyed by its own path: a rebuild from
+// another folder can tell why a unit missed.
+std::string DescribeWorkspaces(const std::map<std::string, int>& units, const OutsideFiles& outside,
+                               bool absolute_paths);
+
+}  // namespace distcc_cuda::client
