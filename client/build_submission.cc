@@ -117,16 +117,15 @@ BuildSubmission::BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
 
 BuildSubmission::~BuildSubmission() { Finish().IgnoreError(); }
 
-absl::StatusOr<WorkspaceLayout> BuildSubmission::LayoutOf(size_t job, OutsideFiles* outside) const {
+absl::StatusOr<WorkspaceLayout> BuildSubmission::LayoutOf(size_t job, OutsideFiles* outside) {
   const bool is_unit = job < plan_.units.size();
-  const std::string& directory =
-      is_unit ? plan_.units[job].directory : plan_.sets[job - plan_.units.size()].directory;
-  const std::vector<std::string>& flags =
-      is_unit ? plan_.units[job].flags : plan_.sets[job - plan_.units.size()].flags;
-  const std::vector<std::string>& closure =
-      is_unit ? plan_.units[job].closure : plan_.sets[job - plan_.units.size()].closure;
-  return LayoutFor(plan_.workspace, closure, NamedInputPaths(directory, flags, excluded_),
-                   settings_.absolute_paths, outside);
+  const LocalSet* set = is_unit ? nullptr : &plan_.sets[job - plan_.units.size()];
+  const std::string& directory = is_unit ? plan_.units[job].directory : set->directory;
+  const std::vector<std::string>& flags = is_unit ? plan_.units[job].flags : set->flags;
+  auto [anchors, added] = anchors_.try_emplace({directory, flags});
+  if (added) anchors->second = NamedInputPaths(directory, flags, excluded_);
+  return LayoutFor(plan_.workspace, is_unit ? plan_.units[job].closure : set->closure,
+                   anchors->second, settings_.absolute_paths, outside);
 }
 
 absl::Status BuildSubmission::Scan(size_t job) {

@@ -132,7 +132,8 @@ class BuildSubmission {
   // the plan's workspace, widened over what its closure reaches by "../"
   // (LayoutFor). The same for a unit however its build was cut into parts,
   // so a rebuild keys it the same.
-  absl::StatusOr<WorkspaceLayout> LayoutOf(size_t job, OutsideFiles* outside) const;
+  absl::StatusOr<WorkspaceLayout> LayoutOf(size_t job, OutsideFiles* outside)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(files_mu_);
 
   // The files of the units under one workspace root, and how many of its
   // blobs and folders went up already.
@@ -178,6 +179,10 @@ class BuildSubmission {
   // after a Reopen.
   absl::Mutex files_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::map<std::string, RootFiles> roots_ ABSL_GUARDED_BY(files_mu_);
+  // NamedInputPaths by folder and flags: a CUTLASS build's 55,000 units
+  // share a few sets of flags.
+  std::map<std::pair<std::string, std::vector<std::string>>, std::vector<std::string>> anchors_
+      ABSL_GUARDED_BY(files_mu_);
 
   std::vector<std::thread> scanners_;
   std::thread maker_;

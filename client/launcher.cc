@@ -20,6 +20,7 @@
 #include "client/embedded_cluster.h"
 #include "client/remote_compile.h"
 #include "client/scan_cache.h"
+#include "client/workspace_layout.h"
 #include "common/base/files.h"
 #include "common/base/terminal_text.h"
 #include "common/nvcc/host_compiler_args.h"
@@ -283,9 +284,22 @@ LauncherOutcome CompileOrRunHere(RemoteCompiler& compiler, const LauncherCall& c
     // The scan here found every header, so the worker lacking one is a gap
     // in what was shipped, not the user's error: the local compile decides.
     reply.set_run_locally(true);
-    reply.set_reason(absl::StrCat("the worker found no ", TerminalSafe(missing.substr(0, 200)),
-                                  ", which the include scan here did not list; "
-                                  "compiling here (please report this with the compile line)"));
+    const std::string named = TerminalSafe(missing.substr(0, 200));
+    const std::string& workspace = compiled->workspace;
+    if (!workspace.empty() && absl::StartsWith(missing, workspace + "/")) {
+      // An #include of the workspace's own file by its absolute path: the
+      // workers have the workspace at the canonical root only.
+      reply.set_reason(absl::StrCat(
+          "the source names ", named, ", a file of its workspace ", TerminalSafe(workspace),
+          ", by its absolute path, which the workers do not have (they compile the workspace at ",
+          kCanonicalWorkspace,
+          "); compiling here (include it through -I or a relative path, or build with "
+          "--absolute-paths)"));
+    } else {
+      reply.set_reason(absl::StrCat("the worker found no ", named,
+                                    ", which the include scan here did not list; "
+                                    "compiling here (please report this with the compile line)"));
+    }
     outcome.cluster_error = reply.reason();
     return outcome;
   }

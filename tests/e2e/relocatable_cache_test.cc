@@ -305,6 +305,33 @@ TEST_F(RelocatableCacheTest, WhatAnObjectSaysAboutTheFolder) {
               Not(HasSubstr("/distcc-cuda/workspace/include")));
 }
 
+// The workers have the workspace at the canonical root only: a source
+// that names its own header by its absolute path compiles here, and the
+// launcher says why and what to do.
+TEST_F(RelocatableCacheTest, AnAbsoluteIncludeOfTheWorkspacesOwnFileCompilesHereSayingWhy) {
+  const std::string proj = root_ + "/absolute-include";
+  ASSERT_TRUE(WriteFileAtomically(proj + "/setup.py", "").ok());
+  ASSERT_TRUE(WriteFileAtomically(proj + "/v.h", "#define V 3\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(proj + "/k.cu", absl::StrCat("#include \"", proj,
+                                                               "/v.h\"\n__global__ void k(int* "
+                                                               "p) { p[0] = V; }\n"))
+                  .ok());
+  ProcessResult built =
+      Session({"--state-dir", root_ + "/state"},
+              "$PYTORCH_NVCC -gencode arch=compute_100,code=sm_100 -c k.cu -o k.o", proj);
+  ASSERT_EQ(built.exit_code, 0) << built.stderr_text;
+  EXPECT_THAT(built.stderr_text,
+              HasSubstr(absl::StrCat("the source names ", proj, "/v.h, a file of its workspace ",
+                                     proj, ", by its absolute path")));
+  EXPECT_THAT(built.stderr_text, HasSubstr("or build with --absolute-paths"));
+  EXPECT_TRUE(IsRegularFile(proj + "/k.o"));
+  ProcessResult as_is =
+      Session({"--state-dir", root_ + "/state", "--absolute-paths"},
+              "$PYTORCH_NVCC -gencode arch=compute_100,code=sm_100 -c k.cu -o k.o", proj);
+  ASSERT_EQ(as_is.exit_code, 0) << as_is.stderr_text;
+  EXPECT_THAT(as_is.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
+}
+
 // A PyTorch extension as its users install it: pip and uv unpack its sdist
 // into a new temporary folder each time and build there.
 TEST_F(RelocatableCacheTest, PipAndUvBuildAnSdistInTheirOwnTemporaryFoldersCompilingOnce) {
