@@ -117,7 +117,7 @@ ABSL_FLAG(bool, strict_arch, false,
           "build's targets");
 ABSL_FLAG(bool, absolute_paths, false,
           "compile every file at its own absolute path on the workers, so that objects are byte "
-          "for byte a local nvcc's (debug info, __FILE__, internal names); results are then "
+          "for byte a local nvcc's (debug information, nvcc's internal names); results are then "
           "keyed by where the workspace sits and shared only with builds in the same folder "
           "(also $DISTCC_CUDA_ABSOLUTE_PATHS=1; without either, the workspace is compiled at "
           "/distcc-cuda/workspace and its results serve the same tree in any folder)");
