@@ -54,7 +54,8 @@ std::string FindProjectRoot(const std::string& folder, const std::string& bound)
       // The outermost of an unbroken chain of CMake folders, unless a
       // project marker says where the project starts on the way.
       std::string outer = at;
-      while (outer != top && !HoldsProject(outer) && Holds(Parent(outer), "CMakeLists.txt")) {
+      while (outer != top && outer != "/" && !HoldsProject(outer) &&
+             Holds(Parent(outer), "CMakeLists.txt")) {
         outer = Parent(outer);
       }
       return outer;
