@@ -116,11 +116,11 @@ ABSL_FLAG(bool, strict_arch, false,
           "refuse to build (instead of warning) when a GPU of --target-gpus cannot load the "
           "build's targets");
 ABSL_FLAG(bool, absolute_paths, false,
-          "compile every file at its own absolute path on the workers, so that objects are byte "
-          "for byte a local nvcc's (debug information, nvcc's internal names); results are then "
-          "keyed by where the workspace sits and shared only with builds in the same folder "
-          "(also $DISTCC_CUDA_ABSOLUTE_PATHS=1; without either, the workspace is compiled at "
-          "/distcc-cuda/workspace and its results serve the same tree in any folder)");
+          "compile every file at its own absolute path on the workers, so that an object's "
+          "debug information and nvcc's internal names are those of a local nvcc in your folder; "
+          "results are then keyed by where the workspace sits and shared only with builds in "
+          "the same folder (also $DISTCC_CUDA_ABSOLUTE_PATHS=1; without either, the workspace is "
+          "compiled at /distcc-cuda/workspace and its results serve the same tree in any folder)");
 ABSL_FLAG(std::string, tls_ca, "",
           "the cluster's CA certificate (ca.crt); with --tls-cert and --tls-key, talk to "
           "--coordinator over mutual TLS (also tls-ca in the config file's [client] table)");
