@@ -193,10 +193,7 @@ class Session final : public v1::LauncherSession::Service {
                result.finished, result.downloaded);
     tally_.toolchain = result.toolchain;
     ++tally_.workspaces[result.workspace];
-    for (const auto& [folder, count] : result.outside) {
-      int& most = tally_.outside[folder];
-      most = std::max(most, count);
-    }
+    MergeOutsideFiles(result.outside, tally_.outside);
     if (result.scan_cached) ++tally_.scans_cached;
     if (result.cached) {
       ++tally_.cached;

@@ -299,10 +299,7 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
       part->second.set_workspace_root("/");
     }
     RootFiles& files = roots_[root];
-    for (const auto& [folder, count] : outside) {
-      int& most = files.outside[folder];
-      most = std::max(most, count);
-    }
+    MergeOutsideFiles(outside, files.outside);
     if (!files.files.known_digest && settings_.scan_cache != nullptr) {
       ScanCache* cache = settings_.scan_cache;
       files.files.known_digest = [cache](const std::string& path) {
@@ -361,12 +358,9 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
   for (const auto& [units, root] : by_units) figures_.roots.push_back(root);
   figures_.outside.clear();
   figures_.workspaces.clear();
-  for (const auto& [root, files] : roots_) figures_.workspaces[root] = files.units;
   for (const auto& [root, files] : roots_) {
-    for (const auto& [folder, count] : files.outside) {
-      int& most = figures_.outside[folder];
-      most = std::max(most, count);
-    }
+    figures_.workspaces[root] = files.units;
+    MergeOutsideFiles(files.outside, figures_.outside);
   }
   for (auto& part : made) parts_.push_back(std::move(part));
   last_made_ = last;

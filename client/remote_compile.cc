@@ -118,23 +118,22 @@ struct LauncherUnit {
 };
 
 // The request for `plan`'s unit, whose inputs are `closure` (found by a
-// scan of `scan_time`), in the layout of its workspace (`settings`), with
+// scan of `scan_time`), in the layout of its `workspace` (LayoutFor), with
 // the paths of the unit's flags, source and object made relative to its
 // folder where they lie in the workspace. `outside` receives what it reads
 // outside the workspace.
 absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& plan,
                              const v1::ToolchainFingerprint& toolchain,
                              const std::vector<std::string>& excluded, absl::Duration scan_time,
-                             const LayoutSettings& settings, LauncherUnit& launched,
-                             OutsideFiles& outside) {
+                             const std::string& workspace, bool absolute_paths,
+                             LauncherUnit& launched, OutsideFiles& outside) {
   const std::string& directory = call.working_directory;
   const v1::UnitCompiler compiler = CompilerOf(plan);
   const std::string source = AbsolutePath(plan.source, directory);
-  ASSIGN_OR_RETURN(
-      launched.layout,
-      LayoutFor(CompileWorkspace(directory, source, settings.session_folder), launched.closure,
-                NamedInputPaths(directory, plan.flags, excluded, compiler), settings.absolute_paths,
-                &outside));
+  ASSIGN_OR_RETURN(launched.layout,
+                   LayoutFor(workspace, launched.closure,
+                             NamedInputPaths(directory, plan.flags, excluded, compiler),
+                             absolute_paths, &outside));
   const WorkspaceLayout& layout = launched.layout;
   v1::SubmitBuildRequest& request = launched.request;
   request.add_scan_micros(absl::ToInt64Microseconds(scan_time));
@@ -279,7 +278,8 @@ absl::Status TakeResult(const Submitted& submitted, const RemoteCompilePlan& pla
 
 absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
     const LauncherCall& call, const RemoteCompilePlan& plan,
-    const std::vector<std::string>& excluded, ScanCache& scan_cache, absl::Duration& scan_time) {
+    const std::vector<std::string>& excluded, const std::string& workspace, ScanCache& scan_cache,
+    absl::Duration& scan_time) {
   // nvcc's front end, a few at a time, however many calls wait.
   {
     absl::MutexLock lock(&mu_);
@@ -291,10 +291,6 @@ absl::StatusOr<std::vector<std::string>> RemoteCompiler::ScanClosure(
   if (machine_slots_ != nullptr) machine_slot = machine_slots_->Acquire();
   const absl::Time began = absl::Now();
   const std::string& directory = call.working_directory;
-  // The scan cache keys the call by its project's folder, as it is before
-  // the closure can widen it (LayoutFor).
-  const std::string workspace = CompileWorkspace(directory, AbsolutePath(plan.source, directory),
-                                                 layout_settings_.session_folder);
   std::vector<std::string> closure;
   absl::Status scanned = [&]() -> absl::Status {
     if (!plan.dependency_file.empty()) {
@@ -369,11 +365,16 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   ScanCache scan_cache(scan_cache_folder_, toolchain.digest(), nvcc_variables_);
   LauncherUnit launched;
   absl::Duration scan_time;
-  ASSIGN_OR_RETURN(launched.closure, ScanClosure(call, plan, excluded, scan_cache, scan_time));
+  // The call's project folder: the scan cache keys the call by it, and the
+  // unit's layout starts from it (the closure may widen it).
+  const std::string workspace = CompileWorkspace(directory, AbsolutePath(plan.source, directory),
+                                                 layout_settings_.session_folder);
+  ASSIGN_OR_RETURN(launched.closure,
+                   ScanClosure(call, plan, excluded, workspace, scan_cache, scan_time));
   compiled.scanned = absl::Now();
   compiled.scan_cached = scan_cache.hits() > 0 && scan_cache.misses() == 0;
-  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, layout_settings_,
-                                  launched, compiled.outside));
+  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, workspace,
+                                  layout_settings_.absolute_paths, launched, compiled.outside));
   compiled.workspace = launched.layout.root();
   launched.files.known_digest = [&](const std::string& path) {
     return scan_cache.KnownDigest(path);

@@ -99,10 +99,12 @@ class RemoteCompiler {
   // The files `call` reads, from nvcc's dependency pass (or the scan
   // cache), at most scan_slots at once; writes the dependency file the call
   // asked for; `scan_time` is how long that took once a slot was free.
-  // INVALID_ARGUMENT when nvcc names none.
+  // `workspace` keys the scan cache's entries (ScanQuestion). INVALID_ARGUMENT
+  // when nvcc names none.
   absl::StatusOr<std::vector<std::string>> ScanClosure(const LauncherCall& call,
                                                        const RemoteCompilePlan& plan,
                                                        const std::vector<std::string>& excluded,
+                                                       const std::string& workspace,
                                                        ScanCache& scan_cache,
                                                        absl::Duration& scan_time);
   // OK when the host compiler `compiler` is the one `toolchain` names (the

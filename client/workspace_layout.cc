@@ -135,6 +135,13 @@ absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
   return layout;
 }
 
+void MergeOutsideFiles(const OutsideFiles& from, OutsideFiles& into) {
+  for (const auto& [folder, count] : from) {
+    int& most = into[folder];
+    most = std::max(most, count);
+  }
+}
+
 std::string DescribeOutsideFiles(const OutsideFiles& outside, int limit) {
   std::vector<std::pair<int, std::string>> by_files;
   for (const auto& [folder, files] : outside) by_files.emplace_back(-files, folder);

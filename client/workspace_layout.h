@@ -81,6 +81,10 @@ class WorkspaceLayout {
 // unit's key by path and content, wherever the workspace is.
 using OutsideFiles = std::map<std::string, int>;
 
+// Adds `from` to `into`, keeping the most files per folder: what the units
+// of a build read there at most.
+void MergeOutsideFiles(const OutsideFiles& from, OutsideFiles& into);
+
 // The layout of a unit whose workspace is `workspace`, whose closure
 // (absolute, without the toolkit's and the system's files) is `closure`,
 // and whose flags name `anchors` (absolute include folders and

@@ -26,6 +26,7 @@
 #include "common/base/host_resources.h"
 #include "common/nvcc/fatbin.h"
 #include "common/process/subprocess.h"
+#include "tests/support/background_process.h"
 #include "tests/support/chrome_trace.h"
 #include "tests/support/cuda_sources.h"
 #include "tests/support/loopback_cluster.h"
@@ -78,9 +79,7 @@ class LauncherTest : public ::testing::Test {
     spec.working_directory = directory;
     spec.environment = std::move(environment);
     spec.timeout = absl::Minutes(10);
-    absl::StatusOr<ProcessResult> ran = RunProcess(spec);
-    EXPECT_TRUE(ran.ok()) << ran.status();
-    return ran.ok() ? *ran : ProcessResult{};
+    return testing::RunToEnd(spec);
   }
 
   // `distcc-cuda build --coordinator ADDRESS -- COMMAND...` in `directory`.

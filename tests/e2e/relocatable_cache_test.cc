@@ -20,6 +20,7 @@
 #include "common/nvcc/fatbin.h"
 #include "common/process/subprocess.h"
 #include "common/transport/certificates.h"
+#include "tests/support/background_process.h"
 #include "tests/support/cuda_sources.h"
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/test_paths.h"
@@ -96,9 +97,7 @@ class RelocatableCacheTest : public ::testing::Test {
     environment.try_emplace("HOME", root_ + "/home");
     spec.environment = std::move(environment);
     spec.timeout = absl::Minutes(10);
-    absl::StatusOr<ProcessResult> ran = RunProcess(spec);
-    EXPECT_TRUE(ran.ok()) << ran.status();
-    return ran.ok() ? *ran : ProcessResult{};
+    return testing::RunToEnd(spec);
   }
 
   // `distcc-cuda build FLAGS -- sh -c SCRIPT` in `directory`.

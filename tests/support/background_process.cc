@@ -18,6 +18,10 @@ ProcessResult RunToEnd(const std::vector<std::string>& argv, absl::Duration time
   ProcessSpec spec;
   spec.argv = argv;
   spec.timeout = timeout;
+  return RunToEnd(spec);
+}
+
+ProcessResult RunToEnd(const ProcessSpec& spec) {
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? *result : ProcessResult{};

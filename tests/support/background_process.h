@@ -20,6 +20,8 @@ namespace distcc_cuda::testing {
 // empty result.
 ProcessResult RunToEnd(const std::vector<std::string>& argv,
                        absl::Duration timeout = absl::Minutes(10));
+// The same for `spec` as it is (its folder, environment and timeout).
+ProcessResult RunToEnd(const ProcessSpec& spec);
 
 class BackgroundProcess {
  public:
