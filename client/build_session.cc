@@ -553,11 +553,12 @@ absl::StatusOr<int> RunCommandBuild(const CommandBuildOptions& options, std::ost
       << std::flush;
   absl::Notification child_ended;
   std::vector<std::thread> forwarders;
+  std::vector<std::pair<std::string, std::string>> environment = SessionEnvironment(
+      self, options.nvcc_path, cxx_launcher, options.real_cxx, session_address, build_id, max_jobs);
+  environment.insert(environment.end(), options.toolkit_environment.begin(),
+                     options.toolkit_environment.end());
   absl::StatusOr<pid_t> child =
-      StartShownCommand(options.command,
-                        SessionEnvironment(self, options.nvcc_path, cxx_launcher, options.real_cxx,
-                                           session_address, build_id, max_jobs),
-                        display, child_ended, forwarders);
+      StartShownCommand(options.command, environment, display, child_ended, forwarders);
   if (!child.ok()) {
     server->Shutdown();
     return child.status();

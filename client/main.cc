@@ -28,6 +28,8 @@
 #include "client/launcher.h"
 #include "client/options.h"
 #include "client/progress.h"
+#include "client/toolkit/build_toolkit.h"
+#include "client/toolkit/toolkit_command.h"
 #include "client/verify.h"
 #include "common/base/byte_size.h"
 #include "common/base/cancellation.h"
@@ -77,6 +79,15 @@ ABSL_FLAG(std::string, link_command, "",
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc for scanning and linking (default: "
           "$CUDA_HOME/bin/nvcc, else /usr/local/cuda/bin/nvcc)");
+ABSL_FLAG(std::string, toolkit, "",
+          "the CUDA toolkit to build with: auto (the release the command's torch was built "
+          "with), a release (13.2, 13.2.86: installed from PyPI the first time), or a CUDA folder; "
+          "the command gets it as CUDA_HOME, PATH and PYTORCH_NVCC (default: --nvcc, checked "
+          "against torch's release before the command runs)");
+ABSL_FLAG(std::string, toolkit_dir, "",
+          "where `toolkit install` puts toolkits and builds find them (default: "
+          "$DISTCC_CUDA_TOOLKITS, else the state folder's toolkits/)");
+ABSL_FLAG(std::string, python, "python3", "the Python whose pip installs toolkits from PyPI");
 ABSL_FLAG(std::string, require_nvcc, "",
           "refuse to build unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
 ABSL_FLAG(std::string, state_dir, "",
@@ -148,6 +159,13 @@ constexpr char kUsage[] =
     "      as Actions; the plan, memory admission, the retry ladder and the\n"
     "      link stay here (--remote-memory-property, --remote-header,\n"
     "      --remote-jobs, --remote-memory).\n"
+    "  distcc-cuda build --toolkit auto|RELEASE|FOLDER ...\n"
+    "      either kind of build with another toolkit: auto is the CUDA release\n"
+    "      torch was built with; a release missing here comes from PyPI once.\n"
+    "      Without it, `build -- COMMAND` checks the nvcc against torch first.\n"
+    "  distcc-cuda toolkit install RELEASE | list | remove RELEASE\n"
+    "      the compile toolkits of CUDA 13 releases, from PyPI's NVIDIA\n"
+    "      wheels (install prints the folder, a CUDA_HOME, last).\n"
     "  distcc-cuda [/path/to/]nvcc ARGS...\n"
     "      the launcher: one compile, as nvcc would do it (what cannot go to\n"
     "      the cluster runs nvcc here). DISTCC_CUDA_VERBOSE=1 says where each\n"
@@ -252,18 +270,47 @@ absl::StatusOr<std::optional<distcc_cuda::client::RemoteEngineSettings>> RemoteE
 // What both kinds of build take from the flags and the environment, parsed
 // once: the cluster (or the embedded default), the pinned nvcc, the scan's
 // environment, the trace and --strict-arch.
+// --toolkit-dir, else the default.
+std::string ToolkitDir(const distcc_cuda::client::ClientEnvironment& environment) {
+  const std::string named = absl::GetFlag(FLAGS_toolkit_dir);
+  return named.empty() ? distcc_cuda::client::DefaultToolkitDir(environment) : named;
+}
+
+// The build's nvcc: --toolkit's, else --nvcc's (or $CUDA_HOME's) checked
+// against the CUDA the command's torch needs; its notes are said here.
+absl::Status ChooseToolkit(const std::vector<std::string>& command,
+                           const distcc_cuda::client::ClientEnvironment& environment,
+                           distcc_cuda::client::CommonBuildOptions& options) {
+  distcc_cuda::client::ToolkitRequest request;
+  request.toolkit = absl::GetFlag(FLAGS_toolkit);
+  request.nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), environment.cuda_home);
+  request.nvcc_named = !absl::GetFlag(FLAGS_nvcc).empty();
+  request.command = command;
+  std::error_code no_folder;
+  request.working_directory = std::filesystem::current_path(no_folder).string();
+  request.toolkit_dir = ToolkitDir(environment);
+  request.python = absl::GetFlag(FLAGS_python);
+  request.environment = {environment.path, environment.virtual_env};
+  ASSIGN_OR_RETURN(distcc_cuda::client::BuildToolkit toolkit,
+                   distcc_cuda::client::ChooseBuildToolkit(request, std::cerr));
+  for (const std::string& note : toolkit.notes) std::cerr << "distcc-cuda: " << note << "\n";
+  options.nvcc_path = toolkit.nvcc;
+  options.toolkit_environment = distcc_cuda::client::ToolkitEnvironment(toolkit, environment.path);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<distcc_cuda::client::CommonBuildOptions> CommonOptions(
     const std::string& coordinator, absl::Duration connect_timeout,
     const std::optional<distcc_cuda::TlsMaterial>& tls,
-    const distcc_cuda::client::ClientEnvironment& environment) {
+    const distcc_cuda::client::ClientEnvironment& environment,
+    const std::vector<std::string>& command) {
   distcc_cuda::client::CommonBuildOptions options;
   options.coordinator_address = coordinator;
   options.tls = tls;
   options.connect_timeout = connect_timeout;
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
   if (options.state_dir.empty()) options.state_dir = DefaultStateDir(environment);
-  ASSIGN_OR_RETURN(options.nvcc_path,
-                   distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), environment.cuda_home));
+  RETURN_IF_ERROR(ChooseToolkit(command, environment, options));
   options.embedded_slots = absl::GetFlag(FLAGS_slots);
   options.embedded_sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
   options.scan_cache = environment.scan_cache;
@@ -483,8 +530,18 @@ int main(int argc, char** argv) {
                  "-- pip install --no-build-isolation .\n";
     return 2;
   }
+  if (command == "toolkit" && positional.size() >= 3) {
+    distcc_cuda::client::ToolkitCommandOptions options{{positional.begin() + 2, positional.end()},
+                                                       ToolkitDir(environment),
+                                                       absl::GetFlag(FLAGS_python)};
+    absl::Status status = distcc_cuda::client::RunToolkitCommand(options, std::cout, std::cerr);
+    return status.ok() ? 0 : Fail(status);
+  }
   if (command == "build" && (dashes > 0 || positional.size() == 3)) {
-    auto common = CommonOptions(coordinator, connect_timeout, *tls, environment);
+    const std::vector<std::string> build_command =
+        dashes > 0 ? std::vector<std::string>(positional.begin() + 2, positional.end())
+                   : std::vector<std::string>();
+    auto common = CommonOptions(coordinator, connect_timeout, *tls, environment, build_command);
     if (!common.ok()) return Fail(common.status());
     return dashes > 0 ? CommandBuildCommand(positional, *common, environment)
                       : PlanBuildCommand(positional, *common);

@@ -37,6 +37,8 @@ ClientEnvironment ClientEnvironment::Of(const char* const* environ) {
   if (all.count("DISTCC_CUDA_SCAN_CACHE") > 0 && !value("DISTCC_CUDA_SCAN_CACHE").empty()) {
     environment.scan_cache = value("DISTCC_CUDA_SCAN_CACHE");
   }
+  environment.toolkits = value("DISTCC_CUDA_TOOLKITS");
+  environment.virtual_env = value("VIRTUAL_ENV");
   for (const char* name : kNvccVariables) {
     auto it = all.find(name);
     if (it != all.end()) environment.nvcc_variables.emplace_back(name, it->second);
@@ -47,6 +49,11 @@ ClientEnvironment ClientEnvironment::Of(const char* const* environ) {
 std::string DefaultStateDir(const ClientEnvironment& environment) {
   if (!environment.xdg_cache_home.empty()) return environment.xdg_cache_home + "/distcc-cuda";
   return environment.home + "/.cache/distcc-cuda";
+}
+
+std::string DefaultToolkitDir(const ClientEnvironment& environment) {
+  if (!environment.toolkits.empty()) return environment.toolkits;
+  return DefaultStateDir(environment) + "/toolkits";
 }
 
 }  // namespace distcc_cuda::client

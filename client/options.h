@@ -51,6 +51,10 @@ struct ClientEnvironment {
   std::optional<std::string> scan_cache;
   // The kNvccVariables that are set, in that order.
   EnvironmentVariables nvcc_variables;
+  // DISTCC_CUDA_TOOLKITS: where `distcc-cuda toolkit` installs toolkits.
+  std::string toolkits;
+  // VIRTUAL_ENV: the Python environment `uv pip` and an activated shell use.
+  std::string virtual_env;
 
   // The environment `environ` holds (NAME=VALUE strings up to a null; a
   // name given twice counts as getenv would see it, the first).
@@ -60,6 +64,10 @@ struct ClientEnvironment {
 // $XDG_CACHE_HOME/distcc-cuda, else $HOME/.cache/distcc-cuda: where the
 // embedded default keeps its state when --state-dir does not say.
 std::string DefaultStateDir(const ClientEnvironment& environment);
+
+// $DISTCC_CUDA_TOOLKITS, else DefaultStateDir/toolkits: where `distcc-cuda
+// toolkit` installs toolkits (client/toolkit/toolkit_store.h).
+std::string DefaultToolkitDir(const ClientEnvironment& environment);
 
 // Another Remote Execution API engine that runs the build's units
 // (--remote-executor): the embedded coordinator plans, admits and retries
@@ -105,6 +113,9 @@ struct CommonBuildOptions : ClusterSettings {
   // --absolute-paths (or DISTCC_CUDA_ABSOLUTE_PATHS=1): every file at its own
   // path on the workers, results keyed by it (client/workspace_layout.h).
   bool absolute_paths = false;
+  // What a toolkit that replaced the nvcc adds to the command's environment
+  // (CUDA_HOME, PATH...: client/toolkit/build_toolkit.h); empty otherwise.
+  EnvironmentVariables toolkit_environment;
 };
 
 }  // namespace distcc_cuda::client

@@ -134,6 +134,20 @@ absl::StatusOr<FolderLock> FolderLock::Acquire(const std::string& folder, const 
   return FolderLock(fd);
 }
 
+absl::StatusOr<FolderLock> FolderLock::AcquireWaiting(const std::string& folder) {
+  RETURN_IF_ERROR(MakeDirectories(folder));
+  const std::string path = folder + "/lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int error = errno;
+    close(fd);
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot lock ", path));
+  }
+  return FolderLock(fd);
+}
+
 FolderLock& FolderLock::operator=(FolderLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);

@@ -33,6 +33,9 @@ class FolderLock {
   // FAILED_PRECONDITION "... is in use by <who> (pid N)" when another
   // process holds it; other errors when the lock file cannot be made.
   static absl::StatusOr<FolderLock> Acquire(const std::string& folder, const std::string& who);
+  // The same lock, waiting for whoever holds it to let go (an install that
+  // another process runs into the same folder finishes first).
+  static absl::StatusOr<FolderLock> AcquireWaiting(const std::string& folder);
   FolderLock(FolderLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   FolderLock& operator=(FolderLock&& other) noexcept;
   FolderLock(const FolderLock&) = delete;

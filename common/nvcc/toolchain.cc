@@ -115,9 +115,7 @@ absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
                                           "; pass --nvcc /path/to/cuda/bin/nvcc or set CUDA_HOME"));
 }
 
-absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
-    const std::string& nvcc_path, const std::string& host_compiler,
-    const std::string& hash_cache_dir) {
+absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path) {
   if (!IsExecutableFile(nvcc_path)) {
     return absl::NotFoundError(absl::StrCat("nvcc not found or not executable at ", nvcc_path));
   }
@@ -126,7 +124,7 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   spec.timeout = absl::Seconds(30);
   ASSIGN_OR_RETURN(ProcessResult version, RunProcess(spec));
   std::smatch match;
-  v1::ToolchainFingerprint fingerprint;
+  NvccRelease said;
   static const std::regex kRelease("release ([0-9]+\\.[0-9]+)");
   static const std::regex kBuild("Build (\\S+)");
   if (version.exit_code != 0 || !std::regex_search(version.stdout_text, match, kRelease)) {
@@ -134,14 +132,21 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
         absl::StrCat(nvcc_path, " --version does not name a CUDA release: ",
                      FirstLine(version.stdout_text + version.stderr_text)));
   }
-  fingerprint.set_nvcc_release(match[1]);
-  if (std::regex_search(version.stdout_text, match, kBuild)) {
-    fingerprint.set_nvcc_build(match[1]);
-  }
+  said.release = match[1];
+  if (std::regex_search(version.stdout_text, match, kBuild)) said.build = match[1];
   static const std::regex kVersion("release [0-9.]+, V([0-9.]+)");
-  if (std::regex_search(version.stdout_text, match, kVersion)) {
-    fingerprint.set_nvcc_version(match[1]);
-  }
+  if (std::regex_search(version.stdout_text, match, kVersion)) said.version = match[1];
+  return said;
+}
+
+absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
+    const std::string& nvcc_path, const std::string& host_compiler,
+    const std::string& hash_cache_dir) {
+  ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(nvcc_path));
+  v1::ToolchainFingerprint fingerprint;
+  fingerprint.set_nvcc_release(said.release);
+  fingerprint.set_nvcc_build(said.build);
+  fingerprint.set_nvcc_version(said.version);
   fingerprint.set_nvcc_path(AbsolutePath(nvcc_path));
   ToolkitFiles files = ToolkitFilesOf(nvcc_path);
   // The hashes, remembered under the files' signature.
@@ -172,6 +177,7 @@ absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
   absl::StatusOr<std::string> cuda_h = ReadFile(files.cuda_h);
   if (cuda_h.ok()) {
     static const std::regex kCudaVersion("#define CUDA_VERSION ([0-9]+)");
+    std::smatch match;
     if (std::regex_search(*cuda_h, match, kCudaVersion)) {
       fingerprint.set_cuda_version_header(match[1]);
     }

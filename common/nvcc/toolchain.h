@@ -41,6 +41,17 @@ absl::StatusOr<v1::ToolchainFingerprint> SharedToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler,
     const std::string& hash_cache_dir);
 
+// What `nvcc --version` says of itself: "13.0", "13.0.88" and
+// "cuda_13.0.r13.0/compiler.36424714_0" (the last two "" when it does not
+// say). NOT_FOUND if `nvcc_path` is no program; FAILED_PRECONDITION if it
+// names no release. Costs 10-40 ms and hashes nothing.
+struct NvccRelease {
+  std::string release;
+  std::string version;
+  std::string build;
+};
+absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path);
+
 // OK if `required` is empty or names the fingerprint's release: "12.8"
 // matches any 12.8.x, "12.8.93" only that version. Else FAILED_PRECONDITION
 // naming the release found, where, and how to point at the right one;

@@ -33,7 +33,8 @@ import sys
 import tempfile
 
 LIBRARIES = ["common/base", "common/store", "common/process", "common/nvcc",
-             "common/transport", "coordinator", "worker", "client"]
+             "common/transport", "common/reapi", "coordinator", "worker", "client",
+             "client/toolkit"]
 
 NAMESPACE_OPEN = re.compile(r"^namespace\s*([\w:]*)\s*\{")
 NAMESPACE_CLOSE = re.compile(r"^\}\s*//\s*namespace")  # clang-format writes the comment

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "client/toolkit/toolkit_command.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/toolkit/cuda_release.h"
+#include "client/toolkit/toolkit_manifest.h"
+#include "client/toolkit/toolkit_store.h"
+#include "common/base/byte_size.h"
+#include "common/base/status.h"
+
+namespace distcc_cuda::client {
+namespace {
+
+constexpr char kToolkitUsage[] =
+    "usage: distcc-cuda toolkit install RELEASE | list | remove RELEASE "
+    "[--toolkit-dir DIR] [--python PYTHON]; RELEASE is 13.2 (the newest 13.2.x) or 13.2.86";
+
+absl::Status List(const ToolkitStore& store, std::ostream& out) {
+  std::vector<InstalledToolkit> toolkits = store.List();
+  if (toolkits.empty()) {
+    out << "no toolkits in " << store.root()
+        << " (distcc-cuda toolkit install 13.2 installs one)\n";
+    return absl::OkStatus();
+  }
+  for (const InstalledToolkit& toolkit : toolkits) {
+    absl::Status intact = VerifyManifest(toolkit.cuda_home);
+    out << "CUDA " << toolkit.version.ToString() << "  " << toolkit.cuda_home << "  "
+        << FormatByteSize(ToolkitStore::SizeOf(toolkit)) << "  "
+        << (intact.ok() ? "files as installed" : std::string(intact.message())) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunToolkitCommand(const ToolkitCommandOptions& options, std::ostream& out,
+                               std::ostream& progress) {
+  const std::vector<std::string>& words = options.words;
+  ToolkitStore store(options.toolkit_dir);
+  if (words.size() == 1 && words[0] == "list") return List(store, out);
+  if (words.size() != 2 || (words[0] != "install" && words[0] != "remove")) {
+    return absl::InvalidArgumentError(kToolkitUsage);
+  }
+  ASSIGN_OR_RETURN(CudaRelease release, CudaRelease::Parse(words[1]));
+  if (words[0] == "install") {
+    ASSIGN_OR_RETURN(InstalledToolkit toolkit, store.Install(release, options.python, progress));
+    out << toolkit.cuda_home << "\n";
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::vector<InstalledToolkit> removed, store.Remove(release));
+  for (const InstalledToolkit& toolkit : removed) {
+    out << "removed CUDA " << toolkit.version.ToString() << " (" << toolkit.cuda_home << ")\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace distcc_cuda::client

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// `distcc-cuda toolkit install|list|remove`: the toolkits this user's builds
+// can switch to (ToolkitStore), installed from PyPI's NVIDIA wheels.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace distcc_cuda::client {
+
+struct ToolkitCommandOptions {
+  std::vector<std::string> words;  // after "toolkit": the verb and its release
+  std::string toolkit_dir;
+  std::string python;  // whose pip fetches from PyPI
+};
+
+// Runs the verb. `install` writes the toolkit's folder (a CUDA_HOME) as the
+// last line of `out` and its progress on `progress`; `list` writes one line
+// per toolkit, its content checked against its manifest; `remove` says what
+// it removed. INVALID_ARGUMENT naming the usage for anything else.
+absl::Status RunToolkitCommand(const ToolkitCommandOptions& options, std::ostream& out,
+                               std::ostream& progress);
+
+}  // namespace distcc_cuda::client
