@@ -86,7 +86,8 @@ ABSL_FLAG(std::string, toolkit, "",
           "against torch's release before the command runs)");
 ABSL_FLAG(std::string, toolkit_dir, "",
           "where `toolkit install` puts toolkits and builds find them (default: "
-          "$DISTCC_CUDA_TOOLKITS, else the state folder's toolkits/)");
+          "$DISTCC_CUDA_TOOLKITS, else $XDG_CACHE_HOME/distcc-cuda/toolkits or "
+          "~/.cache/distcc-cuda/toolkits)");
 ABSL_FLAG(std::string, python, "python3", "the Python whose pip installs toolkits from PyPI");
 ABSL_FLAG(std::string, require_nvcc, "",
           "refuse to build unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
@@ -267,9 +268,6 @@ absl::StatusOr<std::optional<distcc_cuda::client::RemoteEngineSettings>> RemoteE
   return remote;
 }
 
-// What both kinds of build take from the flags and the environment, parsed
-// once: the cluster (or the embedded default), the pinned nvcc, the scan's
-// environment, the trace and --strict-arch.
 // --toolkit-dir, else the default.
 std::string ToolkitDir(const distcc_cuda::client::ClientEnvironment& environment) {
   const std::string named = absl::GetFlag(FLAGS_toolkit_dir);
@@ -299,6 +297,9 @@ absl::Status ChooseToolkit(const std::vector<std::string>& command,
   return absl::OkStatus();
 }
 
+// What both kinds of build take from the flags and the environment, parsed
+// once: the cluster (or the embedded default), the nvcc (ChooseToolkit), the scan's
+// environment, the trace and --strict-arch.
 absl::StatusOr<distcc_cuda::client::CommonBuildOptions> CommonOptions(
     const std::string& coordinator, absl::Duration connect_timeout,
     const std::optional<distcc_cuda::TlsMaterial>& tls,
@@ -518,6 +519,13 @@ int main(int argc, char** argv) {
     absl::Status status = distcc_cuda::client::RunInspect(positional[2], std::cout);
     return status.ok() ? 0 : Fail(status);
   }
+  if (command == "toolkit" && positional.size() >= 3) {
+    distcc_cuda::client::ToolkitCommandOptions options{{positional.begin() + 2, positional.end()},
+                                                       ToolkitDir(environment),
+                                                       absl::GetFlag(FLAGS_python)};
+    absl::Status status = distcc_cuda::client::RunToolkitCommand(options, std::cout, std::cerr);
+    return status.ok() ? 0 : Fail(status);
+  }
   auto tls = distcc_cuda::LoadTlsMaterial(
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
       distcc_cuda::PeerRole::kClient);
@@ -529,13 +537,6 @@ int main(int argc, char** argv) {
     std::cerr << "distcc-cuda: build -- needs a command after \"--\", e.g. distcc-cuda build "
                  "-- pip install --no-build-isolation .\n";
     return 2;
-  }
-  if (command == "toolkit" && positional.size() >= 3) {
-    distcc_cuda::client::ToolkitCommandOptions options{{positional.begin() + 2, positional.end()},
-                                                       ToolkitDir(environment),
-                                                       absl::GetFlag(FLAGS_python)};
-    absl::Status status = distcc_cuda::client::RunToolkitCommand(options, std::cout, std::cerr);
-    return status.ok() ? 0 : Fail(status);
   }
   if (command == "build" && (dashes > 0 || positional.size() == 3)) {
     const std::vector<std::string> build_command =

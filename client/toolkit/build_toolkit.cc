@@ -91,6 +91,13 @@ absl::StatusOr<std::optional<Chosen>> ExplicitToolkit(const ToolkitRequest& requ
           "; name the release instead (--toolkit 13.2)"));
     }
     release = framework.torch->cuda;
+    // The build's nvcc is torch's release already: nothing to install.
+    absl::StatusOr<CudaRelease> needed = CudaRelease::Parse(release);
+    absl::StatusOr<NvccRelease> said =
+        request.nvcc.ok() ? AskNvccRelease(*request.nvcc) : request.nvcc.status();
+    absl::StatusOr<CudaRelease> have =
+        said.ok() ? CudaRelease::Parse(said->release) : said.status();
+    if (needed.ok() && have.ok() && have->SameMajorMinor(*needed)) return std::nullopt;
   }
   absl::StatusOr<CudaRelease> wanted = CudaRelease::Parse(release);
   if (!wanted.ok()) return ToolkitAt(request.toolkit, request.working_directory);
@@ -125,20 +132,17 @@ std::string FixFor(const CudaRelease& needed, const Framework& framework, const 
                       needed.MajorMinor(), "'s compiler from PyPI once, then builds with it)");
 }
 
-// The nvcc the build uses unless a toolkit replaces it.
-absl::StatusOr<std::string> BuildNvcc(const ToolkitRequest& request, const Framework& framework,
-                                      const std::optional<Chosen>& chosen) {
-  const std::string cmake_nvcc = framework.cmake.has_value() ? framework.cmake->cuda_compiler : "";
-  if (chosen.has_value() && !cmake_nvcc.empty() && AbsolutePath(cmake_nvcc) != chosen->nvcc) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the CMake build in ", framework.cmake->folder, " is configured with ", cmake_nvcc,
-        ", and --toolkit cannot change a configured build: reconfigure it with "
-        "-DCMAKE_CUDA_COMPILER=",
-        chosen->nvcc));
-  }
-  if (chosen.has_value()) return chosen->nvcc;
-  if (!cmake_nvcc.empty()) return cmake_nvcc;
-  return request.nvcc;
+// The compiler a CMake cache fixes, when it is an nvcc ("" otherwise: none,
+// or clang).
+std::string CMakeNvcc(const Framework& framework) {
+  if (!framework.cmake.has_value()) return "";
+  const std::string& compiler = framework.cmake->cuda_compiler;
+  return fs::path(compiler).filename() == "nvcc" ? compiler : "";
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return a == b || fs::equivalent(a, b, error);
 }
 
 std::string UsingLine(const FrameworkBuild* torch, const Chosen& chosen,
@@ -146,9 +150,67 @@ std::string UsingLine(const FrameworkBuild* torch, const Chosen& chosen,
   return absl::StrCat(torch != nullptr ? absl::StrCat("torch ", torch->version,
                                                       " was built for CUDA ", torch->cuda, ": ")
                                        : "",
-                      "building with CUDA ", chosen.version, " (", chosen.cuda_home, ")",
-                      instead.empty() ? "" : absl::StrCat(" instead of ", instead),
-                      " as CUDA_HOME, PATH and PYTORCH_NVCC");
+                      "using CUDA ", chosen.version, " at ", chosen.cuda_home,
+                      instead.empty() ? "" : absl::StrCat(", not ", instead),
+                      " (CUDA_HOME, CUDA_PATH, CUDACXX, PATH and PYTORCH_NVCC point at it)");
+}
+
+// A build's nvcc replaced by the installed toolkit `installed`.
+BuildToolkit Switched(const FrameworkBuild* torch, const InstalledToolkit& installed,
+                      const std::string& instead) {
+  Chosen matching{installed.nvcc(), installed.cuda_home, installed.version.ToString()};
+  return BuildToolkit{matching.nvcc, matching.cuda_home, {UsingLine(torch, matching, instead)}};
+}
+
+// The build's nvcc, against torch's release `needed`: nothing to say, a
+// switch to an installed toolkit, a warning, or a stop.
+absl::StatusOr<BuildToolkit> CheckAgainstTorch(const ToolkitRequest& request,
+                                               const Framework& framework,
+                                               const ToolkitStore& store,
+                                               const std::optional<Chosen>& chosen,
+                                               const CudaRelease& needed) {
+  const FrameworkBuild* torch = &*framework.torch;
+  const std::string cmake_nvcc = CMakeNvcc(framework);
+  std::optional<InstalledToolkit> installed = store.Find(needed);
+  const bool fixed = request.nvcc_named || !cmake_nvcc.empty();
+  BuildToolkit build;
+  if (chosen.has_value()) {
+    build = {chosen->nvcc, chosen->cuda_home, {}};
+  } else if (!request.nvcc.ok()) {
+    // No nvcc here: an installed toolkit of torch's release will do.
+    if (installed.has_value() && cmake_nvcc.empty()) return Switched(torch, *installed, "");
+    return request.nvcc.status();
+  } else {
+    build.nvcc = *request.nvcc;
+  }
+  // What the build compiles with: a configured CMake build, its cache's.
+  const std::string compiles = !chosen.has_value() && !cmake_nvcc.empty() ? cmake_nvcc : build.nvcc;
+  ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(compiles));
+  ASSIGN_OR_RETURN(CudaRelease have, CudaRelease::Parse(said.release));
+  if (have.SameMajorMinor(needed)) {
+    if (chosen.has_value()) build.notes.push_back(UsingLine(torch, *chosen, ""));
+    return build;
+  }
+  const std::string named = absl::StrCat("nvcc ", said.release, " at ", compiles);
+  if (installed.has_value() && !chosen.has_value() && !fixed) {
+    return Switched(torch, *installed, named);
+  }
+  const std::string mismatch = absl::StrCat(
+      "torch ", torch->version, " (", torch->folder, ") was built for CUDA ", needed.MajorMinor(),
+      ", but this build's nvcc is ", said.release, " (", compiles, ")");
+  const std::string fix = FixFor(needed, framework, store, request.command);
+  // pip and uv may build against another torch, in an environment of their own.
+  const bool isolated = BuildsInIsolation(request.command);
+  if (needed.major() != have.major() && !isolated) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        mismatch, ", and torch refuses another major release: nothing was run. To fix it, ", fix));
+  }
+  build.notes.push_back(absl::StrCat(
+      "warning: ", mismatch,
+      isolated ? " (the command builds in an isolated environment, whose torch may be another)"
+               : "; torch only warns about another minor release",
+      ". To build with ", needed.MajorMinor(), ", ", fix));
+  return build;
 }
 
 }  // namespace
@@ -159,49 +221,23 @@ absl::StatusOr<BuildToolkit> ChooseBuildToolkit(const ToolkitRequest& request,
   ToolkitStore store(request.toolkit_dir);
   ASSIGN_OR_RETURN(std::optional<Chosen> chosen,
                    ExplicitToolkit(request, framework, store, progress));
-  BuildToolkit build;
-  ASSIGN_OR_RETURN(build.nvcc, BuildNvcc(request, framework, chosen));
-  if (chosen.has_value()) build.cuda_home = chosen->cuda_home;
-  const FrameworkBuild* torch = framework.torch.has_value() ? &*framework.torch : nullptr;
-  absl::StatusOr<CudaRelease> needed =
-      torch != nullptr ? CudaRelease::Parse(torch->cuda) : absl::NotFoundError("no torch");
-  if (!needed.ok()) {
-    if (chosen.has_value()) build.notes.push_back(UsingLine(nullptr, *chosen, ""));
-    return build;
+  const std::string cmake_nvcc = CMakeNvcc(framework);
+  if (chosen.has_value() && !cmake_nvcc.empty() && !SameFile(cmake_nvcc, chosen->nvcc)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the CMake build in ", framework.cmake->folder, " is configured with ", cmake_nvcc,
+        ", and --toolkit cannot change a configured build: reconfigure it with "
+        "-DCMAKE_CUDA_COMPILER=",
+        chosen->nvcc));
   }
-  ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(build.nvcc));
-  ASSIGN_OR_RETURN(CudaRelease have, CudaRelease::Parse(said.release));
-  if (have.SameMajorMinor(*needed)) {
-    if (chosen.has_value()) build.notes.push_back(UsingLine(torch, *chosen, ""));
-    return build;
+  absl::StatusOr<CudaRelease> needed = framework.torch.has_value()
+                                           ? CudaRelease::Parse(framework.torch->cuda)
+                                           : absl::NotFoundError("no torch");
+  if (needed.ok()) return CheckAgainstTorch(request, framework, store, chosen, *needed);
+  if (!chosen.has_value()) {
+    ASSIGN_OR_RETURN(std::string nvcc, request.nvcc);
+    return BuildToolkit{nvcc, "", {}};
   }
-  const std::string nvcc_named = absl::StrCat("nvcc ", said.release, " (", build.nvcc, ")");
-  const bool fixed = request.nvcc_named ||
-                     (framework.cmake.has_value() && !framework.cmake->cuda_compiler.empty());
-  if (std::optional<InstalledToolkit> installed = store.Find(*needed);
-      installed.has_value() && !chosen.has_value() && !fixed) {
-    Chosen matching{installed->nvcc(), installed->cuda_home, installed->version.ToString()};
-    build.nvcc = matching.nvcc;
-    build.cuda_home = matching.cuda_home;
-    build.notes.push_back(UsingLine(torch, matching, nvcc_named));
-    return build;
-  }
-  const std::string mismatch = absl::StrCat(
-      "torch ", torch->version, " (", torch->folder, ") was built for CUDA ", needed->MajorMinor(),
-      ", but this build's nvcc is ", said.release, " (", build.nvcc, ")");
-  if (needed->major() != have.major()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(mismatch,
-                     ", and torch refuses another major release: nothing was run. To "
-                     "fix it, ",
-                     FixFor(*needed, framework, store, request.command)));
-  }
-  build.notes.push_back(absl::StrCat("warning: ", mismatch,
-                                     "; torch only warns about another minor release. To build "
-                                     "with ",
-                                     needed->MajorMinor(), ", ",
-                                     FixFor(*needed, framework, store, request.command)));
-  return build;
+  return BuildToolkit{chosen->nvcc, chosen->cuda_home, {UsingLine(nullptr, *chosen, "")}};
 }
 
 std::vector<std::pair<std::string, std::string>> ToolkitEnvironment(const BuildToolkit& toolkit,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/toolkit/framework_check.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <system_error>
@@ -25,6 +26,16 @@ constexpr char kFindTorch[] =
 
 bool NameStartsWith(const std::string& program, absl::string_view prefix) {
   return absl::StartsWith(fs::path(program).filename().string(), prefix);
+}
+
+// pip, pip3, pip3.11 (not pipx or pipenv).
+bool IsPip(const std::string& program) {
+  static const std::regex kPip("pip([0-9]+(\\.[0-9]+)?)?");
+  return std::regex_match(fs::path(program).filename().string(), kPip);
+}
+
+bool Has(const std::vector<std::string>& command, absl::string_view word) {
+  return std::find(command.begin(), command.end(), word) != command.end();
 }
 
 // `program` as the command would run it: itself with a slash, else from PATH.
@@ -120,7 +131,7 @@ std::string PythonOfCommand(const std::vector<std::string>& command,
   if (command.empty()) return "";
   const std::string& program = command[0];
   if (NameStartsWith(program, "python")) return Resolved(program, environment, working_directory);
-  if (NameStartsWith(program, "pip")) {
+  if (IsPip(program)) {
     const std::string pip = Resolved(program, environment, working_directory);
     return pip.empty() ? "" : InterpreterOf(pip, environment, working_directory);
   }
@@ -128,6 +139,22 @@ std::string PythonOfCommand(const std::vector<std::string>& command,
     return PythonOfUv(command, environment, working_directory);
   }
   return "";
+}
+
+bool BuildsInIsolation(const std::vector<std::string>& command) {
+  if (command.empty()) return false;
+  const std::string& program = command[0];
+  const bool python_module =
+      NameStartsWith(program, "python") && command.size() > 2 && command[1] == "-m";
+  if (IsPip(program) || fs::path(program).filename() == "uv" ||
+      (python_module && command[2] == "pip")) {
+    const bool installs = Has(command, "install") || Has(command, "wheel");
+    return installs && !Has(command, "--no-build-isolation");
+  }
+  if (python_module && command[2] == "build") {
+    return !Has(command, "--no-isolation") && !Has(command, "-n");
+  }
+  return false;
 }
 
 CMakeCacheFacts ParseCMakeCache(absl::string_view text, const std::string& folder) {

@@ -45,6 +45,11 @@ absl::StatusOr<std::optional<FrameworkBuild>> TorchOf(const std::string& python,
 std::string PythonOfCommand(const std::vector<std::string>& command,
                             const PythonLookup& environment, const std::string& working_directory);
 
+// Whether `command` builds in an isolated environment of its own, whose
+// torch may not be the one installed: pip and uv without
+// --no-build-isolation, `python -m build` without --no-isolation.
+bool BuildsInIsolation(const std::vector<std::string>& command);
+
 // A CMake build folder's cache, as far as the toolkit goes.
 struct CMakeCacheFacts {
   std::string folder;

@@ -5,6 +5,7 @@
 #include <system_error>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -49,7 +50,8 @@ absl::StatusOr<std::string> UnpackedToolkit(const std::string& wheels, const Cud
   for (const char* part : kCompilerParts) {
     const std::string path = folder + "/" + part;
     if (fs::exists(path, error)) continue;
-    if (std::string(part) == "include/cuda/std" && fs::exists(folder + "/include/cccl/cuda/std")) {
+    if (std::string(part) == "include/cuda/std" &&
+        fs::exists(folder + "/include/cccl/cuda/std", error)) {
       continue;
     }
     return absl::InternalError(absl::StrCat("PyPI's wheels for CUDA ", release.ToString(), " lack ",
@@ -65,8 +67,9 @@ absl::Status AddLinkNames(const std::string& cuda_home, const CudaRelease& relea
     fs::create_directory_symlink("lib", cuda_home + "/lib64", error);
   }
   const std::string versioned = absl::StrCat("libcudart.so.", release.major());
-  if (!error && fs::exists(cuda_home + "/lib/" + versioned) &&
-      !fs::exists(cuda_home + "/lib/libcudart.so")) {
+  std::error_code missing;
+  if (!error && fs::exists(cuda_home + "/lib/" + versioned, missing) &&
+      !fs::exists(cuda_home + "/lib/libcudart.so", missing)) {
     fs::create_symlink(versioned, cuda_home + "/lib/libcudart.so", error);
   }
   if (error) {
@@ -82,13 +85,13 @@ bool PyPiHasCompiler(const CudaRelease& release) { return release.major() >= 13;
 
 std::string WhereToGet(const CudaRelease& release) {
   return absl::StrCat(
-      "PyPI has no CUDA ", release.MajorMinor(),
-      " compiler (its cu12 wheels hold no nvcc); install CUDA ", release.MajorMinor(),
+      "install CUDA ", release.MajorMinor(),
       " from NVIDIA (developer.nvidia.com/cuda-toolkit-archive, or the nvidia/cuda:",
       release.MajorMinor(),
-      ".x-devel image) and give its folder with --toolkit, e.g. --toolkit "
+      ".x-devel image) and build with --toolkit FOLDER, e.g. --toolkit "
       "/usr/local/cuda-",
-      release.MajorMinor());
+      release.MajorMinor(), " (PyPI has no CUDA ", release.MajorMinor(),
+      " compiler: its cu12 wheels hold no nvcc)");
 }
 
 absl::Status FetchFromPyPi(const CudaRelease& release, const std::string& scratch,
@@ -109,6 +112,10 @@ absl::Status FetchFromPyPi(const CudaRelease& release, const std::string& scratc
   pip.environment = {{"PIP_ROOT_USER_ACTION", "ignore"}};
   pip.timeout = absl::Minutes(30);
   ASSIGN_OR_RETURN(ProcessResult result, RunProcess(pip));
+  if (result.exit_code != 0 && absl::StrContains(result.stderr_text, "No module named pip")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(python, " has no pip; name a Python that has one with --python"));
+  }
   if (result.exit_code != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "`", absl::StrJoin(pip.argv, " "), "` failed (", DescribeTermination(result),

@@ -17,7 +17,8 @@ namespace distcc_cuda::client {
 // cicc or fatbinary.)
 bool PyPiHasCompiler(const CudaRelease& release);
 
-// Where a release PyPI lacks comes from, as one sentence for messages.
+// What to do to get a release PyPI lacks, as words for a message
+// ("install CUDA 12.8 from NVIDIA ... and build with --toolkit FOLDER ...").
 std::string WhereToGet(const CudaRelease& release);
 
 // Runs `python -m pip install --target` for `release` in the new folder

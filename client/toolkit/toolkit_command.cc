@@ -47,7 +47,7 @@ absl::Status RunToolkitCommand(const ToolkitCommandOptions& options, std::ostrea
     out << toolkit.cuda_home << "\n";
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(std::vector<InstalledToolkit> removed, store.Remove(release));
+  ASSIGN_OR_RETURN(std::vector<InstalledToolkit> removed, store.Remove(release, progress));
   for (const InstalledToolkit& toolkit : removed) {
     out << "removed CUDA " << toolkit.version.ToString() << " (" << toolkit.cuda_home << ")\n";
   }

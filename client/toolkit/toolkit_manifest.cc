@@ -29,7 +29,14 @@ absl::StatusOr<std::string> LineOf(const fs::path& folder, const fs::directory_e
     // A link stays inside: relative, and resolved lexically below the folder.
     const std::string resolved =
         (fs::path(relative).parent_path() / target).lexically_normal().string();
-    if (error || target.empty() || fs::path(target).is_absolute() || !StaysInside(resolved)) {
+    // Lexically, and as the file system resolves it (a link through links).
+    std::error_code resolve_error;
+    const fs::path real_folder = fs::weakly_canonical(folder, resolve_error);
+    const fs::path real_target =
+        fs::weakly_canonical(entry.path().parent_path() / target, resolve_error);
+    const std::string inside = real_target.lexically_relative(real_folder).string();
+    if (error || resolve_error || target.empty() || fs::path(target).is_absolute() ||
+        !StaysInside(resolved) || inside.empty() || !StaysInside(inside)) {
       return absl::FailedPreconditionError(
           absl::StrCat((folder / relative).string(), " is a link that leads out of the toolkit (",
                        target, "); a toolkit must hold its own files"));
@@ -69,11 +76,16 @@ absl::StatusOr<std::string> ManifestOf(const std::string& folder) {
         absl::StrCat("cannot read the toolkit folder ", folder, ": ", error.message()));
   }
   std::map<std::string, std::string> lines;
-  for (const fs::directory_entry& entry : walk) {
+  for (; !error && walk != fs::recursive_directory_iterator(); walk.increment(error)) {
+    const fs::directory_entry& entry = *walk;
     const std::string relative = entry.path().lexically_relative(folder).string();
     if (relative == kToolkitManifestName) continue;
     ASSIGN_OR_RETURN(std::string line, LineOf(folder, entry));
     if (!line.empty()) lines.emplace(relative, std::move(line));
+  }
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read all of the toolkit folder ", folder, ": ", error.message()));
   }
   std::string manifest = absl::StrCat(kFormatLine, "\n");
   for (const auto& [path, line] : lines) absl::StrAppend(&manifest, line, "\n");
@@ -98,7 +110,7 @@ absl::Status VerifyManifest(const std::string& folder) {
       break;
     }
     if (it->second != line) {
-      what = absl::StrCat(path, " changed (manifest: ", line, "; now: ", it->second, ")");
+      what = absl::StrCat(path, " changed since it was installed");
       break;
     }
   }
@@ -108,7 +120,7 @@ absl::Status VerifyManifest(const std::string& folder) {
   }
   return absl::FailedPreconditionError(
       absl::StrCat("the toolkit at ", folder, " is not as installed: ", what,
-                   "; remove it (distcc-cuda toolkit remove) and install it again"));
+                   " (`distcc-cuda toolkit install` of its release installs it again)"));
 }
 
 }  // namespace distcc_cuda::client

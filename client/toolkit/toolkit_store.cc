@@ -23,6 +23,7 @@ constexpr char kScratchPrefix[] = ".installing-";
 
 // The toolkit in `folder`, if its name is cuda-VERSION and it has a manifest.
 std::optional<InstalledToolkit> ToolkitIn(const fs::path& folder) {
+  // A name, then a manifest: a folder being removed may vanish meanwhile.
   const std::string name = folder.filename().string();
   if (!absl::StartsWith(name, kFolderPrefix)) return std::nullopt;
   absl::StatusOr<CudaRelease> version = CudaRelease::Parse(name.substr(sizeof(kFolderPrefix) - 1));
@@ -32,6 +33,17 @@ std::optional<InstalledToolkit> ToolkitIn(const fs::path& folder) {
     return std::nullopt;
   }
   return InstalledToolkit{*version, folder.string()};
+}
+
+// The entries of `folder` (none when it cannot be read), without throwing.
+std::vector<std::string> Entries(const std::string& folder) {
+  std::vector<std::string> entries;
+  std::error_code error;
+  fs::directory_iterator walk(folder, error);
+  for (; !error && walk != fs::directory_iterator(); walk.increment(error)) {
+    entries.push_back(walk->path().string());
+  }
+  return entries;
 }
 
 // nvcc's own version, and that it is the release asked for.
@@ -50,11 +62,8 @@ absl::StatusOr<CudaRelease> CheckedVersion(const std::string& nvcc, const CudaRe
 
 std::vector<InstalledToolkit> ToolkitStore::List() const {
   std::vector<InstalledToolkit> found;
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
-    if (std::optional<InstalledToolkit> toolkit = ToolkitIn(entry.path())) {
-      found.push_back(*toolkit);
-    }
+  for (const std::string& folder : Entries(root_)) {
+    if (std::optional<InstalledToolkit> toolkit = ToolkitIn(folder)) found.push_back(*toolkit);
   }
   std::sort(found.begin(), found.end(), [](const InstalledToolkit& a, const InstalledToolkit& b) {
     return b.version < a.version;
@@ -70,11 +79,31 @@ std::optional<InstalledToolkit> ToolkitStore::Find(const CudaRelease& release) c
 }
 
 void ToolkitStore::RemoveLeftovers() const {
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root_, error)) {
-    const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, kScratchPrefix)) (void)RemoveAll(entry.path().string());
+  for (const std::string& entry : Entries(root_)) {
+    if (absl::StartsWith(fs::path(entry).filename().string(), kScratchPrefix)) {
+      (void)RemoveAll(entry);
+    }
   }
+}
+
+absl::Status ToolkitStore::Discard(const std::string& folder) const {
+  // Out of sight first (a rename), so that no build finds it half removed.
+  ASSIGN_OR_RETURN(std::string doomed, MakeTempDirectory(root_, kScratchPrefix));
+  std::error_code error;
+  fs::rename(folder, doomed, error);  // onto the empty folder just made
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot move ", folder, " out of the way: ", error.message()));
+  }
+  return RemoveAll(doomed);
+}
+
+absl::StatusOr<FolderLock> ToolkitStore::Lock(std::ostream& progress) const {
+  absl::StatusOr<FolderLock> lock = FolderLock::Acquire(root_, "another toolkit install");
+  if (lock.ok() || !absl::IsFailedPrecondition(lock.status())) return lock;
+  progress << "distcc-cuda: waiting for another install or removal in " << root_ << " to finish\n"
+           << std::flush;
+  return FolderLock::AcquireWaiting(root_);
 }
 
 absl::StatusOr<InstalledToolkit> ToolkitStore::Install(const CudaRelease& release,
@@ -82,7 +111,7 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::Install(const CudaRelease& releas
                                                        std::ostream& progress) {
   if (!PyPiHasCompiler(release)) return absl::FailedPreconditionError(WhereToGet(release));
   // Another install into this folder finishes first; then its toolkit is found.
-  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::AcquireWaiting(root_));
+  ASSIGN_OR_RETURN(FolderLock lock, Lock(progress));
   RemoveLeftovers();
   if (std::optional<InstalledToolkit> installed = Find(release)) {
     absl::Status intact = VerifyManifest(installed->cuda_home);
@@ -92,56 +121,52 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::Install(const CudaRelease& releas
       return *installed;
     }
     progress << "distcc-cuda: " << intact.message() << "; installing it again\n";
-    RETURN_IF_ERROR(RemoveAll(installed->cuda_home));
+    RETURN_IF_ERROR(Discard(installed->cuda_home));
   }
   ASSIGN_OR_RETURN(std::string scratch, MakeTempDirectory(root_, kScratchPrefix));
   progress << "distcc-cuda: fetching CUDA " << release.ToString()
            << "'s compiler from PyPI (cuda-toolkit[nvcc,cccl], about 300 MB unpacked)\n"
            << std::flush;
-  absl::Status fetched = FetchFromPyPi(release, scratch, python);
-  const std::string cuda_home = scratch + "/cuda";
-  absl::StatusOr<CudaRelease> version =
-      fetched.ok() ? CheckedVersion(cuda_home + "/bin/nvcc", release) : fetched;
-  absl::StatusOr<std::string> manifest = version.ok() ? ManifestOf(cuda_home) : version.status();
-  absl::Status written =
-      manifest.ok() ? WriteFileAtomically(cuda_home + "/" + kToolkitManifestName, *manifest)
-                    : manifest.status();
-  const std::string final_home =
-      absl::StrCat(root_, "/", kFolderPrefix, version.ok() ? version->ToString() : "");
-  std::error_code error;
-  if (written.ok()) {
-    // A folder there without a manifest is an old install's wreck.
-    if (fs::exists(final_home, error)) (void)RemoveAll(final_home);
-    fs::rename(cuda_home, final_home, error);
-    if (error) {
-      written = absl::InternalError(
-          absl::StrCat("cannot move ", cuda_home, " to ", final_home, ": ", error.message()));
-    }
-  }
+  absl::StatusOr<InstalledToolkit> toolkit = Finish(release, scratch, python);
   (void)RemoveAll(scratch);
-  RETURN_IF_ERROR(written);
-  RETURN_IF_ERROR(SyncFolder(root_));
-  InstalledToolkit toolkit{*version, final_home};
-  progress << "distcc-cuda: installed CUDA " << version->ToString() << " ("
-           << FormatByteSize(SizeOf(toolkit)) << ")\n";
+  if (toolkit.ok()) {
+    progress << "distcc-cuda: installed CUDA " << toolkit->version.ToString() << " ("
+             << FormatByteSize(SizeOf(*toolkit)) << ")\n";
+  }
   return toolkit;
 }
 
-absl::StatusOr<std::vector<InstalledToolkit>> ToolkitStore::Remove(const CudaRelease& release) {
-  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::AcquireWaiting(root_));
+absl::StatusOr<InstalledToolkit> ToolkitStore::Finish(const CudaRelease& release,
+                                                      const std::string& scratch,
+                                                      const std::string& python) const {
+  RETURN_IF_ERROR(FetchFromPyPi(release, scratch, python));
+  const std::string cuda_home = scratch + "/cuda";
+  ASSIGN_OR_RETURN(CudaRelease version, CheckedVersion(cuda_home + "/bin/nvcc", release));
+  ASSIGN_OR_RETURN(std::string manifest, ManifestOf(cuda_home));
+  RETURN_IF_ERROR(WriteFileAtomically(cuda_home + "/" + kToolkitManifestName, manifest));
+  const std::string final_home = absl::StrCat(root_, "/", kFolderPrefix, version.ToString());
+  std::error_code error;
+  // A folder there without a manifest is an old install's wreck.
+  if (fs::exists(final_home, error)) RETURN_IF_ERROR(Discard(final_home));
+  fs::rename(cuda_home, final_home, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot move ", cuda_home, " to ", final_home, ": ", error.message()));
+  }
+  // Installed either way; a folder not yet synced only risks a crash of
+  // the machine, after which the toolkit is installed again.
+  (void)SyncFolder(root_);
+  return InstalledToolkit{version, final_home};
+}
+
+absl::StatusOr<std::vector<InstalledToolkit>> ToolkitStore::Remove(const CudaRelease& release,
+                                                                   std::ostream& progress) {
+  ASSIGN_OR_RETURN(FolderLock lock, Lock(progress));
+  RemoveLeftovers();
   std::vector<InstalledToolkit> removed;
   for (const InstalledToolkit& toolkit : List()) {
     if (!release.Admits(toolkit.version)) continue;
-    // Out of sight first, so nobody finds it half removed.
-    const std::string doomed =
-        absl::StrCat(root_, "/", kScratchPrefix, "removing-", toolkit.version.ToString());
-    std::error_code error;
-    fs::rename(toolkit.cuda_home, doomed, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("cannot remove ", toolkit.cuda_home, ": ", error.message()));
-    }
-    RETURN_IF_ERROR(RemoveAll(doomed));
+    RETURN_IF_ERROR(Discard(toolkit.cuda_home));
     removed.push_back(toolkit);
   }
   if (removed.empty()) {
@@ -155,10 +180,12 @@ absl::StatusOr<std::vector<InstalledToolkit>> ToolkitStore::Remove(const CudaRel
 int64_t ToolkitStore::SizeOf(const InstalledToolkit& toolkit) {
   int64_t bytes = 0;
   std::error_code error;
-  for (const fs::directory_entry& entry :
-       fs::recursive_directory_iterator(toolkit.cuda_home, error)) {
-    if (entry.is_regular_file(error) && !entry.is_symlink(error)) {
-      bytes += static_cast<int64_t>(entry.file_size(error));
+  fs::recursive_directory_iterator walk(toolkit.cuda_home, error);
+  for (; !error && walk != fs::recursive_directory_iterator(); walk.increment(error)) {
+    std::error_code stat_error;
+    if (walk->is_regular_file(stat_error) && !walk->is_symlink(stat_error)) {
+      const uintmax_t size = walk->file_size(stat_error);
+      if (!stat_error) bytes += static_cast<int64_t>(size);
     }
   }
   return bytes;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/toolkit/cuda_release.h"
+#include "common/base/files.h"
 
 namespace distcc_cuda::client {
 
@@ -38,18 +39,26 @@ class ToolkitStore {
   // admits is installed and matches its manifest (one that does not is
   // installed again). Says what it does on `progress`. FAILED_PRECONDITION
   // for a release PyPI has no compiler for, saying where to get it.
+  // Nothing of a failed install stays behind.
   absl::StatusOr<InstalledToolkit> Install(const CudaRelease& release, const std::string& python,
                                            std::ostream& progress);
   // Removes every installed toolkit `release` admits; NOT_FOUND if none.
-  absl::StatusOr<std::vector<InstalledToolkit>> Remove(const CudaRelease& release);
+  absl::StatusOr<std::vector<InstalledToolkit>> Remove(const CudaRelease& release,
+                                                       std::ostream& progress);
 
   // Bytes the toolkit's files take (apparent size).
   static int64_t SizeOf(const InstalledToolkit& toolkit);
 
  private:
-  // Scratch folders of installs that died (their lock is gone); call with
-  // the lock held.
+  // The store's lock; says so on `progress` when it waits for another.
+  absl::StatusOr<FolderLock> Lock(std::ostream& progress) const;
+  // Scratch folders of installs and removals that died; with the lock held.
   void RemoveLeftovers() const;
+  // Moves `folder` to a scratch name, then deletes it; with the lock held.
+  absl::Status Discard(const std::string& folder) const;
+  // Install's steps in `scratch`, up to the rename into place.
+  absl::StatusOr<InstalledToolkit> Finish(const CudaRelease& release, const std::string& scratch,
+                                          const std::string& python) const;
   std::string root_;
 };
 

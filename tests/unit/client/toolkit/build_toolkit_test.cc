@@ -177,6 +177,14 @@ TEST(ToolkitManifestTest, NamesWhatChangedWasAddedOrIsMissing) {
   EXPECT_THAT(VerifyManifest(home).message(), HasSubstr("lib/libcudart.so.13 is missing"));
   fs::create_symlink("/etc/passwd", home + "/lib/libcudart.so.13");
   EXPECT_THAT(ManifestOf(home).status().message(), HasSubstr("leads out of the toolkit"));
+  fs::remove(home + "/lib/libcudart.so.13");
+  fs::create_symlink("../../../etc/passwd", home + "/lib/libcudart.so.13");
+  EXPECT_THAT(ManifestOf(home).status().message(), HasSubstr("leads out of the toolkit"));
+  // Inside lexically, outside once the links are followed.
+  fs::remove(home + "/lib/libcudart.so.13");
+  fs::create_directory_symlink("..", home + "/up");
+  fs::create_symlink("../up/../..", home + "/lib/libcudart.so.13");
+  EXPECT_THAT(ManifestOf(home).status().message(), HasSubstr("leads out of the toolkit"));
 }
 
 TEST(ToolkitStoreTest, FindsTheNewestOfAReleaseAndRemovesIt) {
@@ -198,12 +206,15 @@ TEST(ToolkitStoreTest, FindsTheNewestOfAReleaseAndRemovesIt) {
   EXPECT_EQ(store.Find(*CudaRelease::Parse("13.2.78"))->version.ToString(), "13.2.78");
   EXPECT_FALSE(store.Find(*CudaRelease::Parse("13.3")).has_value());
 
-  absl::StatusOr<std::vector<InstalledToolkit>> removed = store.Remove(*CudaRelease::Parse("13.2"));
+  std::ostringstream said;
+  absl::StatusOr<std::vector<InstalledToolkit>> removed =
+      store.Remove(*CudaRelease::Parse("13.2"), said);
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(removed->size(), 2u);
   EXPECT_FALSE(fs::exists(newest));
   EXPECT_EQ(store.List().size(), 1u);
-  EXPECT_EQ(store.Remove(*CudaRelease::Parse("13.2")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Remove(*CudaRelease::Parse("13.2"), said).status().code(),
+            absl::StatusCode::kNotFound);
   // PyPI has no compiler of CUDA 12: refused before anything is fetched.
   std::ostringstream progress;
   absl::StatusOr<InstalledToolkit> refused =
@@ -250,8 +261,8 @@ TEST_F(ChooseBuildToolkitTest, AnInstalledToolkitOfTorchsReleaseReplacesTheNvcc)
   ASSERT_EQ(toolkit->notes.size(), 1u);
   EXPECT_THAT(toolkit->notes[0],
               AllOf(HasSubstr("torch 2.15.0 was built for CUDA 13.2"),
-                    HasSubstr("building with CUDA 13.2.86 (" + home + ")"),
-                    HasSubstr("instead of nvcc 13.0 (" + root_ + "/system/bin/nvcc)")));
+                    HasSubstr("using CUDA 13.2.86 at " + home),
+                    HasSubstr(", not nvcc 13.0 at " + root_ + "/system/bin/nvcc")));
   auto environment = ToolkitEnvironment(*toolkit, "/usr/bin");
   EXPECT_THAT(environment,
               ElementsAre(std::pair<std::string, std::string>{"CUDA_HOME", home},
@@ -268,7 +279,8 @@ TEST_F(ChooseBuildToolkitTest, AnInstalledToolkitOfTorchsReleaseReplacesTheNvcc)
 
 TEST_F(ChooseBuildToolkitTest, AnotherMajorWithoutAToolkitStopsNamingBothAndTheFix) {
   WriteTorch(root_ + "/site", "12.8");
-  absl::StatusOr<BuildToolkit> toolkit = Choose({"python3", "-m", "pip", "install", "."});
+  absl::StatusOr<BuildToolkit> toolkit =
+      Choose({"python3", "-m", "pip", "install", "--no-build-isolation", "."});
   ASSERT_EQ(toolkit.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(toolkit.status().message(),
               AllOf(HasSubstr("was built for CUDA 12.8"),
@@ -312,7 +324,7 @@ TEST_F(ChooseBuildToolkitTest, TheToolkitFlagTakesAReleaseAFolderOrAuto) {
   toolkit = Choose({"sh", "-c", "true"});
   ASSERT_TRUE(toolkit.ok()) << toolkit.status();
   EXPECT_EQ(toolkit->cuda_home, root_ + "/system");
-  EXPECT_THAT(toolkit->notes, ElementsAre(HasSubstr("building with CUDA 13.0.88")));
+  EXPECT_THAT(toolkit->notes, ElementsAre(HasSubstr("using CUDA 13.0.88 at " + root_ + "/system")));
   request_.toolkit = root_ + "/nowhere";
   EXPECT_THAT(Choose({"true"}).status().message(), HasSubstr("is neither auto, a CUDA release"));
   // auto with a torch of a release PyPI lacks, not installed.
@@ -345,6 +357,79 @@ TEST_F(ChooseBuildToolkitTest, ACMakeCacheFixesTheCompilerSoTheFixIsToReconfigur
   EXPECT_THAT(toolkit->notes,
               ElementsAre(HasSubstr("reconfigure " + root_ +
                                     "/out with -DCMAKE_CUDA_COMPILER=" + home + "/bin/nvcc")));
+}
+
+TEST_F(ChooseBuildToolkitTest, PipsIsolatedBuildOnlyWarnsForItsTorchMayBeAnother) {
+  WriteTorch(root_ + "/site", "12.8");
+  absl::StatusOr<BuildToolkit> toolkit = Choose({"python3", "-m", "pip", "install", "."});
+  ASSERT_TRUE(toolkit.ok()) << toolkit.status();
+  EXPECT_THAT(toolkit->notes, ElementsAre(AllOf(HasSubstr("warning: torch 2.15.0"),
+                                                HasSubstr("isolated environment"))));
+  EXPECT_TRUE(BuildsInIsolation({"pip", "install", "flash-attn"}));
+  EXPECT_TRUE(BuildsInIsolation({"uv", "pip", "install", "."}));
+  EXPECT_TRUE(BuildsInIsolation({"python3", "-m", "build"}));
+  EXPECT_FALSE(BuildsInIsolation({"pip", "install", "--no-build-isolation", "."}));
+  EXPECT_FALSE(BuildsInIsolation({"python3", "-m", "build", "--no-isolation"}));
+  EXPECT_FALSE(BuildsInIsolation({"python3", "setup.py", "build_ext"}));
+  EXPECT_FALSE(BuildsInIsolation({"pipx", "install", "."}));
+}
+
+TEST_F(ChooseBuildToolkitTest, WithoutAnNvccHereAnInstalledToolkitOfTorchsReleaseIsUsed) {
+  WriteTorch(root_ + "/site", "13.2");
+  request_.nvcc = absl::NotFoundError("no nvcc at /usr/local/cuda/bin/nvcc");
+  EXPECT_THAT(Choose({"python3", "setup.py", "build_ext"}).status().message(),
+              HasSubstr("no nvcc at"));
+  const std::string home = WriteInstalledToolkit(root_ + "/toolkits", "13.2.86");
+  absl::StatusOr<BuildToolkit> toolkit = Choose({"python3", "setup.py", "build_ext"});
+  ASSERT_TRUE(toolkit.ok()) << toolkit.status();
+  EXPECT_EQ(toolkit->cuda_home, home);
+}
+
+TEST_F(ChooseBuildToolkitTest, AutoInstallsNothingWhenTheNvccIsTorchsReleaseAlready) {
+  WriteTorch(root_ + "/site", "13.0");
+  request_.toolkit = "auto";
+  // PyPI is never asked: the store is empty and the nvcc is 13.0.
+  absl::StatusOr<BuildToolkit> toolkit = Choose({"python3", "setup.py", "build_ext"});
+  ASSERT_TRUE(toolkit.ok()) << toolkit.status();
+  EXPECT_EQ(toolkit->nvcc, root_ + "/system/bin/nvcc");
+  EXPECT_TRUE(toolkit->cuda_home.empty());
+  EXPECT_THAT(toolkit->notes, IsEmpty());
+}
+
+// pip stood in for by a script (the real PyPI install is in
+// tests/e2e/toolkit_test.cc): a failed install leaves nothing behind.
+TEST(ToolkitStoreTest, AFailedInstallLeavesNothingBehind) {
+  const std::string root = testing::NewTempDir("failed-install-");
+  const std::string store_dir = root + "/toolkits";
+  ToolkitStore store(store_dir);
+  // "python -m pip install ... --target DIR SPECS": fails, having written.
+  WriteProgram(root + "/pip-fails",
+               "#!/bin/sh\nwhile [ \"$1\" != --target ]; do shift; done\nmkdir -p \"$2/nvidia\"\n"
+               "echo 'ERROR: No matching distribution found for cuda-toolkit' >&2\nexit 1\n");
+  std::ostringstream progress;
+  absl::StatusOr<InstalledToolkit> failed =
+      store.Install(*CudaRelease::Parse("13.2"), root + "/pip-fails", progress);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(failed.status().message(),
+              AllOf(HasSubstr("No matching distribution found"), HasSubstr("is PyPI reachable")));
+  // Wheels without cicc: not a compiler.
+  WriteProgram(root + "/pip-partial",
+               "#!/bin/sh\nwhile [ \"$1\" != --target ]; do shift; done\n"
+               "mkdir -p \"$2/nvidia/cu13/bin\"\ntouch \"$2/nvidia/cu13/bin/nvcc\"\n");
+  failed = store.Install(*CudaRelease::Parse("13.2"), root + "/pip-partial", progress);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(failed.status().message(), HasSubstr("lack bin/ptxas"));
+  WriteProgram(root + "/no-pip",
+               "#!/bin/sh\necho '/usr/bin/python3: No module named pip' >&2\nexit 1\n");
+  EXPECT_THAT(
+      store.Install(*CudaRelease::Parse("13.2"), root + "/no-pip", progress).status().message(),
+      HasSubstr("has no pip"));
+  std::vector<std::string> left;
+  for (const fs::directory_entry& entry : fs::directory_iterator(store_dir)) {
+    left.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(left, ElementsAre("lock"));
+  EXPECT_THAT(store.List(), IsEmpty());
 }
 
 }  // namespace
