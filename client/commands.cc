@@ -61,6 +61,8 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
                            FormatByteSize(worker.reserved_bytes()),
                            FormatByteSize(worker.memory_cap_bytes()), worker.tasks_completed());
     out << "      " << DescribeToolchain(worker.toolchain()) << "\n";
+    if (!worker.toolkit_source().empty())
+      out << "      toolkit " << worker.toolkit_source() << "\n";
     if (!worker.memory_mechanism().empty()) {
       out << "      cap enforced by " << worker.memory_mechanism() << "\n";
     }

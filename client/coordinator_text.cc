@@ -78,6 +78,7 @@ void MakePrintable(v1::ClusterStatus& status) {
     Clean(worker.mutable_name());
     Clean(worker.mutable_memory_mechanism());
     Clean(worker.mutable_sandbox());
+    Clean(worker.mutable_toolkit_source());
     Clean(worker.mutable_toolchain());
   }
   for (v1::RunningUnit& unit : *status.mutable_running()) {

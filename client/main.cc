@@ -165,8 +165,9 @@ constexpr char kUsage[] =
     "      torch was built with; a release missing here comes from PyPI once.\n"
     "      Without it, `build -- COMMAND` checks the nvcc against torch first.\n"
     "  distcc-cuda toolkit install RELEASE | list | remove RELEASE\n"
-    "      the compile toolkits of CUDA 13 releases, from PyPI's NVIDIA\n"
-    "      wheels (install prints the folder, a CUDA_HOME, last).\n"
+    "      compile toolkits: from the cluster's coordinator when one is named\n"
+    "      and serves the release, else from PyPI's NVIDIA wheels (CUDA 13);\n"
+    "      install prints the folder, a CUDA_HOME, last.\n"
     "  distcc-cuda [/path/to/]nvcc ARGS...\n"
     "      the launcher: one compile, as nvcc would do it (what cannot go to\n"
     "      the cluster runs nvcc here). DISTCC_CUDA_VERBOSE=1 says where each\n"
@@ -522,7 +523,16 @@ int main(int argc, char** argv) {
   if (command == "toolkit" && positional.size() >= 3) {
     distcc_cuda::client::ToolkitCommandOptions options{{positional.begin() + 2, positional.end()},
                                                        ToolkitDir(environment),
-                                                       absl::GetFlag(FLAGS_python)};
+                                                       absl::GetFlag(FLAGS_python),
+                                                       coordinator};
+    if (!coordinator.empty()) {
+      auto tls =
+          distcc_cuda::LoadTlsMaterial({absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                                        absl::GetFlag(FLAGS_tls_key)},
+                                       distcc_cuda::PeerRole::kClient);
+      if (!tls.ok()) return Fail(tls.status());
+      options.tls = *tls;
+    }
     absl::Status status = distcc_cuda::client::RunToolkitCommand(options, std::cout, std::cerr);
     return status.ok() ? 0 : Fail(status);
   }

@@ -131,4 +131,16 @@ grpc::ServerWriteReactor<v1::ReadBlobResponse>* CasService::ReadBlob(
                                                                io_);
 }
 
+grpc::ServerUnaryReactor* CasService::ListToolkits(grpc::CallbackServerContext* context,
+                                                   const v1::ListToolkitsRequest* /*request*/,
+                                                   v1::ListToolkitsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status allowed = Authorize(*context);
+  if (allowed.ok()) {
+    for (const v1::ServedToolkit& toolkit : toolkits_) *response->add_toolkits() = toolkit;
+  }
+  reactor->Finish(ToGrpcStatus(allowed));
+  return reactor;
+}
+
 }  // namespace distcc_cuda::coordinator

@@ -2,6 +2,8 @@
 // The ContentStore service over the coordinator's on-disk CAS.
 #pragma once
 
+#include <vector>
+
 #include "common/base/bounded_executor.h"
 #include "common/store/cas_store.h"
 #include "coordinator/access_control.h"
@@ -39,6 +41,13 @@ class CasService final : public CasServiceBase {
       grpc::CallbackServerContext* context, v1::WriteBlobResponse* response) override;
   grpc::ServerWriteReactor<v1::ReadBlobResponse>* ReadBlob(
       grpc::CallbackServerContext* context, const v1::ReadBlobRequest* request) override;
+  grpc::ServerUnaryReactor* ListToolkits(grpc::CallbackServerContext* context,
+                                         const v1::ListToolkitsRequest* request,
+                                         v1::ListToolkitsResponse* response) override;
+
+  // The toolkits ListToolkits names (served_toolkits.h); set before the
+  // server starts, never after.
+  void ServeToolkits(std::vector<v1::ServedToolkit> toolkits) { toolkits_ = std::move(toolkits); }
 
   // The calls' work, on parsed messages (also the Remote Execution API's,
   // reapi_cas_service.h). Disk work: not on a reactor's thread.
@@ -59,6 +68,7 @@ class CasService final : public CasServiceBase {
   CasStore* store_;
   int64_t max_blob_bytes_;
   BoundedExecutor* const io_;
+  std::vector<v1::ServedToolkit> toolkits_;
 };
 
 }  // namespace distcc_cuda::coordinator

@@ -16,6 +16,7 @@
 #include "coordinator/reapi_execution_service.h"
 #include "coordinator/result_cache.h"
 #include "coordinator/scheduler_metrics.h"
+#include "coordinator/served_toolkits.h"
 #include "coordinator/worker_service.h"
 #include "spdlog/spdlog.h"
 
@@ -104,6 +105,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   coordinator->cas_io_ = std::make_unique<BoundedExecutor>(4, 4096);
   coordinator->cas_service_ = std::make_unique<CasService>(
       access, coordinator->cas_.get(), options.max_blob_bytes, coordinator->cas_io_.get());
+  coordinator->cas_service_->ServeToolkits(
+      LoadServedToolkits(state, *coordinator->cas_, &coordinator->toolkit_pin_));
   // Two planners: planning a build hashes and stores its generated units.
   coordinator->planner_ = std::make_unique<BoundedExecutor>(2, 64);
   coordinator->build_service_ = std::make_unique<BuildService>(

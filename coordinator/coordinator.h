@@ -131,6 +131,8 @@ class Coordinator {
   // Held for the coordinator's life; destroyed last.
   std::unique_ptr<FolderLock> state_lock_;
   std::unique_ptr<CasStore> cas_;
+  // The blobs of the toolkits it serves (served_toolkits.h), never evicted.
+  std::unique_ptr<CasPin> toolkit_pin_;
   std::unique_ptr<WorkerRevocations> revocations_;
   std::unique_ptr<ResultCache> results_;
   std::unique_ptr<PeakHistory> history_;

@@ -16,6 +16,7 @@
 #include "coordinator/certs_command.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/revoke_command.h"
+#include "coordinator/toolkit_command.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:3633",
@@ -99,13 +100,15 @@ ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "without a heartbeat");
 
 int main(int argc, char** argv) {
-  // `certs` and `revoke` are commands of their own, with their own
+  // `certs`, `revoke` and `toolkit` are commands of their own, with their own
   // arguments: they run before the server's flags are parsed.
   using distcc_cuda::coordinator::RunCertsCommand;
   using distcc_cuda::coordinator::RunRevokeCommand;
+  using distcc_cuda::coordinator::RunToolkitCommand;
   using Subcommand = absl::Status (*)(const std::vector<std::string>&, std::ostream&);
   for (auto [name, run] : {std::pair<const char*, Subcommand>{"certs", RunCertsCommand},
-                           std::pair<const char*, Subcommand>{"revoke", RunRevokeCommand}}) {
+                           std::pair<const char*, Subcommand>{"revoke", RunRevokeCommand},
+                           std::pair<const char*, Subcommand>{"toolkit", RunToolkitCommand}}) {
     if (argc < 2 || std::string(argv[1]) != name) continue;
     absl::Status status = run(std::vector<std::string>(argv + 2, argv + argc), std::cout);
     if (status.ok()) return 0;
@@ -119,7 +122,8 @@ int main(int argc, char** argv) {
       "           --tls-ca ca.crt --tls-cert NAME.crt --tls-key NAME.key\n"
       "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
       "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)\n"
-      "       distcc-cuda-coordinator revoke --state-dir DIR NAME  (see revoke --help)");
+      "       distcc-cuda-coordinator revoke --state-dir DIR NAME  (see revoke --help)\n"
+      "       distcc-cuda-coordinator toolkit add --state-dir DIR FOLDER  (see toolkit --help)");
   distcc_cuda::ParseFlags(argc, argv, "coordinator");
   if (absl::Status logs =
           distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-coordinator");

@@ -59,9 +59,10 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
   }
   const v1::ToolchainFingerprint& toolchain = request.toolchain();
   for (const std::string* text :
-       {&request.memory_mechanism(), &request.sandbox(), &toolchain.nvcc_release(),
-        &toolchain.nvcc_build(), &toolchain.nvcc_version(), &toolchain.nvcc_path(),
-        &toolchain.host_compiler(), &toolchain.digest(), &toolchain.cuda_version_header()}) {
+       {&request.memory_mechanism(), &request.sandbox(), &request.toolkit_source(),
+        &toolchain.nvcc_release(), &toolchain.nvcc_build(), &toolchain.nvcc_version(),
+        &toolchain.nvcc_path(), &toolchain.host_compiler(), &toolchain.digest(),
+        &toolchain.cuda_version_header()}) {
     if (!Printable(*text, kMaxDescription)) {
       return absl::InvalidArgumentError(
           absl::StrCat("worker '", name, "' describes itself with control characters or over ",
@@ -187,6 +188,7 @@ void WorkerRegistry::AddTo(v1::ClusterStatus& status, absl::Time now) const {
     out->set_seconds_since_heartbeat(absl::ToInt64Seconds(now - worker.last_heartbeat));
     out->set_memory_mechanism(worker.info.memory_mechanism());
     out->set_sandbox(worker.info.sandbox());
+    out->set_toolkit_source(worker.info.toolkit_source());
     out->set_reserved_bytes(worker.reserved_bytes);
     out->set_memory_used_bytes(worker.memory_used_bytes);
   }

@@ -21,6 +21,7 @@
 #include "common/store/cas_store.h"
 #include "common/transport/tls_credentials.h"
 #include "spdlog/spdlog.h"
+#include "worker/served_toolkit.h"
 #include "worker/worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:3633", "HOST:PORT of the coordinator to work for");
@@ -34,6 +35,12 @@ ABSL_FLAG(std::string, memory_mechanism, "auto",
 ABSL_FLAG(std::string, nvcc, "",
           "the pinned nvcc (default: $CUDA_HOME/bin/nvcc, else "
           "/usr/local/cuda/bin/nvcc)");
+ABSL_FLAG(std::string, served_toolkit, "",
+          "compile with the coordinator's toolkit of this release (13.2: the newest it serves; "
+          "13.2.86: that one) instead of --nvcc: fetched once into WORK_DIR/toolkits, every file "
+          "checked (distcc-cuda-coordinator toolkit add serves one)");
+ABSL_FLAG(std::string, toolkit_cache_size, "8GiB",
+          "with --served-toolkit: the most its toolkit cache keeps (least recently used out)");
 ABSL_FLAG(std::string, require_nvcc, "",
           "refuse to start unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
 ABSL_FLAG(std::string, name, "",
@@ -98,6 +105,44 @@ absl::Status ParseBotsApi(const std::string& flag, distcc_cuda::worker::WorkerOp
 
 }  // namespace
 
+namespace {
+
+// --memory-cap, else the machine's default (said).
+absl::StatusOr<int64_t> MemoryCapFlag() {
+  const std::string cap = absl::GetFlag(FLAGS_memory_cap);
+  if (cap.empty()) {
+    distcc_cuda::DefaultCap default_cap = distcc_cuda::DefaultMemoryCap();
+    distcc_cuda::LogNotice(absl::StrCat(
+        "memory cap ", distcc_cuda::FormatByteSize(default_cap.bytes), ": ", default_cap.source));
+    return default_cap.bytes;
+  }
+  absl::StatusOr<int64_t> parsed = distcc_cuda::ParseByteSize(cap);
+  if (!parsed.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--memory-cap: ", parsed.status().message()));
+  return parsed;
+}
+
+// --served-toolkit's, fetched or from the cache; empty without it.
+absl::StatusOr<distcc_cuda::worker::ServedToolkitUse> ServedToolkit(
+    const distcc_cuda::worker::WorkerOptions& options) {
+  distcc_cuda::worker::ServedToolkitRequest request;
+  request.wanted = absl::GetFlag(FLAGS_served_toolkit);
+  if (request.wanted.empty()) return distcc_cuda::worker::ServedToolkitUse();
+  request.coordinator_address = options.coordinator_address;
+  request.tls = options.tls;
+  request.cache_dir = options.work_dir + "/toolkits";
+  absl::StatusOr<int64_t> size =
+      distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_toolkit_cache_size));
+  if (!size.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--toolkit-cache-size: ", size.status().message()));
+  }
+  request.cache_max_bytes = *size;
+  return distcc_cuda::worker::UseServedToolkit(request);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
@@ -121,6 +166,8 @@ int main(int argc, char** argv) {
   options.instance = absl::GetFlag(FLAGS_instance);
   const char* cuda_home = std::getenv("CUDA_HOME");
   auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
+  // A served toolkit needs no nvcc of this machine's.
+  if (!nvcc.ok() && !absl::GetFlag(FLAGS_served_toolkit).empty()) nvcc = "";
   if (!nvcc.ok()) {
     distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(nvcc.status().message()));
     return 1;
@@ -158,21 +205,12 @@ int main(int argc, char** argv) {
   distcc_cuda::LogFields worker_field{{"worker", options.name}};
   options.slots = absl::GetFlag(FLAGS_slots);
   if (options.slots <= 0) options.slots = distcc_cuda::UsableCores();
-  std::string cap = absl::GetFlag(FLAGS_memory_cap);
-  if (cap.empty()) {
-    distcc_cuda::DefaultCap default_cap = distcc_cuda::DefaultMemoryCap();
-    options.memory_cap_bytes = default_cap.bytes;
-    distcc_cuda::LogNotice(absl::StrCat(
-        "memory cap ", distcc_cuda::FormatByteSize(default_cap.bytes), ": ", default_cap.source));
-  } else {
-    auto parsed = distcc_cuda::ParseByteSize(cap);
-    if (!parsed.ok()) {
-      distcc_cuda::LogFatal("distcc-cuda-worker",
-                            absl::StrCat("--memory-cap: ", parsed.status().message()));
-      return 1;
-    }
-    options.memory_cap_bytes = *parsed;
+  auto cap = MemoryCapFlag();
+  if (!cap.ok()) {
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(cap.status().message()));
+    return 1;
   }
+  options.memory_cap_bytes = *cap;
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (options.work_dir.empty()) {
     options.work_dir = absl::StrCat("/tmp/distcc-cuda-worker-", options.name);
@@ -204,6 +242,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.force_watchdog = mechanism == "watchdog";
+  if (auto served = ServedToolkit(options); !served.ok()) {
+    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(served.status().message()));
+    return 1;
+  } else if (!served->nvcc.empty()) {
+    options.nvcc_path = served->nvcc;
+    options.toolkit_source = served->source;
+  }
   // Started before its coordinator, or cut off from it: keep trying (with
   // backoff, logging each attempt) and answer SIGTERM at once meanwhile.
   options.connect_timeout = absl::ZeroDuration();

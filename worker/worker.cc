@@ -276,6 +276,7 @@ absl::Status Worker::Register() {
   request.set_memory_mechanism(memory_mechanism());
   request.set_sandbox(sandbox_description());
   request.set_reads_input_trees(true);
+  request.set_toolkit_source(options_.toolkit_source);
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));

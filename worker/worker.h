@@ -39,12 +39,14 @@
 namespace distcc_cuda::worker {
 
 struct WorkerOptions {
-  std::string coordinator_address;    // HOST:PORT
-  std::string name;                   // shown in status and summaries
-  int slots = 1;                      // units run at once
-  int64_t memory_cap_bytes = 0;       // enforced on all running units together
-  bool force_watchdog = false;        // enforce with the RSS watchdog, not a cgroup
-  std::string nvcc_path;              // the pinned nvcc every unit runs with
+  std::string coordinator_address;  // HOST:PORT
+  std::string name;                 // shown in status and summaries
+  int slots = 1;                    // units run at once
+  int64_t memory_cap_bytes = 0;     // enforced on all running units together
+  bool force_watchdog = false;      // enforce with the RSS watchdog, not a cgroup
+  std::string nvcc_path;            // the pinned nvcc every unit runs with
+  // Where it came from, for status ("" installed here; served_toolkit.h).
+  std::string toolkit_source;
   std::string required_nvcc_release;  // "12.8": refuse to start with another release
   std::string work_dir;               // sandboxes (tasks/) and the input cache (cas/)
   int64_t cas_max_bytes = 0;          // the input cache's limit (LRU eviction); 0: none

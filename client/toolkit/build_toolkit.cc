@@ -7,12 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/toolkit/cuda_release.h"
 #include "client/toolkit/framework_check.h"
 #include "client/toolkit/pypi_toolkit.h"
 #include "client/toolkit/toolkit_store.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/nvcc/cuda_release.h"
 #include "common/nvcc/toolchain.h"
 
 namespace distcc_cuda::client {

@@ -90,7 +90,10 @@ std::string WhereToGet(const CudaRelease& release) {
       release.MajorMinor(),
       ".x-devel image) and build with --toolkit FOLDER, e.g. --toolkit "
       "/usr/local/cuda-",
-      release.MajorMinor(), " (PyPI has no CUDA ", release.MajorMinor(),
+      release.MajorMinor(),
+      ", or take it from a cluster that serves it: distcc-cuda toolkit "
+      "install ",
+      release.MajorMinor(), " --coordinator HOST:PORT (PyPI has no CUDA ", release.MajorMinor(),
       " compiler: its cu12 wheels hold no nvcc)");
 }
 

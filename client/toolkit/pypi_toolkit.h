@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "client/toolkit/cuda_release.h"
+#include "common/nvcc/cuda_release.h"
 
 namespace distcc_cuda::client {
 

@@ -2,18 +2,20 @@
 #include "client/toolkit/toolkit_command.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/toolkit/cuda_release.h"
-#include "client/toolkit/toolkit_manifest.h"
+#include "client/toolkit/pypi_toolkit.h"
 #include "client/toolkit/toolkit_store.h"
 #include "common/base/byte_size.h"
 #include "common/base/status.h"
+#include "common/nvcc/cuda_release.h"
+#include "common/store/toolkit_manifest.h"
 
 namespace distcc_cuda::client {
 namespace {
 
 constexpr char kToolkitUsage[] =
     "usage: distcc-cuda toolkit install RELEASE | list | remove RELEASE "
-    "[--toolkit-dir DIR] [--python PYTHON]; RELEASE is 13.2 (the newest 13.2.x) or 13.2.86";
+    "[--toolkit-dir DIR] [--python PYTHON] [--coordinator HOST:PORT]; RELEASE is 13.2 (the "
+    "newest 13.2.x) or 13.2.86";
 
 absl::Status List(const ToolkitStore& store, std::ostream& out) {
   std::vector<InstalledToolkit> toolkits = store.List();
@@ -43,6 +45,19 @@ absl::Status RunToolkitCommand(const ToolkitCommandOptions& options, std::ostrea
   }
   ASSIGN_OR_RETURN(CudaRelease release, CudaRelease::Parse(words[1]));
   if (words[0] == "install") {
+    absl::StatusOr<InstalledToolkit> served =
+        options.coordinator.empty()
+            ? absl::NotFoundError("no coordinator named")
+            : store.InstallServed(release, options.coordinator, options.tls, progress);
+    if (!options.coordinator.empty() &&
+        (served.ok() || !absl::IsNotFound(served.status()) || !PyPiHasCompiler(release))) {
+      RETURN_IF_ERROR(served.status());
+      out << served->cuda_home << "\n";
+      return absl::OkStatus();
+    }
+    if (!options.coordinator.empty()) {
+      progress << "distcc-cuda: " << served.status().message() << "; taking it from PyPI\n";
+    }
     ASSIGN_OR_RETURN(InstalledToolkit toolkit, store.Install(release, options.python, progress));
     out << toolkit.cuda_home << "\n";
     return absl::OkStatus();

@@ -3,11 +3,13 @@
 // can switch to (ToolkitStore), installed from PyPI's NVIDIA wheels.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
 
@@ -15,6 +17,11 @@ struct ToolkitCommandOptions {
   std::vector<std::string> words;  // after "toolkit": the verb and its release
   std::string toolkit_dir;
   std::string python;  // whose pip fetches from PyPI
+  // A coordinator named (--coordinator, $DISTCC_CUDA_COORDINATOR): install
+  // takes the toolkit it serves, PyPI's only when it serves none of the
+  // release.
+  std::string coordinator;
+  std::optional<TlsMaterial> tls;
 };
 
 // Runs the verb. `install` writes the toolkit's folder (a CUDA_HOME) as the

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/toolkit/toolkit_store.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -8,11 +10,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/toolkit/pypi_toolkit.h"
-#include "client/toolkit/toolkit_manifest.h"
 #include "common/base/byte_size.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/nvcc/toolchain.h"
+#include "common/nvcc/toolkit_download.h"
+#include "common/store/cas_client.h"
+#include "common/store/toolkit_manifest.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
@@ -110,6 +114,43 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::Install(const CudaRelease& releas
                                                        const std::string& python,
                                                        std::ostream& progress) {
   if (!PyPiHasCompiler(release)) return absl::FailedPreconditionError(WhereToGet(release));
+  return InstallWith(
+      release,
+      absl::StrCat("CUDA ", release.ToString(),
+                   "'s compiler from PyPI (cuda-toolkit[nvcc,cccl], about 300 MB unpacked)"),
+      [&](const std::string& scratch) { return FetchFromPyPi(release, scratch, python); },
+      progress);
+}
+
+absl::StatusOr<InstalledToolkit> ToolkitStore::InstallServed(const CudaRelease& release,
+                                                             const std::string& coordinator,
+                                                             const std::optional<TlsMaterial>& tls,
+                                                             std::ostream& progress) {
+  auto channel = OpenChannel(coordinator, tls);
+  auto stub = v1::ContentStore::NewStub(channel);
+  ASSIGN_OR_RETURN(std::vector<v1::ServedToolkit> served,
+                   ListServedToolkits(*stub, absl::Seconds(30)));
+  ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, ChooseServedToolkit(served, release));
+  CasClient blobs(std::move(stub));
+  return InstallWith(
+      *CudaRelease::Parse(toolkit.version()),
+      absl::StrCat(DescribeServedToolkit(toolkit), " from the coordinator at ", coordinator),
+      [&](const std::string& scratch) {
+        // Only "serves none" is NOT_FOUND (install then asks PyPI): a
+        // file that cannot be had fails the install.
+        absl::Status fetched = DownloadToolkit(blobs, toolkit, scratch + "/cuda");
+        return fetched.ok()
+                   ? fetched
+                   : absl::FailedPreconditionError(absl::StrCat(
+                         "the coordinator's toolkit could not be fetched: ", fetched.message()));
+      },
+      progress);
+}
+
+absl::StatusOr<InstalledToolkit> ToolkitStore::InstallWith(const CudaRelease& release,
+                                                           const std::string& what,
+                                                           const Fetch& fetch,
+                                                           std::ostream& progress) {
   // Another install into this folder finishes first; then its toolkit is found.
   ASSIGN_OR_RETURN(FolderLock lock, Lock(progress));
   RemoveLeftovers();
@@ -124,22 +165,22 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::Install(const CudaRelease& releas
     RETURN_IF_ERROR(Discard(installed->cuda_home));
   }
   ASSIGN_OR_RETURN(std::string scratch, MakeTempDirectory(root_, kScratchPrefix));
-  progress << "distcc-cuda: fetching CUDA " << release.ToString()
-           << "'s compiler from PyPI (cuda-toolkit[nvcc,cccl], about 300 MB unpacked)\n"
-           << std::flush;
-  absl::StatusOr<InstalledToolkit> toolkit = Finish(release, scratch, python);
+  progress << "distcc-cuda: fetching " << what << "\n" << std::flush;
+  const absl::Time start = absl::Now();
+  absl::Status fetched = fetch(scratch);
+  absl::StatusOr<InstalledToolkit> toolkit = fetched.ok() ? Finish(release, scratch) : fetched;
   (void)RemoveAll(scratch);
   if (toolkit.ok()) {
     progress << "distcc-cuda: installed CUDA " << toolkit->version.ToString() << " ("
-             << FormatByteSize(SizeOf(*toolkit)) << ")\n";
+             << FormatByteSize(SizeOf(*toolkit)) << ", every file checked) in "
+             << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(100)))
+             << "\n";
   }
   return toolkit;
 }
 
 absl::StatusOr<InstalledToolkit> ToolkitStore::Finish(const CudaRelease& release,
-                                                      const std::string& scratch,
-                                                      const std::string& python) const {
-  RETURN_IF_ERROR(FetchFromPyPi(release, scratch, python));
+                                                      const std::string& scratch) const {
   const std::string cuda_home = scratch + "/cuda";
   ASSIGN_OR_RETURN(CudaRelease version, CheckedVersion(cuda_home + "/bin/nvcc", release));
   ASSIGN_OR_RETURN(std::string manifest, ManifestOf(cuda_home));
@@ -178,17 +219,7 @@ absl::StatusOr<std::vector<InstalledToolkit>> ToolkitStore::Remove(const CudaRel
 }
 
 int64_t ToolkitStore::SizeOf(const InstalledToolkit& toolkit) {
-  int64_t bytes = 0;
-  std::error_code error;
-  fs::recursive_directory_iterator walk(toolkit.cuda_home, error);
-  for (; !error && walk != fs::recursive_directory_iterator(); walk.increment(error)) {
-    std::error_code stat_error;
-    if (walk->is_regular_file(stat_error) && !walk->is_symlink(stat_error)) {
-      const uintmax_t size = walk->file_size(stat_error);
-      if (!stat_error) bytes += static_cast<int64_t>(size);
-    }
-  }
-  return bytes;
+  return FileBytesIn(toolkit.cuda_home);
 }
 
 }  // namespace distcc_cuda::client

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -14,8 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/toolkit/cuda_release.h"
 #include "common/base/files.h"
+#include "common/nvcc/cuda_release.h"
+#include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
 
@@ -42,6 +44,14 @@ class ToolkitStore {
   // Nothing of a failed install stays behind.
   absl::StatusOr<InstalledToolkit> Install(const CudaRelease& release, const std::string& python,
                                            std::ostream& progress);
+  // Installs the newest toolkit of `release` that the coordinator at
+  // `coordinator` serves (distcc-cuda-coordinator toolkit add), every file
+  // checked against its manifest, the same way: so a release PyPI lacks
+  // (12.x) comes from the cluster that has it. NOT_FOUND naming what it serves.
+  absl::StatusOr<InstalledToolkit> InstallServed(const CudaRelease& release,
+                                                 const std::string& coordinator,
+                                                 const std::optional<TlsMaterial>& tls,
+                                                 std::ostream& progress);
   // Removes every installed toolkit `release` admits; NOT_FOUND if none.
   absl::StatusOr<std::vector<InstalledToolkit>> Remove(const CudaRelease& release,
                                                        std::ostream& progress);
@@ -56,9 +66,16 @@ class ToolkitStore {
   void RemoveLeftovers() const;
   // Moves `folder` to a scratch name, then deletes it; with the lock held.
   absl::Status Discard(const std::string& folder) const;
-  // Install's steps in `scratch`, up to the rename into place.
-  absl::StatusOr<InstalledToolkit> Finish(const CudaRelease& release, const std::string& scratch,
-                                          const std::string& python) const;
+  // Leaves a toolkit in SCRATCH/cuda.
+  using Fetch = std::function<absl::Status(const std::string& scratch)>;
+  // An install: under the lock, unless an intact one is there; `what` says
+  // what `fetch` fetches.
+  absl::StatusOr<InstalledToolkit> InstallWith(const CudaRelease& release, const std::string& what,
+                                               const Fetch& fetch, std::ostream& progress);
+  // What fetch left in `scratch`, checked (its nvcc is `release`),
+  // manifested and renamed into place.
+  absl::StatusOr<InstalledToolkit> Finish(const CudaRelease& release,
+                                          const std::string& scratch) const;
   std::string root_;
 };
 

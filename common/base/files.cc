@@ -385,4 +385,18 @@ bool StaysInside(const std::string& relative_path) {
   return true;
 }
 
+int64_t FileBytesIn(const std::string& folder) {
+  int64_t bytes = 0;
+  std::error_code error;
+  fs::recursive_directory_iterator walk(folder, error);
+  for (; !error && walk != fs::recursive_directory_iterator(); walk.increment(error)) {
+    std::error_code stat_error;
+    if (walk->is_regular_file(stat_error) && !walk->is_symlink(stat_error)) {
+      const uintmax_t size = walk->file_size(stat_error);
+      if (!stat_error) bytes += static_cast<int64_t>(size);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace distcc_cuda

@@ -3,6 +3,7 @@
 // absl::Status once, here, so the rest of the code never sees an exception.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,10 @@ std::string AbsolutePath(const std::string& path, const std::string& base = "");
 // Returns `path` relative to `root` if it lies under it, else NOT_FOUND.
 // Both must be absolute and normal.
 absl::StatusOr<std::string> RelativeTo(const std::string& path, const std::string& root);
+
+// The sizes of the regular files below `folder` (links not followed),
+// summed; what cannot be read counts nothing.
+int64_t FileBytesIn(const std::string& folder);
 
 // True if the relative `path` stays inside its root: not absolute, no ".."
 // component that climbs out.

@@ -23,7 +23,10 @@
 #include "common/base/files.h"
 #include "common/nvcc/toolchain.h"
 #include "common/process/subprocess.h"
+#include "common/store/cas_store.h"
+#include "common/store/toolkit_manifest.h"
 #include "tests/support/background_process.h"
+#include "tests/support/loopback_cluster.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda {
@@ -251,6 +254,111 @@ PyMODINIT_FUNC PyInit_scale_ext() { return PyModule_Create(&module); }
   absl::StatusOr<ProcessResult> ran = RunProcess(imported);
   ASSERT_TRUE(ran.ok());
   EXPECT_EQ(ran->stdout_text, "imported\n") << ran->stderr_text;
+}
+
+// A toolkit the coordinator serves: added by its operator, fetched by a
+// worker whose machine has another CUDA (13.0) and by a client, each file
+// checked; a damaged file in the coordinator's store is never handed out.
+TEST_F(ToolkitTest, TheCoordinatorServesAToolkitToAWorkerAndAClient) {
+  const std::string home = Installed();
+  const std::string cluster_root = root_ + "/cluster";
+  const std::string state = cluster_root + "/state";
+  fs::create_directories(state);
+  ProcessResult added = testing::RunToEnd({testing::BinaryPath("distcc-cuda-coordinator"),
+                                           "toolkit", "add", "--state-dir", state, home});
+  ASSERT_EQ(added.exit_code, 0) << added.stderr_text;
+  EXPECT_THAT(added.stdout_text, HasSubstr("added CUDA 13.2.86 ("));
+  auto cluster = testing::LoopbackCluster::Start(
+      cluster_root, nvcc_, {{"fetcher", 1, "4GiB", true, {"--served-toolkit", "13.2"}}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_THAT((*cluster)->workers()[0]->Log(), HasSubstr("fetched CUDA 13.2.86 ("));
+  EXPECT_THAT((*cluster)->workers()[0]->Log(), HasSubstr("from the coordinator in"));
+  EXPECT_THAT((*cluster)->workers()[0]->Log(), HasSubstr("nvcc 13.2 (cuda_13.2"));
+  // Adding needs the state dir to itself: not while the coordinator runs.
+  ProcessResult busy = testing::RunToEnd({testing::BinaryPath("distcc-cuda-coordinator"), "toolkit",
+                                          "add", "--state-dir", state, home});
+  EXPECT_EQ(busy.exit_code, 1);
+  EXPECT_THAT(busy.stderr_text, HasSubstr("stop the coordinator"));
+
+  // The client's 13.2 (from PyPI) and the served one are the same
+  // toolchain: the unit compiles on the worker that fetched it.
+  ASSERT_TRUE(WriteFileAtomically(root_ + "/work/k.cu", kKernel).ok());
+  const std::string address = (*cluster)->address();
+  ProcessResult built =
+      Client({"build", "--coordinator", address, "--toolkit", "13.2", "--toolkit-dir", cache_, "--",
+              "sh", "-c", "$PYTORCH_NVCC -O2 -arch=sm_100 -c k.cu -o k.o"},
+             root_ + "/work");
+  ASSERT_EQ(built.exit_code, 0) << built.stderr_text;
+  EXPECT_THAT(built.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
+  EXPECT_THAT(built.stderr_text, HasSubstr("workers   1 (fetcher: 1)"));
+  EXPECT_THAT(built.stderr_text, HasSubstr("toolchain nvcc 13.2 (cuda_13.2"));
+
+  ProcessResult status = Client({"status", "--coordinator", address}, root_);
+  EXPECT_THAT(status.stdout_text, HasSubstr("toolkit served by the coordinator: CUDA 13.2.86 ("))
+      << status.stderr_text;
+  EXPECT_THAT(status.stdout_text, HasSubstr("fetched in "));
+
+  // A client takes the cluster's toolkit the same way.
+  const std::string mine = root_ + "/from-cluster";
+  ProcessResult fetched = Client(
+      {"toolkit", "install", "13.2", "--coordinator", address, "--toolkit-dir", mine}, root_);
+  ASSERT_EQ(fetched.exit_code, 0) << fetched.stderr_text;
+  EXPECT_EQ(LastLine(fetched.stdout_text), mine + "/cuda-13.2.86");
+  EXPECT_THAT(fetched.stderr_text, HasSubstr("from the coordinator at " + address));
+  ProcessResult listed = Client({"toolkit", "list", "--toolkit-dir", mine}, root_);
+  EXPECT_THAT(listed.stdout_text, HasSubstr("files as installed"));
+  ProcessResult none = Client(
+      {"toolkit", "install", "12.8", "--coordinator", address, "--toolkit-dir", mine}, root_);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.stderr_text,
+              HasSubstr("the coordinator serves no CUDA 12.8 (it serves 13.2.86)"));
+  cluster->reset();
+
+  // A file damaged in the coordinator's store: neither a worker nor a client
+  // gets the toolkit, and both name the file.
+  absl::StatusOr<std::string> manifest_text;
+  {
+    ProcessResult list = testing::RunToEnd(
+        {testing::BinaryPath("distcc-cuda-coordinator"), "toolkit", "list", "--state-dir", state});
+    const std::string hash = list.stdout_text.substr(list.stdout_text.rfind(' ') + 1, 64);
+    auto store = CasStore::Open(state + "/cas");
+    ASSERT_TRUE(store.ok());
+    std::string path;
+    for (const fs::directory_entry& entry : fs::recursive_directory_iterator(state + "/cas")) {
+      if (entry.path().filename().string().rfind(hash, 0) == 0) path = entry.path().string();
+    }
+    ASSERT_FALSE(path.empty()) << "no manifest blob " << hash;
+    manifest_text = ReadFile(path);
+    ASSERT_TRUE(manifest_text.ok());
+    absl::StatusOr<std::vector<ToolkitEntry>> entries = ParseToolkitManifest(*manifest_text);
+    ASSERT_TRUE(entries.ok()) << entries.status();
+    for (const ToolkitEntry& entry : *entries) {
+      if (entry.path != "include/cuda_runtime.h") continue;
+      const std::string blob = (*store)->PathOf(entry.digest);
+      fs::permissions(blob, fs::perms::owner_write, fs::perm_options::add);
+      std::string garbage(static_cast<size_t>(entry.digest.size_bytes), 'x');
+      ASSERT_TRUE(WriteFileAtomically(blob, garbage).ok());
+    }
+  }
+  // The same state under a new root: the first coordinator's log is not read again.
+  fs::create_directories(root_ + "/damaged");
+  fs::rename(state, root_ + "/damaged/state");
+  auto damaged = testing::LoopbackCluster::Start(root_ + "/damaged", nvcc_, {});
+  ASSERT_TRUE(damaged.ok()) << damaged.status();
+  ProcessResult refused = Client({"toolkit", "install", "13.2", "--coordinator",
+                                  (*damaged)->address(), "--toolkit-dir", root_ + "/refused"},
+                                 root_);
+  EXPECT_NE(refused.exit_code, 0) << refused.stderr_text;
+  EXPECT_THAT(refused.stderr_text, HasSubstr("toolkit file include/cuda_runtime.h"));
+  EXPECT_FALSE(fs::exists(root_ + "/refused/cuda-13.2.86"));
+  auto worker = testing::BackgroundProcess::Start(
+      {testing::BinaryPath("distcc-cuda-worker"), "--coordinator", (*damaged)->address(), "--name",
+       "refused", "--served-toolkit", "13.2", "--work-dir", root_ + "/refused-worker"},
+      root_ + "/refused-worker.log");
+  ASSERT_TRUE(worker.ok());
+  absl::StatusOr<int> ended = (*worker)->Stop(0, absl::Seconds(60));
+  EXPECT_THAT((*worker)->Log(), HasSubstr("toolkit file include/cuda_runtime.h"));
+  EXPECT_FALSE(fs::exists(root_ + "/refused-worker/toolkits/cuda-13.2.86"));
 }
 
 }  // namespace

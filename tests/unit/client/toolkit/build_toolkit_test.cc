@@ -14,11 +14,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "client/toolkit/cuda_release.h"
 #include "client/toolkit/framework_check.h"
-#include "client/toolkit/toolkit_manifest.h"
 #include "client/toolkit/toolkit_store.h"
 #include "common/base/files.h"
+#include "common/nvcc/cuda_release.h"
+#include "common/store/toolkit_manifest.h"
 #include "tests/support/test_paths.h"
 
 namespace distcc_cuda::client {
@@ -151,40 +151,6 @@ TEST(FrameworkCheckTest, ReadsACMakeBuildsCache) {
   EXPECT_FALSE(CMakeCacheOf({"make"}, root).has_value());
   EXPECT_FALSE(CMakeCacheOf({"cmake", "-S", ".", "-B", "out"}, root).has_value());
   EXPECT_EQ(ParseCMakeCache("Torch_DIR:PATH=Torch_DIR-NOTFOUND\n", "/b").torch_dir, "");
-}
-
-TEST(ToolkitManifestTest, NamesWhatChangedWasAddedOrIsMissing) {
-  const std::string home = testing::NewTempDir("manifest-") + "/cuda";
-  WriteNvcc(home + "/bin/nvcc", "13.2.86");
-  ASSERT_TRUE(WriteFileAtomically(home + "/include/cuda.h", "#define CUDA_VERSION 13020\n").ok());
-  fs::create_directory_symlink("lib", home + "/lib64");
-  ASSERT_TRUE(WriteFileAtomically(home + "/lib/libcudart.so.13", "elf").ok());
-  absl::StatusOr<std::string> manifest = ManifestOf(home);
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  EXPECT_THAT(*manifest, AllOf(HasSubstr("link lib lib64\n"), HasSubstr(" x bin/nvcc\n"),
-                               HasSubstr(" - include/cuda.h\n")));
-  EXPECT_EQ(VerifyManifest(home).code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE(WriteFileAtomically(home + "/" + kToolkitManifestName, *manifest).ok());
-  EXPECT_TRUE(VerifyManifest(home).ok());
-
-  ASSERT_TRUE(WriteFileAtomically(home + "/include/cuda.h", "#define CUDA_VERSION 13021\n").ok());
-  EXPECT_THAT(VerifyManifest(home).message(), HasSubstr("include/cuda.h changed"));
-  ASSERT_TRUE(WriteFileAtomically(home + "/include/cuda.h", "#define CUDA_VERSION 13020\n").ok());
-  ASSERT_TRUE(WriteFileAtomically(home + "/bin/extra", "x").ok());
-  EXPECT_THAT(VerifyManifest(home).message(), HasSubstr("bin/extra is not part of it"));
-  fs::remove(home + "/bin/extra");
-  fs::remove(home + "/lib/libcudart.so.13");
-  EXPECT_THAT(VerifyManifest(home).message(), HasSubstr("lib/libcudart.so.13 is missing"));
-  fs::create_symlink("/etc/passwd", home + "/lib/libcudart.so.13");
-  EXPECT_THAT(ManifestOf(home).status().message(), HasSubstr("leads out of the toolkit"));
-  fs::remove(home + "/lib/libcudart.so.13");
-  fs::create_symlink("../../../etc/passwd", home + "/lib/libcudart.so.13");
-  EXPECT_THAT(ManifestOf(home).status().message(), HasSubstr("leads out of the toolkit"));
-  // Inside lexically, outside once the links are followed.
-  fs::remove(home + "/lib/libcudart.so.13");
-  fs::create_directory_symlink("..", home + "/up");
-  fs::create_symlink("../up/../..", home + "/lib/libcudart.so.13");
-  EXPECT_THAT(ManifestOf(home).status().message(), HasSubstr("leads out of the toolkit"));
 }
 
 TEST(ToolkitStoreTest, FindsTheNewestOfAReleaseAndRemovesIt) {

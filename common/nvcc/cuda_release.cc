@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "client/toolkit/cuda_release.h"
+#include "common/nvcc/cuda_release.h"
 
 #include <algorithm>
 
@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace distcc_cuda::client {
+namespace distcc_cuda {
 
 absl::StatusOr<CudaRelease> CudaRelease::Parse(absl::string_view text) {
   std::vector<absl::string_view> words = absl::StrSplit(text, '.');
@@ -39,4 +39,4 @@ bool CudaRelease::Admits(const CudaRelease& version) const {
   return !has_patch() || (version.has_patch() && version.parts_[2] == parts_[2]);
 }
 
-}  // namespace distcc_cuda::client
+}  // namespace distcc_cuda

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace distcc_cuda::client {
+namespace distcc_cuda {
 
 class CudaRelease {
  public:
@@ -39,4 +39,4 @@ class CudaRelease {
   std::vector<int> parts_;
 };
 
-}  // namespace distcc_cuda::client
+}  // namespace distcc_cuda

@@ -1,28 +1,44 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "client/toolkit/toolkit_manifest.h"
+#include "common/store/toolkit_manifest.h"
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <system_error>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/store/digest.h"
 
-namespace distcc_cuda::client {
+namespace distcc_cuda {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr char kFormatLine[] = "distcc-cuda toolkit manifest 1";
 
+// Names in a manifest are words: no space, no control character.
+bool IsWord(absl::string_view text) {
+  return !text.empty() && std::none_of(text.begin(), text.end(), [](char c) {
+    return static_cast<unsigned char>(c) <= ' ' || c == 0x7f;
+  });
+}
+
 // One entry's line, for a path relative to `folder`.
 absl::StatusOr<std::string> LineOf(const fs::path& folder, const fs::directory_entry& entry) {
   const std::string relative = entry.path().lexically_relative(folder).string();
+  if (!IsWord(relative)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", entry.path().string(),
+                     "' has a space or a control character in its name; a "
+                     "toolkit's files have none"));
+  }
   std::error_code error;
   if (entry.is_symlink(error)) {
     const std::string target = fs::read_symlink(entry.path(), error).string();
@@ -35,7 +51,7 @@ absl::StatusOr<std::string> LineOf(const fs::path& folder, const fs::directory_e
     const fs::path real_target =
         fs::weakly_canonical(entry.path().parent_path() / target, resolve_error);
     const std::string inside = real_target.lexically_relative(real_folder).string();
-    if (error || resolve_error || target.empty() || fs::path(target).is_absolute() ||
+    if (error || resolve_error || !IsWord(target) || fs::path(target).is_absolute() ||
         !StaysInside(resolved) || inside.empty() || !StaysInside(inside)) {
       return absl::FailedPreconditionError(
           absl::StrCat((folder / relative).string(), " is a link that leads out of the toolkit (",
@@ -66,7 +82,73 @@ std::map<std::string, std::string> ByPath(const std::string& manifest) {
   return lines;
 }
 
+// A line's entry, or what is wrong with it.
+absl::StatusOr<ToolkitEntry> EntryOf(absl::string_view line) {
+  std::vector<absl::string_view> words = absl::StrSplit(line, ' ');
+  ToolkitEntry entry;
+  bool valid = false;
+  if (words.size() == 5 && words[0] == "file" && (words[3] == "x" || words[3] == "-")) {
+    entry.digest.hash = std::string(words[1]);
+    valid =
+        absl::SimpleAtoi(words[2], &entry.digest.size_bytes) && ValidateDigest(entry.digest).ok();
+    entry.executable = words[3] == "x";
+    entry.path = std::string(words[4]);
+  } else if (words.size() == 3 && words[0] == "link") {
+    entry.link = true;
+    entry.target = std::string(words[1]);
+    entry.path = std::string(words[2]);
+    const std::string resolved =
+        (fs::path(entry.path).parent_path() / entry.target).lexically_normal().string();
+    valid = IsWord(entry.target) && !fs::path(entry.target).is_absolute() &&
+            StaysInside(resolved) && resolved != ".";
+  }
+  if (!valid || !IsPlainRelativePath(entry.path) || entry.path == kToolkitManifestName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the toolkit manifest's line '", line.substr(0, 200), "' is not valid"));
+  }
+  return entry;
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<ToolkitEntry>> ParseToolkitManifest(absl::string_view text) {
+  if (static_cast<int64_t>(text.size()) > kMaxToolkitManifestBytes) {
+    return absl::InvalidArgumentError("the toolkit manifest is larger than 16 MiB");
+  }
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  if (lines.empty() || lines[0] != kFormatLine || !lines.back().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a toolkit manifest (its first line must be '", kFormatLine,
+                     "' and its last must end)"));
+  }
+  lines.pop_back();
+  if (lines.size() - 1 > static_cast<size_t>(kMaxToolkitEntries)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the toolkit manifest lists more than ", kMaxToolkitEntries, " entries"));
+  }
+  std::vector<ToolkitEntry> entries;
+  std::set<std::string> paths;
+  std::set<std::string> links;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    ASSIGN_OR_RETURN(ToolkitEntry entry, EntryOf(lines[i]));
+    if (!paths.insert(entry.path).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the toolkit manifest names ", entry.path, " twice"));
+    }
+    if (entry.link) links.insert(entry.path);
+    entries.push_back(std::move(entry));
+  }
+  // Nothing is written through a link, nor below a file.
+  for (const ToolkitEntry& entry : entries) {
+    for (fs::path up = fs::path(entry.path).parent_path(); !up.empty(); up = up.parent_path()) {
+      if (links.count(up.string()) > 0 || (paths.count(up.string()) > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("the toolkit manifest puts ", entry.path,
+                                                       " below the file or link ", up.string()));
+      }
+    }
+  }
+  return entries;
+}
 
 absl::StatusOr<std::string> ManifestOf(const std::string& folder) {
   std::error_code error;
@@ -123,4 +205,4 @@ absl::Status VerifyManifest(const std::string& folder) {
                    " (`distcc-cuda toolkit install` of its release installs it again)"));
 }
 
-}  // namespace distcc_cuda::client
+}  // namespace distcc_cuda

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# A toolkit the coordinator serves (distcc-cuda-coordinator toolkit add),
+# side by side in one run, on loopback:
+#   add        the time to add CUDA 13.2.86 (from PyPI, scripts/second_nvcc)
+#              to a stopped coordinator's state, its size and files
+#   own        a worker whose machine has 13.2 (--nvcc): start to registered
+#   fetched    a worker with only 13.0 (/usr/local/cuda) and --served-toolkit
+#              13.2, an empty cache, started at the same time: start to
+#              registered (the fetch, every file checked, is in it)
+#   build      examples/attention with --toolkit 13.2 on those two workers
+#              (1 slot each): the units each compiled and their nvcc times
+#   cached     the fetched worker restarted: from its cache, checked again
+# Its last line:
+#   toolkit_mib= files= add_s= own_start_s= fetched_start_s= cached_start_s=
+#   build_s= own_units= fetched_units=
+# About a minute on 2 cores. Logs: build/bench-served-toolkit/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+./scripts/setup --target distcc-cuda distcc-cuda-coordinator distcc-cuda-worker >/dev/null
+B=$REPO/build/bin
+NVCC132=$(./scripts/second_nvcc)
+HOME132=$(dirname "$(dirname "$NVCC132")")
+WORK=$REPO/build/bench-served-toolkit
+rm -rf "$WORK" && mkdir -p "$WORK/state"
+now() { date +%s.%N; }
+since() { echo "$1 $(now)" | awk '{printf "%.1f", $2 - $1}'; }
+# Seconds until FILE holds TEXT (at most 300).
+wait_for() {
+  for _ in $(seq 3000); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "served_toolkit: '$2' never appeared in $1" >&2; exit 1
+}
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+
+t=$(now)
+"$B/distcc-cuda-coordinator" toolkit add --state-dir "$WORK/state" "$HOME132" | tee "$WORK/add.log"
+add_s=$(since "$t")
+mib=$(sed -n 's/.*(\([0-9.]*\) MiB, \([0-9]*\) files.*/\1/p' "$WORK/add.log")
+files=$(sed -n 's/.*MiB, \([0-9]*\) files.*/\1/p' "$WORK/add.log")
+"$B/distcc-cuda-coordinator" --listen 127.0.0.1:0 --state-dir "$WORK/state" >"$WORK/coordinator.log" 2>&1 &
+pids+=($!)
+wait_for "$WORK/coordinator.log" "listening on "
+ADDR=$(sed -n 's/.*listening on //p' "$WORK/coordinator.log" | head -1)
+
+worker() {  # NAME LOG ARGS...
+  local name=$1 log=$2
+  shift 2
+  "$B/distcc-cuda-worker" --coordinator "$ADDR" --name "$name" --slots 1 --memory-cap 6GiB \
+    --work-dir "$WORK/$name" "$@" >"$log" 2>&1 &
+  pids+=($!)
+}
+t=$(now)
+worker own "$WORK/own.log" --nvcc "$NVCC132"
+worker fetched "$WORK/fetched.log" --nvcc /usr/local/cuda/bin/nvcc --served-toolkit 13.2
+wait_for "$WORK/own.log" "registered"
+own_s=$(since "$t")
+wait_for "$WORK/fetched.log" "registered"
+fetched_s=$(since "$t")
+
+t=$(now)
+"$B/distcc-cuda" build examples/attention/kernels.toml --coordinator "$ADDR" --toolkit "$HOME132" \
+  -o "$WORK/out" 2>&1 | tee "$WORK/build.log"
+build_s=$(since "$t")
+own_units=$(sed -n 's/.*workers .*own: \([0-9]*\).*/\1/p' "$WORK/build.log")
+fetched_units=$(sed -n 's/.*workers .*fetched: \([0-9]*\).*/\1/p' "$WORK/build.log")
+
+kill "${pids[-1]}" && wait "${pids[-1]}" 2>/dev/null || true
+t=$(now)
+worker fetched "$WORK/cached.log" --nvcc /usr/local/cuda/bin/nvcc --served-toolkit 13.2
+wait_for "$WORK/cached.log" "registered"
+cached_s=$(since "$t")
+grep -h "fetched CUDA\|from the cache" "$WORK/fetched.log" "$WORK/cached.log"
+echo "toolkit_mib=$mib files=$files add_s=$add_s own_start_s=$own_s fetched_start_s=$fetched_s" \
+  "cached_start_s=$cached_s build_s=$build_s own_units=${own_units:-0}" \
+  "fetched_units=${fetched_units:-0}"

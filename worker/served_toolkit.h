@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// A worker that compiles with a toolkit its coordinator serves
+// (`distcc-cuda-worker --served-toolkit 13.2`) instead of one installed on
+// its machine: fetched once, every file checked against the toolkit's
+// manifest, kept in the work dir's bounded cache (the least recently used
+// toolkits leave first) and checked again at each start; the worker then
+// fingerprints, sandboxes and caps it exactly as a toolkit of its own.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/transport/tls_credentials.h"
+
+namespace distcc_cuda::worker {
+
+struct ServedToolkitRequest {
+  std::string wanted;  // a release ("13.2": the newest served) or a version
+  std::string coordinator_address;
+  std::optional<TlsMaterial> tls;
+  std::string cache_dir;                       // WORK_DIR/toolkits
+  int64_t cache_max_bytes = int64_t{8} << 30;  // --toolkit-cache-size
+};
+
+struct ServedToolkitUse {
+  std::string nvcc;    // the toolkit's, in the cache
+  std::string source;  // for status: "served by the coordinator: CUDA ..., fetched in 2.2s"
+};
+
+// The served toolkit: the cache's copy when it is intact, else fetched
+// into the cache. Waits up to a minute for the coordinator. Errors say what
+// the coordinator serves and which file did not match.
+absl::StatusOr<ServedToolkitUse> UseServedToolkit(const ServedToolkitRequest& request);
+
+}  // namespace distcc_cuda::worker
