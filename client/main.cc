@@ -524,7 +524,8 @@ int main(int argc, char** argv) {
     distcc_cuda::client::ToolkitCommandOptions options{{positional.begin() + 2, positional.end()},
                                                        ToolkitDir(environment),
                                                        absl::GetFlag(FLAGS_python),
-                                                       coordinator};
+                                                       coordinator,
+                                                       std::nullopt};
     if (!coordinator.empty()) {
       auto tls =
           distcc_cuda::LoadTlsMaterial({absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),

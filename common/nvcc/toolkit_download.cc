@@ -12,6 +12,7 @@
 #include "common/base/byte_size.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/base/terminal_text.h"
 #include "common/store/toolkit_manifest.h"
 
 namespace distcc_cuda {
@@ -39,9 +40,13 @@ absl::StatusOr<v1::ServedToolkit> ChooseServedToolkit(const std::vector<v1::Serv
   std::optional<CudaRelease> best_version;
   std::vector<std::string> names;
   for (const v1::ServedToolkit& toolkit : served) {
-    names.push_back(toolkit.version());
+    names.push_back(TerminalSafe(toolkit.version().substr(0, 32)));
     absl::StatusOr<CudaRelease> version = CudaRelease::Parse(toolkit.version());
-    if (!version.ok() || !version->has_patch() || !wanted.Admits(*version)) continue;
+    // Its name (manifest digest) becomes a folder's: checked before use.
+    if (!version.ok() || !version->has_patch() || !wanted.Admits(*version) ||
+        !ValidateDigest(FromProto(toolkit.manifest())).ok()) {
+      continue;
+    }
     if (best == nullptr || *best_version < *version) {
       best = &toolkit;
       best_version = *version;
@@ -87,8 +92,10 @@ absl::Status DownloadToolkit(BlobClient& blobs, const v1::ServedToolkit& toolkit
 }
 
 std::string DescribeServedToolkit(const v1::ServedToolkit& toolkit) {
-  return absl::StrCat("CUDA ", toolkit.version(), " (", FormatByteSize(toolkit.bytes()), ", ",
-                      toolkit.files(), " files, added from ", toolkit.added_from(), ")");
+  // A coordinator's words, made safe for a terminal and a log.
+  return absl::StrCat("CUDA ", TerminalSafe(toolkit.version().substr(0, 32)), " (",
+                      FormatByteSize(toolkit.bytes()), ", ", toolkit.files(), " files, added from ",
+                      TerminalSafe(toolkit.added_from().substr(0, 4096)), ")");
 }
 
 }  // namespace distcc_cuda

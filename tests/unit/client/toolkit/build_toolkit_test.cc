@@ -95,7 +95,9 @@ TEST(CudaReleaseTest, ParsesReleasesAndVersionsAndRefusesTheRest) {
   for (const char* bad : {"13", "13.x", "13.2.86.1", "", "../13.2", "13.2.", "99999.1"}) {
     absl::StatusOr<CudaRelease> refused = CudaRelease::Parse(bad);
     EXPECT_FALSE(refused.ok()) << bad;
-    if (!refused.ok()) EXPECT_THAT(refused.status().message(), HasSubstr("13.2.86")) << bad;
+    if (!refused.ok()) {
+      EXPECT_THAT(refused.status().message(), HasSubstr("13.2.86")) << bad;
+    }
   }
 }
 
