@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -147,6 +148,24 @@ void SchedulerMetrics::BuildFinished(bool success) {
   (success ? builds_succeeded_ : builds_failed_)->Increment();
 }
 
+namespace {
+
+// Each worker's toolkit, once per name (as the gauges above).
+void AddToolkits(const v1::ClusterStatus& status, prometheus::MetricFamily& out) {
+  std::set<std::string> named;
+  for (const v1::WorkerStatus& worker : status.workers()) {
+    if (!named.insert(worker.name()).second) continue;
+    const v1::ToolchainFingerprint& toolchain = worker.toolchain();
+    AddSample(out, 1,
+              {{"worker", worker.name()},
+               {"nvcc", toolchain.nvcc_version().empty() ? toolchain.nvcc_release()
+                                                         : toolchain.nvcc_version()},
+               {"source", worker.toolkit_source().empty() ? "installed" : "served"}});
+  }
+}
+
+}  // namespace
+
 std::vector<prometheus::MetricFamily> ClusterMetrics(const v1::ClusterStatus& status) {
   using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> families;
@@ -196,6 +215,10 @@ std::vector<prometheus::MetricFamily> ClusterMetrics(const v1::ClusterStatus& st
     prometheus::MetricFamily& out = family(per_worker[i].name, per_worker[i].help);
     for (const auto& [name, values] : by_name) AddSample(out, values[i], {{"worker", name}});
   }
+  AddToolkits(status, family("distcc_cuda_worker_toolkit_info",
+                             "1 per worker: its nvcc version and where its toolkit came from "
+                             "(source: installed on it, or served by the coordinator and "
+                             "fetched)"));
   return families;
 }
 

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coordinator/served_toolkits.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/nvcc/cuda_release.h"
@@ -75,10 +78,35 @@ absl::StatusOr<FolderLock> LockStateDir(const std::string& state_dir) {
   return lock;
 }
 
-// Every file of `folder` into `store`, as the manifest lists it.
-absl::StatusOr<v1::ServedToolkit> StoreToolkit(const std::string& folder, CasStore& store) {
+// What a compile runs from bin/: its programs, and crt/ (the link stubs).
+constexpr absl::string_view kCompilePrograms[] = {
+    "nvcc", "nvcc.profile", "ptxas",     "fatbinary", "nvlink",   "cudafe++",           "bin2c",
+    "crt",  "nvprune",      "cuobjdump", "nvdisasm",  "cu++filt", "__nvcc_device_query"};
+// The top-level names a compile needs.
+constexpr absl::string_view kCompileFolders[] = {"bin",       "nvvm",         "include",
+                                                 "targets",   "lib",          "lib64",
+                                                 "cuda_cccl", "version.json", "version.txt"};
+// The libraries kept in a library folder, by the start of their names.
+constexpr absl::string_view kCompileLibraries[] = {"libcudart", "libcudadevrt", "libnvvm"};
+
+bool OneOf(absl::string_view name, absl::Span<const absl::string_view> names) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Every file of `folder` (or of its compile part) into `store`, as the
+// manifest lists it.
+absl::StatusOr<v1::ServedToolkit> StoreToolkit(const std::string& folder, CasStore& store,
+                                               ToolkitPart part) {
   ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(folder + "/bin/nvcc"));
-  ASSIGN_OR_RETURN(std::string manifest, ManifestOf(folder));
+  ASSIGN_OR_RETURN(std::string manifest, part == ToolkitPart::kWhole
+                                             ? ManifestOf(folder)
+                                             : ManifestOf(folder, IsCompileToolkitPart));
+  if (!absl::StrContains(manifest, " bin/nvcc\n")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(folder,
+                     "/bin/nvcc is not a file of the folder (a link out of it?): "
+                     "give the folder the toolkit's files are in"));
+  }
   ASSIGN_OR_RETURN(std::vector<ToolkitEntry> entries, ParseToolkitManifest(manifest));
   v1::ServedToolkit toolkit;
   for (const ToolkitEntry& entry : entries) {
@@ -102,6 +130,21 @@ absl::StatusOr<v1::ServedToolkit> StoreToolkit(const std::string& folder, CasSto
 
 }  // namespace
 
+bool IsCompileToolkitPart(const std::string& relative) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(relative, '/');
+  if (parts.empty() || !OneOf(parts[0], kCompileFolders)) return false;
+  if (parts[0] == "bin" && parts.size() > 1 && !OneOf(parts[1], kCompilePrograms)) return false;
+  // A file in (or below) a library folder: the runtime and the stubs only.
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (parts[i] != "lib" && parts[i] != "lib64") continue;
+    const absl::string_view name = parts.back();
+    if (parts.size() == i + 3 && parts[i + 1] == "stubs") return absl::StartsWith(name, "libcuda.");
+    return std::any_of(std::begin(kCompileLibraries), std::end(kCompileLibraries),
+                       [&](absl::string_view prefix) { return absl::StartsWith(name, prefix); });
+  }
+  return true;
+}
+
 std::string ServedToolkitsPathIn(const std::string& state_dir) {
   return state_dir + "/toolkits.tsv";
 }
@@ -119,7 +162,8 @@ absl::StatusOr<std::vector<v1::ServedToolkit>> ReadServedToolkits(const std::str
 }
 
 absl::StatusOr<v1::ServedToolkit> AddServedToolkit(const std::string& state_dir,
-                                                   const std::string& folder, std::ostream& out) {
+                                                   const std::string& folder, std::ostream& out,
+                                                   ToolkitPart part) {
   std::error_code error;
   const std::string real = fs::canonical(folder, error).string();
   if (error || !IsExecutableFile(real + "/bin/nvcc")) {
@@ -132,7 +176,7 @@ absl::StatusOr<v1::ServedToolkit> AddServedToolkit(const std::string& state_dir,
   ASSIGN_OR_RETURN(std::vector<v1::ServedToolkit> toolkits, ReadServedToolkits(state_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<CasStore> store, CasStore::Open(state_dir + "/cas"));
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, StoreToolkit(real, *store));
+  ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, StoreToolkit(real, *store, part));
   std::vector<v1::ServedToolkit> kept;
   for (v1::ServedToolkit& listed : toolkits) {
     if (listed.version() != toolkit.version()) kept.push_back(std::move(listed));

@@ -25,13 +25,27 @@ std::string ServedToolkitsPathIn(const std::string& state_dir);
 // line for a damaged one.
 absl::StatusOr<std::vector<v1::ServedToolkit>> ReadServedToolkits(const std::string& state_dir);
 
+// Whether a toolkit folder's path (relative: "bin/nvcc") is a part that a
+// compile, and a link against the CUDA runtime, use: bin/'s compiler
+// programs (nvcc, ptxas, fatbinary, nvlink, cudafe++, bin2c, crt/, ...),
+// nvvm/, the headers (include/, targets/*/include, cuda_cccl/), and of the
+// library folders only the CUDA runtime, libcudadevrt, libnvvm and the
+// driver's link stub. Not the math and profiling libraries, debuggers or
+// Nsight: /usr/local/cuda here is 2.7 GB, its compile part about 0.2 GB.
+bool IsCompileToolkitPart(const std::string& relative);
+
+// What `toolkit add` stores of a folder.
+enum class ToolkitPart { kCompile, kWhole };
+
 // Adds the toolkit in `folder` (a CUDA folder with bin/nvcc: an install of
 // NVIDIA's, or one `distcc-cuda toolkit install` made) to the coordinator
 // whose state is in `state_dir`, which must not be running (the state
-// dir's lock). A toolkit of the same nvcc version is replaced. Says what it
+// dir's lock): its compile part (IsCompileToolkitPart), or with kWhole
+// every file. A toolkit of the same nvcc version is replaced. Says what it
 // did on `out`.
 absl::StatusOr<v1::ServedToolkit> AddServedToolkit(const std::string& state_dir,
-                                                   const std::string& folder, std::ostream& out);
+                                                   const std::string& folder, std::ostream& out,
+                                                   ToolkitPart part = ToolkitPart::kCompile);
 
 // Removes the toolkits of `version` ("13.2.86", or "13.2": every 13.2.x)
 // from the list (their blobs leave the store as its size limit needs

@@ -14,9 +14,13 @@ const char kToolkitUsage[] =
     "--served-toolkit RELEASE and a client (distcc-cuda toolkit install RELEASE\n"
     "--coordinator) fetch one, checked file by file.\n"
     "Usage (with the coordinator stopped: they write its content store):\n"
-    "  distcc-cuda-coordinator toolkit add --state-dir DIR FOLDER\n"
+    "  distcc-cuda-coordinator toolkit add --state-dir DIR [--whole] FOLDER\n"
     "      FOLDER is a CUDA folder with bin/nvcc (/usr/local/cuda-12.8, or what\n"
-    "      `distcc-cuda toolkit install` printed); every file of it is stored.\n"
+    "      `distcc-cuda toolkit install` printed). Its compile part is stored:\n"
+    "      bin/'s compiler programs, nvvm/, the headers and the CUDA runtime,\n"
+    "      not the math libraries, debuggers or Nsight; --whole stores every file.\n"
+    "      Adding the same toolkit again changes nothing; another build of the\n"
+    "      same version replaces it.\n"
     "  distcc-cuda-coordinator toolkit list --state-dir DIR\n"
     "  distcc-cuda-coordinator toolkit remove --state-dir DIR VERSION\n";
 
@@ -31,6 +35,7 @@ absl::Status UsageError(absl::string_view message) {
 
 absl::Status RunToolkitCommand(const std::vector<std::string>& args, std::ostream& out) {
   std::string state_dir;
+  ToolkitPart part = ToolkitPart::kCompile;
   std::vector<std::string> words;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -43,6 +48,8 @@ absl::Status RunToolkitCommand(const std::vector<std::string>& args, std::ostrea
     } else if (arg == "--state-dir" || arg == "-state-dir") {
       if (i + 1 >= args.size()) return UsageError("--state-dir needs a value");
       state_dir = args[++i];
+    } else if (arg == "--whole") {
+      part = ToolkitPart::kWhole;
     } else if (absl::StartsWith(arg, "-")) {
       return UsageError(absl::StrCat("unknown flag ", arg));
     } else {
@@ -59,7 +66,7 @@ absl::Status RunToolkitCommand(const std::vector<std::string>& args, std::ostrea
     return absl::OkStatus();
   }
   if (words.size() == 2 && words[0] == "add") {
-    return AddServedToolkit(state_dir, words[1], out).status();
+    return AddServedToolkit(state_dir, words[1], out, part).status();
   }
   if (words.size() == 2 && words[0] == "remove") {
     return RemoveServedToolkits(state_dir, words[1], out);

@@ -23,6 +23,12 @@
 #   DISTCC_CUDA_HTTP_OPEN            1: --http-open (metrics and dashboard on an
 #                                    address other than loopback; no credentials)
 #   DISTCC_CUDA_LOG_FORMAT           --log-format text|json (json: one object a line)
+#   DISTCC_CUDA_SERVE_TOOLKITS       CUDA folders (space-separated) to serve to the
+#                                    workers and clients: each is added before the
+#                                    coordinator starts (`distcc-cuda-coordinator
+#                                    toolkit add --state-dir DISTCC_CUDA_STATE_DIR`);
+#                                    unchanged ones in a second or two. One that
+#                                    cannot be added is said, and not served
 #   DISTCC_CUDA_BIN_DIR              where the binaries are (default /usr/local/bin)
 #
 # Unset and empty variables are the same: the binary's default applies.
@@ -40,6 +46,17 @@ binary="${DISTCC_CUDA_BIN_DIR:-/usr/local/bin}/distcc-cuda-coordinator"
 if [ ! -x "$binary" ]; then
   echo "entrypoint-coordinator: no executable $binary (set DISTCC_CUDA_BIN_DIR)" >&2
   exit 127
+fi
+
+# The toolkits to serve, into the state dir, while no coordinator holds it.
+if [ -n "${DISTCC_CUDA_SERVE_TOOLKITS:-}" ]; then
+  state_dir="${DISTCC_CUDA_STATE_DIR:-/var/lib/distcc-cuda}"
+  mkdir -p "$state_dir"
+  for folder in $DISTCC_CUDA_SERVE_TOOLKITS; do
+    "$binary" toolkit add --state-dir "$state_dir" "$folder" >&2 ||
+      echo "entrypoint-coordinator: not serving the toolkit at $folder (above);" \
+        "workers started with --served-toolkit for it will wait and say so" >&2
+  done
 fi
 
 # Prepended one by one, so that "$@" (the caller's arguments) stays last.

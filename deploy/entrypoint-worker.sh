@@ -15,6 +15,10 @@
 #                                 another nvcc release (e.g. 12.8)
 #   DISTCC_CUDA_NVCC              --nvcc PATH (default $CUDA_HOME/bin/nvcc, else
 #                                 /usr/local/cuda/bin/nvcc)
+#   DISTCC_CUDA_SERVED_TOOLKIT    --served-toolkit RELEASE: compile with the
+#                                 coordinator's toolkit of RELEASE (e.g. 12.8),
+#                                 fetched at start, instead of one in the image
+#   DISTCC_CUDA_TOOLKIT_CACHE_SIZE --toolkit-cache-size SIZE (default 8GiB)
 #   DISTCC_CUDA_NAME              --name NAME (default HOST-PID); healthcheck.sh
 #                                 looks for this name, so set the name here
 #                                 rather than with --name
@@ -74,6 +78,12 @@ if [ -n "${DISTCC_CUDA_TLS_CERT:-}" ]; then set -- "--tls-cert=$DISTCC_CUDA_TLS_
 if [ -n "${DISTCC_CUDA_TLS_CA:-}" ]; then set -- "--tls-ca=$DISTCC_CUDA_TLS_CA" "$@"; fi
 if [ -n "${DISTCC_CUDA_NAME:-}" ]; then set -- "--name=$DISTCC_CUDA_NAME" "$@"; fi
 if [ -n "${DISTCC_CUDA_NVCC:-}" ]; then set -- "--nvcc=$DISTCC_CUDA_NVCC" "$@"; fi
+if [ -n "${DISTCC_CUDA_SERVED_TOOLKIT:-}" ]; then
+  set -- "--served-toolkit=$DISTCC_CUDA_SERVED_TOOLKIT" "$@"
+fi
+if [ -n "${DISTCC_CUDA_TOOLKIT_CACHE_SIZE:-}" ]; then
+  set -- "--toolkit-cache-size=$DISTCC_CUDA_TOOLKIT_CACHE_SIZE" "$@"
+fi
 if [ -n "${DISTCC_CUDA_REQUIRE_NVCC:-}" ]; then
   set -- "--require-nvcc=$DISTCC_CUDA_REQUIRE_NVCC" "$@"
 fi

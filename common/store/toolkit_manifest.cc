@@ -71,6 +71,26 @@ absl::StatusOr<std::string> LineOf(const fs::path& folder, const fs::directory_e
                       relative);
 }
 
+// Whether a filtered manifest lists `entry`: `keep` takes it and, for a
+// link, the path it leads to, inside the folder.
+bool Kept(const std::string& folder, const fs::directory_entry& entry, const std::string& relative,
+          const ToolkitPathFilter& keep) {
+  if (!keep(relative)) return false;
+  std::error_code error;
+  if (!entry.is_symlink(error)) return true;
+  const fs::path target = fs::read_symlink(entry.path(), error);
+  if (error || target.is_absolute()) return false;
+  const std::string resolved =
+      (fs::path(relative).parent_path() / target).lexically_normal().string();
+  if (!StaysInside(resolved) || resolved == ".") return false;
+  std::error_code resolve_error;
+  const fs::path real_target =
+      fs::weakly_canonical(entry.path().parent_path() / target, resolve_error);
+  const std::string inside =
+      real_target.lexically_relative(fs::weakly_canonical(folder, resolve_error)).string();
+  return !resolve_error && !inside.empty() && StaysInside(inside) && keep(resolved) && keep(inside);
+}
+
 // The manifest's lines by path.
 std::map<std::string, std::string> ByPath(const std::string& manifest) {
   std::map<std::string, std::string> lines;
@@ -151,6 +171,10 @@ absl::StatusOr<std::vector<ToolkitEntry>> ParseToolkitManifest(absl::string_view
 }
 
 absl::StatusOr<std::string> ManifestOf(const std::string& folder) {
+  return ManifestOf(folder, nullptr);
+}
+
+absl::StatusOr<std::string> ManifestOf(const std::string& folder, const ToolkitPathFilter& keep) {
   std::error_code error;
   fs::recursive_directory_iterator walk(folder, error);
   if (error) {
@@ -162,6 +186,7 @@ absl::StatusOr<std::string> ManifestOf(const std::string& folder) {
     const fs::directory_entry& entry = *walk;
     const std::string relative = entry.path().lexically_relative(folder).string();
     if (relative == kToolkitManifestName) continue;
+    if (keep && !Kept(folder, entry, relative, keep)) continue;
     ASSIGN_OR_RETURN(std::string line, LineOf(folder, entry));
     if (!line.empty()) lines.emplace(relative, std::move(line));
   }

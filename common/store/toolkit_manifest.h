@@ -5,6 +5,7 @@
 // toolkit's content.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,15 @@ inline constexpr int64_t kMaxToolkitManifestBytes = 16 << 20;
 // out of the folder, a name with a space or a control character, or anything
 // that is neither file, folder nor link, is FAILED_PRECONDITION naming it.
 absl::StatusOr<std::string> ManifestOf(const std::string& folder);
+
+// Which of a folder's paths (relative, "bin/nvcc") a manifest takes.
+using ToolkitPathFilter = std::function<bool(const std::string& relative)>;
+
+// The manifest of the part of `folder` that `keep` takes: a file or link
+// `keep` refuses is left out, and so is a link whose target (resolved
+// lexically) it refuses or that leads out of the folder, so that what is
+// listed is whole. Otherwise as above.
+absl::StatusOr<std::string> ManifestOf(const std::string& folder, const ToolkitPathFilter& keep);
 
 // The entries of a manifest that came from elsewhere (a coordinator),
 // checked as hostile: the format line, every field, plain relative paths

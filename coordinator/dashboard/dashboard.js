@@ -47,12 +47,21 @@ function renderWorkers(status) {
   for (const w of workers) {
     const card = el('div', 'worker');
     card.dataset.worker = w.name;
+    // Where its toolkit came from: installed on it, or served by the
+    // coordinator (toolkitSource says how it was fetched).
+    card.dataset.toolkit = w.toolkitSource ? 'served' : 'installed';
+    const toolchain = w.toolchain || {};
+    const nvcc = 'nvcc ' + (toolchain.nvccVersion || toolchain.nvccRelease || '?');
     const head = el('div', 'head');
     head.append(el('span', 'name', w.name),
                 bar(w.memoryUsedBytes, w.reservedBytes, Number(w.memoryCapBytes || 0)),
                 el('span', '', bytes(w.memoryUsedBytes) + ' in use, ' + bytes(w.reservedBytes) +
                    ' reserved of ' + bytes(w.memoryCapBytes)),
                 el('span', '', 'slots ' + (w.runningTasks || 0) + '/' + (w.slots || 0)));
+    const toolkit = el('span', 'toolkit', w.toolkitSource ? nvcc + ', fetched from the coordinator'
+                                                          : nvcc + ', installed');
+    toolkit.title = w.toolkitSource || 'the toolkit installed on the worker';
+    head.append(toolkit);
     card.append(head);
     for (const u of (status.running || []).filter((u) => u.workerName === w.name)) {
       const row = el('div', 'unit');

@@ -163,8 +163,21 @@ else
     fail "compose: the worker's base image cannot be chosen (build arg DISTCC_CUDA_BASE_IMAGE)"
   # One version: the images' default tag is the project's (CMakeLists.txt).
   version=$(sed -n 's/^project(distcc_cuda VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")
-  grep -qE "image: distcc-cuda-worker:$version\$" <<<"$worker_block" ||
+  grep -qE "image: distcc-cuda-worker-served:$version\$" <<<"$worker_block" ||
     fail "compose: the worker image's default tag is not the project's version $version"
+  # The workers fetch the coordinator's toolkit; their image is built on one
+  # without it, and the coordinator serves its own.
+  grep -qE "DISTCC_CUDA_SERVED_TOOLKIT: ['\"]?12\.8['\"]?$" <<<"$worker_block" ||
+    fail "compose: worker does not fetch the served 12.8"
+  grep -qE "DISTCC_CUDA_RUNTIME_IMAGE: ['\"]?ubuntu:24\.04['\"]?$" <<<"$worker_block" ||
+    fail "compose: the worker's image is not built on plain ubuntu:24.04"
+  grep -qE "DISTCC_CUDA_SERVE_TOOLKITS: ['\"]?/usr/local/cuda['\"]?$" <<<"$coordinator_block" ||
+    fail "compose: the coordinator does not serve its image's toolkit"
+  pinned_block=$(service_block worker-pinned <"$config")
+  grep -qE "image: distcc-cuda-worker:$version\$" <<<"$pinned_block" ||
+    fail "compose: no worker-pinned with the toolkit in its image distcc-cuda-worker:$version"
+  ! grep -q 'DISTCC_CUDA_SERVED_TOOLKIT' <<<"$pinned_block" ||
+    fail "compose: worker-pinned fetches a toolkit"
   grep -q 'DISTCC_CUDA_COORDINATOR: coordinator:3633' <<<"$worker_block" ||
     fail "compose: worker is not pointed at coordinator:3633"
   grep -q 'condition: service_healthy' <<<"$worker_block" ||
@@ -244,9 +257,12 @@ problems=$(awk -v repo="$repo" '
       else if (toupper($i) == "AS") name = $(i + 1)
     }
     parent = image
-    variable = image; gsub(/[${}]/, "", variable)
-    if (image ~ /^\$/ && (variable in base_args) && base_args[variable] != "")
+    # An ARG whose default is another ARG (${A}) resolves through it.
+    for (depth = 0; depth < 4 && image ~ /^\$/; depth++) {
+      variable = image; gsub(/[${}]/, "", variable)
+      if (!(variable in base_args) || base_args[variable] == "") break
       image = base_args[variable]
+    }
     if (image in stages) { user[name] = user[image]; health[name] = health[image] }
     else if (image == "scratch") { user[name] = "root"; health[name] = "" }
     else {
@@ -333,10 +349,15 @@ if ! { ((status == 127)) && grep -q 'DISTCC_CUDA_BIN_DIR' "$tmp/nowhere.out"; };
   fail "entrypoint-worker.sh with no binary: status $status, '$(cat "$tmp/nowhere.out")'"
 fi
 
-# Port 0: the coordinator picks a free port and prints it.
+# Port 0: the coordinator picks a free port and prints it. It serves a
+# toolkit (the fake compiler as bin/nvcc, release 12.8) and says why it
+# cannot serve a folder without nvcc, and starts all the same.
 state_dir=$tmp/state
+mkdir -p "$tmp/cuda-served/bin" "$tmp/not-cuda"
+cp "$fake_nvcc" "$tmp/cuda-served/bin/nvcc"
 spawn "$tmp/coordinator.log" env DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_LISTEN=127.0.0.1:0 \
   DISTCC_CUDA_STATE_DIR="$state_dir" DISTCC_CUDA_HTTP_LISTEN=127.0.0.1:0 \
+  DISTCC_CUDA_SERVE_TOOLKITS="$tmp/cuda-served $tmp/not-cuda" FAKE_NVCC_RELEASE=12.8 \
   DISTCC_CUDA_REAPI_LISTEN=127.0.0.1:0 "$deploy/entrypoint-coordinator.sh"
 coordinator_pid=$spawned
 wait_for_line "$tmp/coordinator.log" '^listening on ' 20 "$coordinator_pid"
@@ -347,6 +368,10 @@ address=$(sed -n 's/^listening on //p' "$tmp/coordinator.log" | head -n 1)
 port=${BASH_REMATCH[1]}
 ((port != 0)) || fail "coordinator reports port 0"
 check_exec "$coordinator_pid" "$bin_dir/distcc-cuda-coordinator"
+grep -q "^added CUDA 12.8.0 " "$tmp/coordinator.log" ||
+  fail "DISTCC_CUDA_SERVE_TOOLKITS: the toolkit was not added: $(head -c 2000 "$tmp/coordinator.log")"
+grep -q "not serving the toolkit at $tmp/not-cuda" "$tmp/coordinator.log" ||
+  fail "DISTCC_CUDA_SERVE_TOOLKITS: a folder without nvcc was not said: $(head -c 2000 "$tmp/coordinator.log")"
 [[ -d $state_dir && -n $(ls -A "$state_dir") ]] ||
   fail "DISTCC_CUDA_STATE_DIR: the coordinator wrote nothing to $state_dir"
 
@@ -360,8 +385,10 @@ spawn "$tmp/worker1.log" env "${worker_env[@]}" DISTCC_CUDA_NAME="$name" \
   DISTCC_CUDA_WORK_DIR="$tmp/work1" DISTCC_CUDA_METRICS_LISTEN=127.0.0.1:0 \
   "$deploy/entrypoint-worker.sh"
 worker1_pid=$spawned
-# Worker 2: no name (so HOST-PID), and an argument that overrides a variable.
+# Worker 2: no name (so HOST-PID), an argument that overrides a variable,
+# and the coordinator's toolkit instead of its own.
 spawn "$tmp/worker2.log" env "${worker_env[@]}" DISTCC_CUDA_SLOTS=3 DISTCC_CUDA_WORK_DIR="$tmp/work2" \
+  DISTCC_CUDA_SERVED_TOOLKIT=12.8 DISTCC_CUDA_TOOLKIT_CACHE_SIZE=1GiB \
   "$deploy/entrypoint-worker.sh" --slots 1
 worker2_pid=$spawned
 wait_for_line "$tmp/worker1.log" 'registered' 20 "$worker1_pid"
@@ -404,6 +431,10 @@ grep -qE 'enforced by .*watchdog' "$tmp/status.out" ||
   fail "DISTCC_CUDA_MEMORY_MECHANISM=watchdog not applied: $(cat "$tmp/status.out")"
 grep -q 'nvcc 12\.8 ' "$tmp/status.out" ||
   fail "DISTCC_CUDA_NVCC (the fake, release 12.8) not applied: $(cat "$tmp/status.out")"
+[[ $(grep -c 'toolkit served by the coordinator: CUDA 12\.8\.0' "$tmp/status.out") == 1 ]] ||
+  fail "DISTCC_CUDA_SERVED_TOOLKIT: worker 2 does not say it runs the served toolkit: $(cat "$tmp/status.out")"
+[[ -x $(echo "$tmp"/work2/toolkits/cuda-12.8.0-*/bin/nvcc) ]] ||
+  fail "DISTCC_CUDA_SERVED_TOOLKIT: no served nvcc in worker 2's toolkit cache"
 
 # healthcheck.sh ROLE [VARIABLE=VALUE...]: its exit status.
 health() {

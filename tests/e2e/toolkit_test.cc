@@ -122,7 +122,9 @@ class ToolkitTest : public ::testing::Test {
 TEST_F(ToolkitTest, InstallsFromPyPIOnceSafelyAtOnceChecksItsFilesAndRemovesIt) {
   const std::string home = Installed();
   EXPECT_EQ(home, absl::StrCat(cache_, "/cuda-", kVersion));
-  absl::StatusOr<ProcessResult> version = RunProcess({{home + "/bin/nvcc", "--version"}});
+  ProcessSpec ask;
+  ask.argv = {home + "/bin/nvcc", "--version"};
+  absl::StatusOr<ProcessResult> version = RunProcess(ask);
   ASSERT_TRUE(version.ok());
   EXPECT_THAT(version->stdout_text, HasSubstr("release 13.2, V13.2.86"));
   EXPECT_TRUE(IsRegularFile(home + "/lib64/libcudart.so")) << "torch links -lcudart from lib64";

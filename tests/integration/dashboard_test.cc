@@ -177,6 +177,11 @@ TEST_F(DashboardTest, ChromiumShowsBothWorkersARunningUnitARevokedNameAndThenThe
   EXPECT_THAT(dom, HasSubstr("UTC: its key was on a lost laptop"));
   EXPECT_THAT(dom, HasSubstr("data-worker=\"worker-a\""));
   EXPECT_THAT(dom, HasSubstr("data-worker=\"worker-b\""));
+  // Each worker's nvcc, and where its toolkit came from.
+  EXPECT_THAT(dom, HasSubstr("data-toolkit=\"installed\""));
+  EXPECT_THAT(dom, HasSubstr("data-toolkit=\"served\""));
+  EXPECT_THAT(dom, HasSubstr(", fetched from the coordinator<"));
+  EXPECT_THAT(dom, HasSubstr("title=\"served by the coordinator: CUDA 13.2.86, fetched in 2.2s\""));
   EXPECT_TRUE(absl::StrContains(dom, "data-unit=\"attn_fwd\"") ||
               absl::StrContains(dom, "data-unit=\"attn_bwd\""))
       << dom;

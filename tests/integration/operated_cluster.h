@@ -24,7 +24,9 @@ class OperatedClusterTest : public ::testing::Test {
   // Starts the coordinator with `options` (its state under a new root) and
   // workers worker-a and worker-b of one slot, each capped at `cap` by the
   // watchdog (the same memory kills on every machine, root or not), with
-  // /metrics on loopback. The compiles run unsandboxed (--insecure-no-sandbox),
+  // /metrics on loopback; worker-b says its toolkit was served by the
+  // coordinator (what a worker with --served-toolkit registers with), so
+  // that status pages show both kinds. The compiles run unsandboxed (--insecure-no-sandbox),
   // so that a unit can wait for a file the test writes when it has seen
   // what it looks for (FAKE_COMPILE_WAIT_FOR): the sandbox is not what these
   // tests are about, and the cluster tests cover it.
@@ -46,6 +48,9 @@ class OperatedClusterTest : public ::testing::Test {
       worker.nvcc_path = FakeNvccPath();
       worker.work_dir = root_ + "/" + name;
       worker.metrics_listen = "127.0.0.1:0";
+      if (std::string(name) == "worker-b") {
+        worker.toolkit_source = "served by the coordinator: CUDA 13.2.86, fetched in 2.2s";
+      }
       auto running = worker::Worker::Start(worker);
       ASSERT_TRUE(running.ok()) << running.status();
       workers_.push_back(std::move(*running));

@@ -5,6 +5,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <sstream>
+#include <string>
 
 #include "tests/support/prometheus_text.h"
 
@@ -36,6 +37,38 @@ TEST(ClusterMetricsTest, OneSeriesPerWorkerNameEvenWhenAWorkerRegisteredTwice) {
   EXPECT_EQ(scraped->Value("distcc_cuda_worker_memory_reserved_bytes{worker=\"node-1\"}"), 600);
   EXPECT_EQ(scraped->Value("distcc_cuda_worker_memory_used_bytes{worker=\"node-2\"}"), 100);
   EXPECT_EQ(scraped->Sum("distcc_cuda_worker_memory_cap_bytes"), 3000);
+}
+
+// Which nvcc each worker has and whether it fetched it from the
+// coordinator, once per name.
+TEST(ClusterMetricsTest, EachWorkersToolkitAndWhereItCameFrom) {
+  v1::ClusterStatus status;
+  for (const char* name : {"pinned", "fetching", "pinned"}) {
+    v1::WorkerStatus* worker = status.add_workers();
+    worker->set_name(name);
+    worker->mutable_toolchain()->set_nvcc_release("13.2");
+    worker->mutable_toolchain()->set_nvcc_version("13.2.86");
+    if (std::string(name) == "fetching") {
+      worker->set_toolkit_source("served by the coordinator: CUDA 13.2.86, fetched in 2.2s");
+    }
+  }
+  status.add_workers()->set_name("old");  // a worker that said no version
+  status.mutable_workers(3)->mutable_toolchain()->set_nvcc_release("12.8");
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, ClusterMetrics(status));
+  auto scraped = testing::ParsePrometheusText(text.str());
+  ASSERT_TRUE(scraped.ok()) << scraped.status() << "\n" << text.str();
+  EXPECT_EQ(scraped->Sum("distcc_cuda_worker_toolkit_info"), 3) << text.str();
+  EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"13.2.86\",source=\"installed\","
+                           "worker=\"pinned\"}"),
+            1)
+      << text.str();
+  EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"13.2.86\",source=\"served\","
+                           "worker=\"fetching\"}"),
+            1);
+  EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"12.8\",source=\"installed\","
+                           "worker=\"old\"}"),
+            1);
 }
 
 // What a client reports of its scans is hostile input: each value is
