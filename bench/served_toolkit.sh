@@ -12,10 +12,16 @@
 #   build      examples/attention with --toolkit 13.2 on those two workers
 #              (1 slot each): the units each compiled and their nvcc times
 #   cached     the fetched worker restarted: from its cache, checked again
+#   both       the coordinator stopped, this machine's 13.0 added too (its
+#              compile part), restarted; one worker (2 slots, empty cache)
+#              with --served-toolkit 13.0,13.2: start to registered; then
+#              examples/attention built for 13.0 and for 13.2 at the same
+#              time, both on that worker
 # Its last line:
 #   toolkit_mib= files= add_s= own_start_s= fetched_start_s= cached_start_s=
-#   build_s= own_units= fetched_units=
-# About a minute on 2 cores. Logs: build/bench-served-toolkit/.
+#   build_s= own_units= fetched_units= add_130_s= both_start_s= both_build_s=
+#   both_units=
+# About two minutes on 2 cores. Logs: build/bench-served-toolkit/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -73,6 +79,38 @@ worker fetched "$WORK/cached.log" --nvcc /usr/local/cuda/bin/nvcc --served-toolk
 wait_for "$WORK/cached.log" "registered"
 cached_s=$(since "$t")
 grep -h "fetched CUDA\|from the cache" "$WORK/fetched.log" "$WORK/cached.log"
+
+# One worker, two served toolkits, two builds at once.
+kill "${pids[@]}" 2>/dev/null || true
+wait "${pids[@]}" 2>/dev/null || true
+pids=()
+t=$(now)
+"$B/distcc-cuda-coordinator" toolkit add --state-dir "$WORK/state" /usr/local/cuda | tee "$WORK/add-130.log"
+add_130_s=$(since "$t")
+"$B/distcc-cuda-coordinator" --listen 127.0.0.1:0 --state-dir "$WORK/state" >"$WORK/coordinator2.log" 2>&1 &
+pids+=($!)
+wait_for "$WORK/coordinator2.log" "listening on "
+ADDR=$(sed -n 's/.*listening on //p' "$WORK/coordinator2.log" | head -1)
+release130=$(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+t=$(now)
+"$B/distcc-cuda-worker" --coordinator "$ADDR" --name both --slots 2 --memory-cap 6GiB \
+  --work-dir "$WORK/both" --served-toolkit "$release130,13.2" >"$WORK/both.log" 2>&1 &
+pids+=($!)
+wait_for "$WORK/both.log" "registered"
+both_s=$(since "$t")
+grep -h "fetched CUDA" "$WORK/both.log"
+t=$(now)
+"$B/distcc-cuda" build examples/attention/kernels.toml --coordinator "$ADDR" --toolkit "$HOME132" \
+  -o "$WORK/out-132" >"$WORK/both-132.log" 2>&1 &
+build132=$!
+"$B/distcc-cuda" build examples/attention/kernels.toml --coordinator "$ADDR" \
+  -o "$WORK/out-130" >"$WORK/both-130.log" 2>&1
+wait "$build132"
+both_build_s=$(since "$t")
+both_units=$(cat "$WORK/both-130.log" "$WORK/both-132.log" |
+  sed -n 's/.*workers .*both: \([0-9]*\).*/\1/p' | awk '{n += $1} END {print n + 0}')
+grep -h "toolchain\|workers " "$WORK/both-130.log" "$WORK/both-132.log"
 echo "toolkit_mib=$mib files=$files add_s=$add_s own_start_s=$own_s fetched_start_s=$fetched_s" \
   "cached_start_s=$cached_s build_s=$build_s own_units=${own_units:-0}" \
-  "fetched_units=${fetched_units:-0}"
+  "fetched_units=${fetched_units:-0} add_130_s=$add_130_s both_start_s=$both_s" \
+  "both_build_s=$both_build_s both_units=${both_units:-0}"

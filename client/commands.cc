@@ -63,6 +63,9 @@ absl::Status RunStatus(const std::string& coordinator_address, absl::Duration co
     out << "      " << DescribeToolchain(worker.toolchain()) << "\n";
     if (!worker.toolkit_source().empty())
       out << "      toolkit " << worker.toolkit_source() << "\n";
+    for (const v1::ToolchainFingerprint& more : worker.more_toolchains()) {
+      out << "      and " << DescribeToolchain(more) << " (served by the coordinator)\n";
+    }
     if (!worker.memory_mechanism().empty()) {
       out << "      cap enforced by " << worker.memory_mechanism() << "\n";
     }

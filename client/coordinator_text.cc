@@ -80,6 +80,7 @@ void MakePrintable(v1::ClusterStatus& status) {
     Clean(worker.mutable_sandbox());
     Clean(worker.mutable_toolkit_source());
     Clean(worker.mutable_toolchain());
+    for (v1::ToolchainFingerprint& more : *worker.mutable_more_toolchains()) Clean(&more);
   }
   for (v1::RunningUnit& unit : *status.mutable_running()) {
     Clean(unit.mutable_unit_name());

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
 #include "common/nvcc/toolchain.h"
@@ -92,12 +93,16 @@ absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWor
     LockedSection lock(this);
     RETURN_IF_ERROR(workers_.Add(id, request, peer, now));
     for (auto& [build_id, build] : builds_) {
-      if (build.toolchain_digest == request.toolchain().digest()) build.stranded_since.reset();
+      if (HasToolchain(request, build.toolchain_digest)) build.stranded_since.reset();
     }
   }
   LogFields fields{{"worker", request.name()}};
+  std::vector<std::string> toolchains;
+  for (const v1::ToolchainFingerprint* toolchain : ToolchainsOf(request)) {
+    toolchains.push_back(DescribeToolchain(*toolchain));
+  }
   spdlog::info("worker {} joined: {} slots, cap {} bytes, {}", id, request.slots(),
-               request.memory_cap_bytes(), DescribeToolchain(request.toolchain()));
+               request.memory_cap_bytes(), absl::StrJoin(toolchains, " and "));
   return id;
 }
 
@@ -228,7 +233,9 @@ std::vector<v1::ToolchainFingerprint> BuildScheduler::Toolchains() const {
   {
     LockedSection lock(this);
     for (const auto& [id, worker] : workers_) {
-      distinct.try_emplace(worker.info.toolchain().digest(), worker.info.toolchain());
+      for (const v1::ToolchainFingerprint* toolchain : ToolchainsOf(worker.info)) {
+        distinct.try_emplace(toolchain->digest(), *toolchain);
+      }
     }
   }
   std::vector<v1::ToolchainFingerprint> toolchains;

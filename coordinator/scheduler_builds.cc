@@ -25,12 +25,15 @@ absl::Status BuildScheduler::ToolchainServedLocked(const v1::ToolchainFingerprin
   eligible = 0;
   std::vector<std::string> others;
   for (const auto& [worker_id, worker] : workers_) {
-    if (worker.info.toolchain().digest() == toolchain.digest()) {
+    if (HasToolchain(worker.info, toolchain.digest())) {
       ++eligible;
-    } else {
-      others.push_back(
-          absl::StrCat(worker.info.name(), ": ", DescribeToolchain(worker.info.toolchain())));
+      continue;
     }
+    std::vector<std::string> its;
+    for (const v1::ToolchainFingerprint* had : ToolchainsOf(worker.info)) {
+      its.push_back(DescribeToolchain(*had));
+    }
+    others.push_back(absl::StrCat(worker.info.name(), ": ", absl::StrJoin(its, " and ")));
   }
   if (eligible > 0 || StartingUpLocked(now)) return absl::OkStatus();
   // Typed (TOOLCHAIN, the toolchain's digest): a client can tell it from

@@ -84,7 +84,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
   std::map<std::string, bool> holding;  // per build, asked once
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     BuildState& build = builds_.at(it->first);
-    if (build.toolchain_digest != worker.info.toolchain().digest()) continue;
+    if (!HasToolchain(worker.info, build.toolchain_digest)) continue;
     int index = it->second;
     UnitState& unit = build.units[index];
     if (unit.refused_by.count(worker_id) || unit.planned.avoid_peers.count(worker.peer.name)) {
@@ -124,6 +124,7 @@ std::optional<v1::Task> BuildScheduler::TakeTaskFor(const std::string& worker_id
     v1::Task task;
     task.set_task_id(task_id);
     task.set_build_id(build.id);
+    task.set_toolchain_digest(build.toolchain_digest);
     *task.mutable_unit() = WholeUnit(unit);
     task.set_timeout_ms(absl::ToInt64Milliseconds(options_.task_timeout));
     task.set_reserved_bytes(*reservation);

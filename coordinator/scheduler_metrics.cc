@@ -150,17 +150,27 @@ void SchedulerMetrics::BuildFinished(bool success) {
 
 namespace {
 
-// Each worker's toolkit, once per name (as the gauges above).
+std::string VersionOf(const v1::ToolchainFingerprint& toolchain) {
+  return toolchain.nvcc_version().empty() ? toolchain.nvcc_release() : toolchain.nvcc_version();
+}
+
+// Each worker's toolkits (its own, and the further ones served to it), once
+// per name (as the gauges above).
 void AddToolkits(const v1::ClusterStatus& status, prometheus::MetricFamily& out) {
   std::set<std::string> named;
+  std::set<std::pair<std::string, std::string>> added;
   for (const v1::WorkerStatus& worker : status.workers()) {
     if (!named.insert(worker.name()).second) continue;
-    const v1::ToolchainFingerprint& toolchain = worker.toolchain();
+    added.insert({worker.name(), VersionOf(worker.toolchain())});
     AddSample(out, 1,
               {{"worker", worker.name()},
-               {"nvcc", toolchain.nvcc_version().empty() ? toolchain.nvcc_release()
-                                                         : toolchain.nvcc_version()},
+               {"nvcc", VersionOf(worker.toolchain())},
                {"source", worker.toolkit_source().empty() ? "installed" : "served"}});
+    for (const v1::ToolchainFingerprint& more : worker.more_toolchains()) {
+      if (!added.insert({worker.name(), VersionOf(more)}).second) continue;
+      AddSample(out, 1,
+                {{"worker", worker.name()}, {"nvcc", VersionOf(more)}, {"source", "served"}});
+    }
   }
 }
 

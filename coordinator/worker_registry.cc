@@ -57,12 +57,24 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker '", name, "' sent no toolchain fingerprint"));
   }
-  const v1::ToolchainFingerprint& toolchain = request.toolchain();
-  for (const std::string* text :
-       {&request.memory_mechanism(), &request.sandbox(), &request.toolkit_source(),
-        &toolchain.nvcc_release(), &toolchain.nvcc_build(), &toolchain.nvcc_version(),
-        &toolchain.nvcc_path(), &toolchain.host_compiler(), &toolchain.digest(),
-        &toolchain.cuda_version_header()}) {
+  if (request.more_toolchains_size() > kMaxMoreToolchains) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker '", name, "' offers ", request.more_toolchains_size(),
+                     " further toolchains; at most ", kMaxMoreToolchains));
+  }
+  std::vector<const std::string*> texts = {&request.memory_mechanism(), &request.sandbox(),
+                                           &request.toolkit_source()};
+  for (const v1::ToolchainFingerprint* toolchain : ToolchainsOf(request)) {
+    if (toolchain->digest().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker '", name, "' offers a toolchain without its digest"));
+    }
+    texts.insert(texts.end(),
+                 {&toolchain->nvcc_release(), &toolchain->nvcc_build(), &toolchain->nvcc_version(),
+                  &toolchain->nvcc_path(), &toolchain->host_compiler(), &toolchain->digest(),
+                  &toolchain->cuda_version_header()});
+  }
+  for (const std::string* text : texts) {
     if (!Printable(*text, kMaxDescription)) {
       return absl::InvalidArgumentError(
           absl::StrCat("worker '", name, "' describes itself with control characters or over ",
@@ -70,6 +82,21 @@ absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<const v1::ToolchainFingerprint*> ToolchainsOf(const v1::RegisterWorkerRequest& worker) {
+  std::vector<const v1::ToolchainFingerprint*> toolchains = {&worker.toolchain()};
+  for (const v1::ToolchainFingerprint& more : worker.more_toolchains()) {
+    toolchains.push_back(&more);
+  }
+  return toolchains;
+}
+
+bool HasToolchain(const v1::RegisterWorkerRequest& worker, const std::string& toolchain_digest) {
+  if (worker.toolchain().digest() == toolchain_digest) return true;
+  return std::any_of(
+      worker.more_toolchains().begin(), worker.more_toolchains().end(),
+      [&](const v1::ToolchainFingerprint& more) { return more.digest() == toolchain_digest; });
 }
 
 absl::Status WorkerRegistry::Add(const std::string& id, const v1::RegisterWorkerRequest& request,
@@ -117,14 +144,14 @@ const WorkerState* WorkerRegistry::Find(const std::string& id) const {
 
 bool WorkerRegistry::Serves(const std::string& toolchain_digest) const {
   return std::any_of(workers_.begin(), workers_.end(), [&](const auto& worker) {
-    return worker.second.info.toolchain().digest() == toolchain_digest;
+    return HasToolchain(worker.second.info, toolchain_digest);
   });
 }
 
 int64_t WorkerRegistry::LargestCap(const std::string& toolchain_digest) const {
   int64_t largest = 0;
   for (const auto& [id, worker] : workers_) {
-    if (worker.info.toolchain().digest() == toolchain_digest) {
+    if (HasToolchain(worker.info, toolchain_digest)) {
       largest = std::max(largest, worker.info.memory_cap_bytes());
     }
   }
@@ -134,7 +161,7 @@ int64_t WorkerRegistry::LargestCap(const std::string& toolchain_digest) const {
 ClusterCapacity WorkerRegistry::Capacity(const std::string& toolchain_digest) const {
   ClusterCapacity capacity;
   for (const auto& [id, worker] : workers_) {
-    if (worker.info.toolchain().digest() != toolchain_digest) continue;
+    if (!HasToolchain(worker.info, toolchain_digest)) continue;
     int64_t cap = worker.info.memory_cap_bytes();
     int64_t usable = cap - AdmissionHeadroom(cap);
     const int64_t per_slot = usable / std::max(1, worker.info.slots());
@@ -152,8 +179,7 @@ int WorkerRegistry::PeersWith(const std::string& toolchain_digest,
                               const std::set<std::string>& excluding) const {
   std::set<std::string> peers;
   for (const auto& [id, worker] : workers_) {
-    if (worker.info.toolchain().digest() == toolchain_digest &&
-        !excluding.count(worker.peer.name)) {
+    if (HasToolchain(worker.info, toolchain_digest) && !excluding.count(worker.peer.name)) {
       peers.insert(worker.peer.name);
     }
   }
@@ -189,6 +215,7 @@ void WorkerRegistry::AddTo(v1::ClusterStatus& status, absl::Time now) const {
     out->set_memory_mechanism(worker.info.memory_mechanism());
     out->set_sandbox(worker.info.sandbox());
     out->set_toolkit_source(worker.info.toolkit_source());
+    *out->mutable_more_toolchains() = worker.info.more_toolchains();
     out->set_reserved_bytes(worker.reserved_bytes);
     out->set_memory_used_bytes(worker.memory_used_bytes);
   }

@@ -57,6 +57,16 @@ struct WorkerState {
 // lock.
 absl::Status CheckRegistration(const v1::RegisterWorkerRequest& request);
 
+// The most further toolchains (served toolkits) one worker may offer.
+inline constexpr int kMaxMoreToolchains = 8;
+
+// A worker's toolchains: its own first, then those of the further served
+// toolkits it compiles with (RegisterWorkerRequest.more_toolchains).
+std::vector<const v1::ToolchainFingerprint*> ToolchainsOf(const v1::RegisterWorkerRequest& worker);
+// Whether the worker compiles with toolchain `toolchain_digest`, its own or
+// a further one.
+bool HasToolchain(const v1::RegisterWorkerRequest& worker, const std::string& toolchain_digest);
+
 class WorkerRegistry {
  public:
   using Workers = std::map<std::string, WorkerState>;

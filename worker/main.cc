@@ -38,7 +38,9 @@ ABSL_FLAG(std::string, nvcc, "",
 ABSL_FLAG(std::string, served_toolkit, "",
           "compile with the coordinator's toolkit of this release (13.2: the newest it serves; "
           "13.2.86: that one) instead of --nvcc: fetched once into WORK_DIR/toolkits, every file "
-          "checked (distcc-cuda-coordinator toolkit add serves one)");
+          "checked (distcc-cuda-coordinator toolkit add serves one); several, comma-separated "
+          "(12.8,13.2): the worker takes units of each one's builds, each compiled with its "
+          "own toolkit");
 ABSL_FLAG(std::string, toolkit_cache_size, "8GiB",
           "with --served-toolkit: the most its toolkit cache keeps (least recently used out)");
 ABSL_FLAG(std::string, require_nvcc, "",
@@ -122,12 +124,12 @@ absl::StatusOr<int64_t> MemoryCapFlag() {
   return parsed;
 }
 
-// --served-toolkit's, fetched or from the cache; empty without it.
-absl::StatusOr<distcc_cuda::worker::ServedToolkitUse> ServedToolkit(
+// --served-toolkit's, fetched or from the cache; none without it.
+absl::StatusOr<std::vector<distcc_cuda::worker::ServedToolkitUse>> ServedToolkits(
     const distcc_cuda::worker::WorkerOptions& options) {
   distcc_cuda::worker::ServedToolkitRequest request;
   request.wanted = absl::GetFlag(FLAGS_served_toolkit);
-  if (request.wanted.empty()) return distcc_cuda::worker::ServedToolkitUse();
+  if (request.wanted.empty()) return std::vector<distcc_cuda::worker::ServedToolkitUse>();
   request.coordinator_address = options.coordinator_address;
   request.tls = options.tls;
   request.cache_dir = options.work_dir + "/toolkits";
@@ -138,7 +140,7 @@ absl::StatusOr<distcc_cuda::worker::ServedToolkitUse> ServedToolkit(
         absl::StrCat("--toolkit-cache-size: ", size.status().message()));
   }
   request.cache_max_bytes = *size;
-  return distcc_cuda::worker::UseServedToolkit(request);
+  return distcc_cuda::worker::UseServedToolkits(request);
 }
 
 }  // namespace
@@ -242,12 +244,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.force_watchdog = mechanism == "watchdog";
-  if (auto served = ServedToolkit(options); !served.ok()) {
+  if (auto served = ServedToolkits(options); !served.ok()) {
     distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(served.status().message()));
     return 1;
-  } else if (!served->nvcc.empty()) {
-    options.nvcc_path = served->nvcc;
-    options.toolkit_source = served->source;
+  } else {
+    // The first instead of --nvcc; the rest beside it.
+    for (size_t i = 0; i < served->size(); ++i) {
+      const distcc_cuda::worker::ServedToolkitUse& use = (*served)[i];
+      if (i == 0) {
+        options.nvcc_path = use.nvcc;
+        options.toolkit_source = use.source;
+      } else {
+        options.more_toolkits.push_back({use.nvcc, use.source});
+      }
+    }
   }
   // Started before its coordinator, or cut off from it: keep trying (with
   // backoff, logging each attempt) and answer SIGTERM at once meanwhile.

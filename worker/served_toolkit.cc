@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <system_error>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/base/byte_size.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
@@ -54,8 +57,8 @@ std::vector<Cached> CachedToolkits(const std::string& cache_dir) {
   return cached;
 }
 
-// Least recently used first, beyond `max_bytes`; never `keep`.
-void Evict(const std::string& cache_dir, int64_t max_bytes, const std::string& keep) {
+// Least recently used first, beyond `max_bytes`; never one of `keep`.
+void Evict(const std::string& cache_dir, int64_t max_bytes, const std::set<std::string>& keep) {
   std::vector<Cached> cached = CachedToolkits(cache_dir);
   std::sort(cached.begin(), cached.end(),
             [](const Cached& a, const Cached& b) { return a.used < b.used; });
@@ -63,7 +66,7 @@ void Evict(const std::string& cache_dir, int64_t max_bytes, const std::string& k
   for (const Cached& toolkit : cached) total += toolkit.bytes;
   for (const Cached& toolkit : cached) {
     if (total <= max_bytes) break;
-    if (toolkit.folder == keep) continue;
+    if (keep.count(toolkit.folder) > 0) continue;
     if (RemoveAll(toolkit.folder).ok()) {
       total -= toolkit.bytes;
       spdlog::info("toolkit cache: removed {} ({}), the least recently used", toolkit.folder,
@@ -105,20 +108,12 @@ absl::StatusOr<absl::Duration> Fetch(const v1::ServedToolkit& toolkit,
   return took;
 }
 
-}  // namespace
-
-absl::StatusOr<ServedToolkitUse> UseServedToolkit(const ServedToolkitRequest& request) {
-  ASSIGN_OR_RETURN(CudaRelease wanted, CudaRelease::Parse(request.wanted));
-  auto channel = OpenChannel(request.coordinator_address, request.tls);
-  auto stub = v1::ContentStore::NewStub(channel);
-  ASSIGN_OR_RETURN(std::vector<v1::ServedToolkit> served,
-                   ListServedToolkits(*stub, absl::Minutes(1)));
-  ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, ChooseServedToolkit(served, wanted));
-  RETURN_IF_ERROR(MakeDirectories(request.cache_dir));
-  // Two workers on one machine may share a cache: one fetches at a time.
-  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::AcquireWaiting(request.cache_dir));
-  const std::string home = absl::StrCat(request.cache_dir, "/cuda-", toolkit.version(), "-",
-                                        toolkit.manifest().hash().substr(0, 12));
+// One served toolkit, from the cache (checked) or fetched into it; its
+// folder in `home`. The caller holds the cache's lock.
+absl::StatusOr<ServedToolkitUse> UseOne(const v1::ServedToolkit& toolkit,
+                                        const ServedToolkitRequest& request, std::string& home) {
+  home = absl::StrCat(request.cache_dir, "/cuda-", toolkit.version(), "-",
+                      toolkit.manifest().hash().substr(0, 12));
   std::error_code error;
   if (fs::exists(home, error)) {
     absl::Status intact = UseCached(home);
@@ -126,7 +121,6 @@ absl::StatusOr<ServedToolkitUse> UseServedToolkit(const ServedToolkitRequest& re
       LogNotice(absl::StrCat("compiling with ", DescribeServedToolkit(toolkit),
                              ", served by the coordinator, from the cache at ", home,
                              " (every file checked)"));
-      Evict(request.cache_dir, request.cache_max_bytes, home);
       return ServedToolkitUse{
           home + "/bin/nvcc",
           absl::StrCat("served by the coordinator: ", DescribeServedToolkit(toolkit),
@@ -136,11 +130,44 @@ absl::StatusOr<ServedToolkitUse> UseServedToolkit(const ServedToolkitRequest& re
     RETURN_IF_ERROR(RemoveAll(home));
   }
   ASSIGN_OR_RETURN(absl::Duration took, Fetch(toolkit, request, home));
-  Evict(request.cache_dir, request.cache_max_bytes, home);
   return ServedToolkitUse{
       home + "/bin/nvcc",
       absl::StrCat("served by the coordinator: ", DescribeServedToolkit(toolkit), ", fetched in ",
                    absl::FormatDuration(took), " (every file checked)")};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ServedToolkitUse>> UseServedToolkits(
+    const ServedToolkitRequest& request) {
+  std::vector<CudaRelease> wanted;
+  for (absl::string_view release : absl::StrSplit(request.wanted, ',')) {
+    ASSIGN_OR_RETURN(CudaRelease parsed, CudaRelease::Parse(absl::StripAsciiWhitespace(release)));
+    wanted.push_back(parsed);
+  }
+  auto channel = OpenChannel(request.coordinator_address, request.tls);
+  auto stub = v1::ContentStore::NewStub(channel);
+  ASSIGN_OR_RETURN(std::vector<v1::ServedToolkit> served,
+                   ListServedToolkits(*stub, absl::Minutes(1)));
+  std::vector<v1::ServedToolkit> chosen;
+  for (const CudaRelease& release : wanted) {
+    ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, ChooseServedToolkit(served, release));
+    chosen.push_back(std::move(toolkit));
+  }
+  RETURN_IF_ERROR(MakeDirectories(request.cache_dir));
+  // Two workers on one machine may share a cache: one fetches at a time.
+  ASSIGN_OR_RETURN(FolderLock lock, FolderLock::AcquireWaiting(request.cache_dir));
+  std::vector<ServedToolkitUse> used;
+  std::set<std::string> homes;
+  for (const v1::ServedToolkit& toolkit : chosen) {
+    std::string home;
+    ASSIGN_OR_RETURN(ServedToolkitUse use, UseOne(toolkit, request, home));
+    homes.insert(home);
+    used.push_back(std::move(use));
+  }
+  // Those in use stay, even when together they are more than the cache's size.
+  Evict(request.cache_dir, request.cache_max_bytes, homes);
+  return used;
 }
 
 }  // namespace distcc_cuda::worker

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/transport/tls_credentials.h"
@@ -17,7 +18,8 @@
 namespace distcc_cuda::worker {
 
 struct ServedToolkitRequest {
-  std::string wanted;  // a release ("13.2": the newest served) or a version
+  // Releases ("13.2": the newest served) or versions, comma-separated.
+  std::string wanted;
   std::string coordinator_address;
   std::optional<TlsMaterial> tls;
   std::string cache_dir;                       // WORK_DIR/toolkits
@@ -29,9 +31,11 @@ struct ServedToolkitUse {
   std::string source;  // for status: "served by the coordinator: CUDA ..., fetched in 2.2s"
 };
 
-// The served toolkit: the cache's copy when it is intact, else fetched
-// into the cache. Waits up to a minute for the coordinator. Errors say what
-// the coordinator serves and which file did not match.
-absl::StatusOr<ServedToolkitUse> UseServedToolkit(const ServedToolkitRequest& request);
+// Each wanted toolkit, in order: the cache's copy when it is intact, else
+// fetched into the cache; then the least recently used others leave the
+// cache as its size needs. Waits up to a minute for the coordinator. Errors
+// say what the coordinator serves and which file did not match.
+absl::StatusOr<std::vector<ServedToolkitUse>> UseServedToolkits(
+    const ServedToolkitRequest& request);
 
 }  // namespace distcc_cuda::worker

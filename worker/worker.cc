@@ -64,45 +64,11 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
     worker->toolchain_ = toolchain;
     worker->toolchain_files_ = ToolchainFilesSignature(options.nvcc_path);
   }
+  RETURN_IF_ERROR(worker->AddFurtherToolkits());
   worker->toolkit_root_ =
       std::filesystem::path(AbsolutePath(options.nvcc_path)).parent_path().parent_path().string();
   worker->tasks_dir_ = options.work_dir + "/tasks";
-  if (options.remote_executor.has_value()) {
-    // Nothing compiles here: the engine's workers sandbox and cap.
-  } else if (options.sandbox) {
-    SandboxOptions sandbox = options.sandbox_options;
-    sandbox.toolkit_root = worker->toolkit_root_;
-    // The sandbox user must reach the task folders; a work dir under a
-    // private home folder (root's ~/.cache) is not reachable, so its tasks
-    // go to a folder of their own under /var/tmp.
-    std::string fallback =
-        absl::StrCat("/var/tmp/distcc-cuda-sandbox/",
-                     DigestOf(AbsolutePath(options.work_dir)).hash.substr(0, 16));
-    absl::StatusOr<std::unique_ptr<Sandbox>> made =
-        Sandbox::Create(sandbox, options.nvcc_path, {worker->tasks_dir_, fallback});
-    if (!made.ok()) {
-      return Annotate(made.status(),
-                      absl::StrCat("worker ", options.name, " cannot sandbox compiles"));
-    }
-    worker->sandbox_ = *std::move(made);
-    worker->tasks_dir_ = worker->sandbox_->task_root();
-  } else {
-    spdlog::warn(
-        "INSECURE: worker {} runs every compile WITHOUT a sandbox (--insecure-no-sandbox): "
-        "nvcc runs as this worker's user with its files and network; run only builds you "
-        "trust",
-        options.name);
-    if (options.stable_compile_path) {
-      absl::Status mounts = MountNamespacesWork(kUnitRoot);
-      if (mounts.ok()) {
-        worker->unit_root_ = kUnitRoot;
-      } else {
-        spdlog::info(
-            "worker {}: units compile at their task folders' paths (no mount namespace: {})",
-            options.name, std::string(mounts.message()));
-      }
-    }
-  }
+  RETURN_IF_ERROR(worker->PrepareIsolation());
   ASSIGN_OR_RETURN(worker->cache_,
                    CasStore::Open(options.work_dir + "/cas", options.cas_max_bytes));
   MemoryCapOptions cap;
@@ -170,6 +136,49 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
     if (!worker->refused_.ok()) return worker->refused_;
   }
   return worker;
+}
+
+absl::Status Worker::PrepareIsolation() {
+  if (options_.remote_executor.has_value()) {
+    // Nothing compiles here: the engine's workers sandbox and cap.
+  } else if (options_.sandbox) {
+    SandboxOptions sandbox = options_.sandbox_options;
+    sandbox.toolkit_root = toolkit_root_;
+    for (const FurtherToolkitState& more : more_toolkits_) {
+      sandbox.more_toolkit_roots.push_back(more.root);
+    }
+    // The sandbox user must reach the task folders; a work dir under a
+    // private home folder (root's ~/.cache) is not reachable, so its tasks
+    // go to a folder of their own under /var/tmp.
+    std::string fallback =
+        absl::StrCat("/var/tmp/distcc-cuda-sandbox/",
+                     DigestOf(AbsolutePath(options_.work_dir)).hash.substr(0, 16));
+    absl::StatusOr<std::unique_ptr<Sandbox>> made =
+        Sandbox::Create(sandbox, options_.nvcc_path, {tasks_dir_, fallback});
+    if (!made.ok()) {
+      return Annotate(made.status(),
+                      absl::StrCat("worker ", options_.name, " cannot sandbox compiles"));
+    }
+    sandbox_ = *std::move(made);
+    tasks_dir_ = sandbox_->task_root();
+  } else {
+    spdlog::warn(
+        "INSECURE: worker {} runs every compile WITHOUT a sandbox (--insecure-no-sandbox): "
+        "nvcc runs as this worker's user with its files and network; run only builds you "
+        "trust",
+        options_.name);
+    if (options_.stable_compile_path) {
+      absl::Status mounts = MountNamespacesWork(kUnitRoot);
+      if (mounts.ok()) {
+        unit_root_ = kUnitRoot;
+      } else {
+        spdlog::info(
+            "worker {}: units compile at their task folders' paths (no mount namespace: {})",
+            options_.name, std::string(mounts.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string Worker::metrics_url() const {
@@ -277,6 +286,9 @@ absl::Status Worker::Register() {
   request.set_sandbox(sandbox_description());
   request.set_reads_input_trees(true);
   request.set_toolkit_source(options_.toolkit_source);
+  for (const FurtherToolkitState& more : more_toolkits_) {
+    *request.add_more_toolchains() = more.toolchain;
+  }
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(absl::Seconds(10)));
@@ -528,7 +540,8 @@ absl::Status Worker::Report(const v1::Task& task, const v1::TaskResult& result) 
     request.set_worker_id(worker_id());
     request.set_task_id(task.task_id());
     *request.mutable_result() = result;
-    request.mutable_result()->set_toolchain_digest(toolchain().digest());
+    // The task's further toolkit's, or (as refreshed above) its own.
+    request.mutable_result()->set_toolchain_digest(ToolkitOf(task).digest);
     v1::ReportResultResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(absl::Seconds(10)));

@@ -38,6 +38,13 @@
 
 namespace distcc_cuda::worker {
 
+// A further toolkit a worker compiles with: one more its coordinator serves
+// (`--served-toolkit 12.8,13.2`: 13.2's), fetched before it started.
+struct FurtherToolkit {
+  std::string nvcc_path;  // in the worker's toolkit cache
+  std::string source;     // as WorkerOptions::toolkit_source
+};
+
 struct WorkerOptions {
   std::string coordinator_address;  // HOST:PORT
   std::string name;                 // shown in status and summaries
@@ -47,6 +54,10 @@ struct WorkerOptions {
   std::string nvcc_path;            // the pinned nvcc every unit runs with
   // Where it came from, for status ("" installed here; served_toolkit.h).
   std::string toolkit_source;
+  // Further toolkits: units of builds with their toolchains come here too,
+  // each compiled with its own toolkit, in the same sandbox and under the
+  // same cap. `required_nvcc_release` applies to each.
+  std::vector<FurtherToolkit> more_toolkits;
   std::string required_nvcc_release;  // "12.8": refuse to start with another release
   std::string work_dir;               // sandboxes (tasks/) and the input cache (cas/)
   int64_t cas_max_bytes = 0;          // the input cache's limit (LRU eviction); 0: none
@@ -155,10 +166,26 @@ class Worker {
   // result. Its stages: Materialize, RunCompile, then (task_result.h)
   // ResultOfRun and CollectOutputs, and the upload.
   v1::TaskResult RunTask(const v1::Task& task, const CancelToken& cancel);
+  // The toolkit a task compiles with.
+  struct TaskToolkit {
+    std::string nvcc_path;
+    std::string root;    // the folder above nvcc's bin/
+    std::string digest;  // its toolchain's, for the result
+  };
+  // The toolkit of the task's build (Task.toolchain_digest): one of the
+  // further toolkits when it names one's toolchain, else the worker's own.
+  TaskToolkit ToolkitOf(const v1::Task& task) const;
+  // Fingerprints the further toolkits, each held to --require-nvcc (Start).
+  absl::Status AddFurtherToolkits();
+  // How compiles are isolated (Start): the sandbox over every toolkit, or
+  // with --insecure-no-sandbox the unit root where mount namespaces work;
+  // nothing for another engine's client.
+  absl::Status PrepareIsolation();
   // A task's unit laid out in a folder of its own, removed with it (unless
   // --keep-sandboxes); its inputs pinned in the cache until then.
   struct MaterializedTask {
     ~MaterializedTask();
+    TaskToolkit toolkit;
     v1::CompileUnit unit;  // its tree's files listed
     std::string folder;
     bool keep = false;
@@ -184,9 +211,10 @@ class Worker {
   // The process that runs `spec` for the unit: in the sandbox at the
   // client's workspace root, or (without one) at the unit root or its task
   // path.
-  // The program that compiles `unit`: the pinned nvcc, or for a host
-  // compiler's unit the g++ of this worker's PATH, absolute.
-  absl::StatusOr<std::string> CompilerFor(const v1::CompileUnit& unit) const;
+  // The program that compiles `unit`: `nvcc` (the task's toolkit's), or for
+  // a host compiler's unit the g++ of this worker's PATH, absolute.
+  absl::StatusOr<std::string> CompilerFor(const v1::CompileUnit& unit,
+                                          const std::string& nvcc) const;
   absl::StatusOr<ProcessSpec> PlaceProcess(ProcessSpec spec,
                                            const MaterializedTask& materialized) const;
   absl::Status Report(const v1::Task& task, const v1::TaskResult& result);
@@ -252,6 +280,13 @@ class Worker {
   std::unique_ptr<Sandbox> sandbox_;           // null with --insecure-no-sandbox
   std::string tasks_dir_;                      // where task folders are made
   std::string toolkit_root_;                   // the folder above nvcc's bin/
+  // The further toolkits (WorkerOptions::more_toolkits), fixed at Start.
+  struct FurtherToolkitState {
+    std::string nvcc_path;
+    std::string root;
+    v1::ToolchainFingerprint toolchain;
+  };
+  std::vector<FurtherToolkitState> more_toolkits_;
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

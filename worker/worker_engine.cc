@@ -141,7 +141,7 @@ v1::TaskResult Worker::RunOnEngine(const v1::Task& task, const CancelToken& canc
       return FailedToStart(absl::StrCat("cannot fetch an input: ", fetched.message()));
     }
   }
-  absl::StatusOr<std::string> compiler = CompilerFor(unit);
+  absl::StatusOr<std::string> compiler = CompilerFor(unit, options_.nvcc_path);
   if (!compiler.ok()) return FailedToStart(std::string(compiler.status().message()));
   ActionSettings settings;
   settings.compiler = *compiler;

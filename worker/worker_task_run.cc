@@ -56,6 +56,7 @@ std::optional<v1::TaskResult> Worker::Materialize(const v1::Task& task, const Ca
   // A unit names the headers it shares with others as a tree: its files
   // are listed here, from folders kept in the cache, before any check.
   out.unit = task.unit();
+  out.toolkit = ToolkitOf(task);
   const absl::Time inputs_start = absl::Now();
   absl::Status expanded = ExpandUnitInputs(out.unit, [this](const Digest& digest) {
     return cas_client_->FetchThroughStore(digest, *cache_);
@@ -63,9 +64,9 @@ std::optional<v1::TaskResult> Worker::Materialize(const v1::Task& task, const Ca
   if (!expanded.ok()) {
     return FailedToStart(absl::StrCat("cannot read the unit's input tree: ", expanded.message()));
   }
-  // The same checks as the client's and the coordinator's, with this
-  // worker's own toolkit as the system folder it allows.
-  absl::Status valid = ValidateCompileUnit(out.unit, SystemIncludePrefixes(toolkit_root_));
+  // The same checks as the client's and the coordinator's, with the task's
+  // toolkit as the system folder it allows.
+  absl::Status valid = ValidateCompileUnit(out.unit, SystemIncludePrefixes(out.toolkit.root));
   if (!valid.ok()) {
     v1::TaskResult result = FailedToStart(std::string(valid.message()));
     result.set_outcome(v1::TASK_REJECTED);
@@ -103,8 +104,9 @@ std::optional<v1::TaskResult> Worker::Materialize(const v1::Task& task, const Ca
   return std::nullopt;
 }
 
-absl::StatusOr<std::string> Worker::CompilerFor(const v1::CompileUnit& unit) const {
-  if (unit.compiler() != v1::UNIT_COMPILER_HOST_CXX) return options_.nvcc_path;
+absl::StatusOr<std::string> Worker::CompilerFor(const v1::CompileUnit& unit,
+                                                const std::string& nvcc) const {
+  if (unit.compiler() != v1::UNIT_COMPILER_HOST_CXX) return nvcc;
   // The g++ whose version the toolchain fingerprint names (found in PATH as
   // the fingerprint found it), by its absolute path: the sandbox runs it.
   std::map<std::string, std::string> environment;
@@ -123,7 +125,7 @@ absl::StatusOr<ProcessSpec> Worker::PlaceProcess(ProcessSpec spec,
   if (sandbox_ != nullptr) {
     // Inside, the tree is at the client's own workspace root: nvcc sees the
     // paths of a local build.
-    return sandbox_->Wrap(spec, tree.ForSandbox());
+    return sandbox_->Wrap(spec, tree.ForSandbox(), materialized.toolkit.root);
   }
   const v1::CompileUnit& unit = materialized.unit;
   std::string unit_root = unit_root_;
@@ -150,7 +152,8 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
   absl::StatusOr<std::unique_ptr<TaskMemoryScope>> scope =
       memory_cap_->StartTask(task.task_id(), task.reserved_bytes());
   if (!scope.ok()) return FailedToStart(std::string(scope.status().message()));
-  absl::StatusOr<std::string> compiler = CompilerFor(materialized.unit);
+  absl::StatusOr<std::string> compiler =
+      CompilerFor(materialized.unit, materialized.toolkit.nvcc_path);
   if (!compiler.ok()) return FailedToStart(std::string(compiler.status().message()));
   ProcessSpec spec;
   // The unit runs under the node's cap from its first instruction.

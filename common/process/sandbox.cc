@@ -123,6 +123,17 @@ absl::Status Plan(const std::string& dest, const std::string& sys, const std::st
   return absl::OkStatus();
 }
 
+// `toolkit_root` and the folder it is a link to, unless under /usr.
+void AddToolkitRoot(const std::string& toolkit_root, std::vector<std::string>& paths) {
+  if (toolkit_root.empty()) return;
+  std::error_code error;
+  std::string real = fs::canonical(toolkit_root, error).string();
+  for (const std::string& root : {toolkit_root, real}) {
+    if (root.empty() || absl::StartsWith(root, "/usr/")) continue;
+    if (std::find(paths.begin(), paths.end(), root) == paths.end()) paths.push_back(root);
+  }
+}
+
 bool Normalised(const std::string& path) {
   return !path.empty() && path[0] == '/' && fs::path(path).lexically_normal().string() == path &&
          (path == "/" || path.back() != '/');
@@ -138,14 +149,7 @@ std::vector<std::string> DefaultSystemPaths(const std::string& toolkit_root) {
     struct stat info;
     if (lstat(path, &info) == 0) paths.push_back(path);
   }
-  if (!toolkit_root.empty()) {
-    std::error_code error;
-    std::string real = fs::canonical(toolkit_root, error).string();
-    for (const std::string& root : {toolkit_root, real}) {
-      if (root.empty() || absl::StartsWith(root, "/usr/")) continue;
-      if (std::find(paths.begin(), paths.end(), root) == paths.end()) paths.push_back(root);
-    }
-  }
+  AddToolkitRoot(toolkit_root, paths);
   return paths;
 }
 
@@ -207,6 +211,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   sandbox->own_pid_namespace_ = sandbox->drop_to_user_ && PidNamespacesWork().ok();
   sandbox->system_paths_ = options.system_paths.empty() ? DefaultSystemPaths(options.toolkit_root)
                                                         : options.system_paths;
+  for (const std::string& root : options.more_toolkit_roots) {
+    AddToolkitRoot(root, sandbox->system_paths_);
+  }
   absl::Status reachable = absl::FailedPreconditionError("no folder for task folders was given");
   for (const std::string& root : task_roots) {
     RETURN_IF_ERROR(MakeDirectories(root));
@@ -220,7 +227,10 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   }
   RETURN_IF_ERROR(reachable);
   RETURN_IF_ERROR(sandbox->StageUnreachableSystemPaths());
-  RETURN_IF_ERROR(sandbox->CheckToolkitReachable());
+  RETURN_IF_ERROR(sandbox->CheckToolkitReachable(options.toolkit_root));
+  for (const std::string& root : options.more_toolkit_roots) {
+    RETURN_IF_ERROR(sandbox->CheckToolkitReachable(root));
+  }
   RETURN_IF_ERROR(sandbox->ProbeWith(nvcc));
   return sandbox;
 }
@@ -365,9 +375,9 @@ absl::Status Sandbox::StageUnreachableSystemPaths() {
   return absl::OkStatus();
 }
 
-absl::Status Sandbox::CheckToolkitReachable() const {
-  if (options_.toolkit_root.empty()) return absl::OkStatus();
-  std::string bin = options_.toolkit_root + "/bin";
+absl::Status Sandbox::CheckToolkitReachable(const std::string& toolkit_root) const {
+  if (toolkit_root.empty()) return absl::OkStatus();
+  std::string bin = toolkit_root + "/bin";
   std::error_code error;
   std::string real = fs::canonical(bin, error).string();
   if (error) real = AbsolutePath(bin);
@@ -387,8 +397,8 @@ absl::Status Sandbox::CheckToolkitReachable() const {
       ") or install the toolkit where it can read it"));
 }
 
-absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile,
-                                          const SandboxTask& task) const {
+absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile, const SandboxTask& task,
+                                          const std::string& task_toolkit_root) const {
   ASSIGN_OR_RETURN(std::vector<std::string> mounts,
                    SandboxMountArguments(system_paths_, task, staged_));
   ProcessSpec wrapped = compile;
@@ -418,7 +428,9 @@ absl::StatusOr<ProcessSpec> Sandbox::Wrap(const ProcessSpec& compile,
   wrapped.argv.insert(wrapped.argv.end(), compile.argv.begin(), compile.argv.end());
   // Not /usr/local/bin: a workspace may lie there.
   std::string path = "/usr/bin:/bin";
-  if (!options_.toolkit_root.empty()) path = absl::StrCat(options_.toolkit_root, "/bin:", path);
+  const std::string& toolkit_root =
+      task_toolkit_root.empty() ? options_.toolkit_root : task_toolkit_root;
+  if (!toolkit_root.empty()) path = absl::StrCat(toolkit_root, "/bin:", path);
   wrapped.inherit_environment = false;
   wrapped.environment = {
       {"PATH", path}, {"TMPDIR", kSandboxTemp}, {"HOME", kSandboxTemp}, {"LANG", "C.UTF-8"}};

@@ -36,6 +36,8 @@ struct SandboxOptions {
   std::string user;
   // The pinned toolkit (the folder above nvcc's bin/), read-only inside.
   std::string toolkit_root;
+  // Further toolkits a task may compile with, read-only inside too.
+  std::vector<std::string> more_toolkit_roots;
   // Read-only system paths; empty: DefaultSystemPaths(toolkit_root).
   std::vector<std::string> system_paths;
 };
@@ -91,8 +93,11 @@ class Sandbox {
   // staged system paths as binds (ProcessSpec::binds), and where the worker
   // may (root), bwrap as process 1 of a PID namespace of its own, so that
   // everything inside ends with it. Keeps the timeout, output limit,
-  // child_writes and on_started of `compile`.
-  absl::StatusOr<ProcessSpec> Wrap(const ProcessSpec& compile, const SandboxTask& task) const;
+  // child_writes and on_started of `compile`. `task_toolkit_root` (the
+  // task's: toolkit_root or one of more_toolkit_roots; empty: toolkit_root)
+  // has its bin/ first in PATH.
+  absl::StatusOr<ProcessSpec> Wrap(const ProcessSpec& compile, const SandboxTask& task,
+                                   const std::string& task_toolkit_root = "") const;
 
   // Makes `folder` (in a task's tree or its temp folder) writable by the
   // sandbox user and by nobody else.
@@ -128,7 +133,7 @@ class Sandbox {
   // Fills staged_ (see Create).
   absl::Status StageUnreachableSystemPaths();
   // OK if the sandbox user reaches the toolkit's bin/ inside the sandbox.
-  absl::Status CheckToolkitReachable() const;
+  absl::Status CheckToolkitReachable(const std::string& toolkit_root) const;
 
   SandboxOptions options_;
   std::string bwrap_path_;

@@ -51,7 +51,9 @@ function renderWorkers(status) {
     // coordinator (toolkitSource says how it was fetched).
     card.dataset.toolkit = w.toolkitSource ? 'served' : 'installed';
     const toolchain = w.toolchain || {};
-    const nvcc = 'nvcc ' + (toolchain.nvccVersion || toolchain.nvccRelease || '?');
+    const version = (t) => t.nvccVersion || t.nvccRelease || '?';
+    // Its own toolkit's nvcc, then those of the further served toolkits.
+    const nvcc = 'nvcc ' + [toolchain].concat(w.moreToolchains || []).map(version).join(' and ');
     const head = el('div', 'head');
     head.append(el('span', 'name', w.name),
                 bar(w.memoryUsedBytes, w.reservedBytes, Number(w.memoryCapBytes || 0)),

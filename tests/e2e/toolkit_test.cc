@@ -86,6 +86,18 @@ class ToolkitTest : public ::testing::Test {
     return lines.empty() ? "" : lines.back();
   }
 
+  // k.cu compiled to `object` in root_/work by `distcc-cuda build
+  // --coordinator ADDRESS FLAGS -- sh -c '$PYTORCH_NVCC ...'`.
+  ProcessResult BuildOnCluster(const std::string& address, const std::vector<std::string>& flags,
+                               const std::string& object) {
+    EXPECT_TRUE(WriteFileAtomically(root_ + "/work/k.cu", kKernel).ok());
+    std::vector<std::string> args = {"build", "--coordinator", address};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(),
+                {"--", "sh", "-c", "$PYTORCH_NVCC -O2 -arch=sm_100 -c k.cu -o " + object});
+    return Client(args, root_ + "/work");
+  }
+
   // A stand-in torch built for `cuda` in root_/site, which fails if imported.
   void WriteTorch(const std::string& cuda) {
     ASSERT_TRUE(WriteFileAtomically(root_ + "/site/torch/__init__.py",
@@ -284,12 +296,9 @@ TEST_F(ToolkitTest, TheCoordinatorServesAToolkitToAWorkerAndAClient) {
 
   // The client's 13.2 (from PyPI) and the served one are the same
   // toolchain: the unit compiles on the worker that fetched it.
-  ASSERT_TRUE(WriteFileAtomically(root_ + "/work/k.cu", kKernel).ok());
   const std::string address = (*cluster)->address();
   ProcessResult built =
-      Client({"build", "--coordinator", address, "--toolkit", "13.2", "--toolkit-dir", cache_, "--",
-              "sh", "-c", "$PYTORCH_NVCC -O2 -arch=sm_100 -c k.cu -o k.o"},
-             root_ + "/work");
+      BuildOnCluster(address, {"--toolkit", "13.2", "--toolkit-dir", cache_}, "k.o");
   ASSERT_EQ(built.exit_code, 0) << built.stderr_text;
   EXPECT_THAT(built.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
   EXPECT_THAT(built.stderr_text, HasSubstr("workers   1 (fetcher: 1)"));
@@ -361,6 +370,50 @@ TEST_F(ToolkitTest, TheCoordinatorServesAToolkitToAWorkerAndAClient) {
   absl::StatusOr<int> ended = (*worker)->Stop(0, absl::Seconds(60));
   EXPECT_THAT((*worker)->Log(), HasSubstr("toolkit file include/cuda_runtime.h"));
   EXPECT_FALSE(fs::exists(root_ + "/refused-worker/toolkits/cuda-13.2.86"));
+}
+
+// One worker compiles builds of two toolkits side by side: the coordinator
+// serves this machine's CUDA (13.0, its compile part) and 13.2 from PyPI; a
+// worker started with --served-toolkit 13.0,13.2 fetches both and takes a
+// 13.0 build's unit and a 13.2 build's, each compiled by its own nvcc (the
+// objects name the release that compiled them).
+TEST_F(ToolkitTest, OneWorkerCompilesTheBuildsOfTwoServedToolkits) {
+  const std::string home = Installed();
+  const std::string machine = fs::canonical(nvcc_).parent_path().parent_path().string();
+  const std::string cluster_root = root_ + "/cluster";
+  const std::string state = cluster_root + "/state";
+  fs::create_directories(state);
+  for (const std::string& folder : {machine, home}) {
+    ProcessResult added = testing::RunToEnd({testing::BinaryPath("distcc-cuda-coordinator"),
+                                             "toolkit", "add", "--state-dir", state, folder});
+    ASSERT_EQ(added.exit_code, 0) << added.stderr_text;
+  }
+  auto cluster = testing::LoopbackCluster::Start(
+      cluster_root, nvcc_,
+      {{"both", 1, "4GiB", true, {"--served-toolkit", absl::StrCat(release_, ",13.2")}}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_THAT((*cluster)->workers()[0]->Log(), HasSubstr("fetched CUDA " + release_));
+  EXPECT_THAT((*cluster)->workers()[0]->Log(), HasSubstr("fetched CUDA 13.2.86 ("));
+  const std::string address = (*cluster)->address();
+  ProcessResult status = Client({"status", "--coordinator", address}, root_);
+  EXPECT_THAT(status.stdout_text, HasSubstr("and nvcc 13.2 (cuda_13.2"));
+  EXPECT_THAT(status.stdout_text, HasSubstr("(served by the coordinator)"));
+
+  ProcessResult newer =
+      BuildOnCluster(address, {"--toolkit", "13.2", "--toolkit-dir", cache_}, "k132.o");
+  ASSERT_EQ(newer.exit_code, 0) << newer.stderr_text;
+  EXPECT_THAT(newer.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
+  EXPECT_THAT(newer.stderr_text, HasSubstr("workers   1 (both: 1)"));
+  ProcessResult older = BuildOnCluster(address, {}, "k130.o");
+  ASSERT_EQ(older.exit_code, 0) << older.stderr_text;
+  EXPECT_THAT(older.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
+  EXPECT_THAT(older.stderr_text, HasSubstr("workers   1 (both: 1)"));
+  absl::StatusOr<std::string> object_132 = ReadFile(root_ + "/work/k132.o");
+  absl::StatusOr<std::string> object_130 = ReadFile(root_ + "/work/k130.o");
+  ASSERT_TRUE(object_132.ok() && object_130.ok());
+  EXPECT_THAT(*object_132, HasSubstr("Cuda compilation tools, release 13.2, V13.2.86"));
+  EXPECT_THAT(*object_130, HasSubstr("Cuda compilation tools, release " + release_ + ", V"));
+  EXPECT_THAT(*object_130, ::testing::Not(HasSubstr("release 13.2")));
 }
 
 }  // namespace

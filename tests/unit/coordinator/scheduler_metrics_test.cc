@@ -50,6 +50,7 @@ TEST(ClusterMetricsTest, EachWorkersToolkitAndWhereItCameFrom) {
     worker->mutable_toolchain()->set_nvcc_version("13.2.86");
     if (std::string(name) == "fetching") {
       worker->set_toolkit_source("served by the coordinator: CUDA 13.2.86, fetched in 2.2s");
+      worker->add_more_toolchains()->set_nvcc_version("12.8.93");
     }
   }
   status.add_workers()->set_name("old");  // a worker that said no version
@@ -58,12 +59,15 @@ TEST(ClusterMetricsTest, EachWorkersToolkitAndWhereItCameFrom) {
   prometheus::TextSerializer().Serialize(text, ClusterMetrics(status));
   auto scraped = testing::ParsePrometheusText(text.str());
   ASSERT_TRUE(scraped.ok()) << scraped.status() << "\n" << text.str();
-  EXPECT_EQ(scraped->Sum("distcc_cuda_worker_toolkit_info"), 3) << text.str();
+  EXPECT_EQ(scraped->Sum("distcc_cuda_worker_toolkit_info"), 4) << text.str();
   EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"13.2.86\",source=\"installed\","
                            "worker=\"pinned\"}"),
             1)
       << text.str();
   EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"13.2.86\",source=\"served\","
+                           "worker=\"fetching\"}"),
+            1);
+  EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"12.8.93\",source=\"served\","
                            "worker=\"fetching\"}"),
             1);
   EXPECT_EQ(scraped->Value("distcc_cuda_worker_toolkit_info{nvcc=\"12.8\",source=\"installed\","

@@ -309,6 +309,74 @@ TEST_F(SchedulerTest, OnlyMatchingWorkersGetUnits) {
   EXPECT_TRUE(LeaseNow(match));
 }
 
+// A worker with a further served toolkit (--served-toolkit 13.0,12.8) takes
+// units of builds of either toolchain, each task naming its build's; a
+// worker with only one takes only that one's.
+TEST_F(SchedulerTest, AWorkerWithAFurtherToolkitTakesUnitsOfBothToolchains) {
+  v1::RegisterWorkerRequest both;
+  both.set_name("both");
+  *both.mutable_toolchain() = Toolchain("13.0");
+  *both.add_more_toolchains() = Toolchain("12.8");
+  both.set_memory_cap_bytes(8 * kGiB);
+  both.set_slots(2);
+  absl::StatusOr<std::string> worker = scheduler_.RegisterWorker(both, kStart);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::string only = AddWorker("only-13.0", "13.0", 1);
+  // A 12.8 build is served: the worker with both has it.
+  absl::StatusOr<std::string> old = Submit(1, {}, "12.8");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_FALSE(LeaseNow(only)) << "a 13.0-only worker took a 12.8 unit";
+  std::optional<v1::Task> old_task = LeaseNow(*worker);
+  ASSERT_TRUE(old_task);
+  EXPECT_EQ(old_task->toolchain_digest(), "digest-12.8");
+  ASSERT_TRUE(Submit(1, {}, "13.0").ok());
+  std::optional<v1::Task> new_task = LeaseNow(*worker);
+  ASSERT_TRUE(new_task);
+  EXPECT_EQ(new_task->toolchain_digest(), "digest-13.0");
+  v1::TaskResult compiled = Completed(0);
+  compiled.set_toolchain_digest("digest-12.8");
+  ASSERT_TRUE(Report(*worker, *old_task, compiled).ok());
+  ASSERT_TRUE(Report(*worker, *new_task, Completed(0)).ok());
+  EXPECT_EQ(recorded_.size(), 2u);
+  // Both listed to engines and in status; capacity counts the worker for both.
+  EXPECT_EQ(scheduler_.Toolchains().size(), 2u);
+  EXPECT_EQ(scheduler_.Capacity("digest-12.8").total_slots, 2);
+  EXPECT_EQ(scheduler_.Capacity("digest-13.0").total_slots, 3);
+  v1::ClusterStatus status = scheduler_.Status(kStart);
+  int listed = 0;
+  for (const v1::WorkerStatus& w : status.workers()) listed += w.more_toolchains_size();
+  EXPECT_EQ(listed, 1);
+}
+
+// A worker's further toolchains are checked as its own: at most eight, each
+// with a digest, printable.
+TEST_F(SchedulerTest, FurtherToolchainsAreCheckedAsTheWorkersOwn) {
+  auto request = [] {
+    v1::RegisterWorkerRequest request;
+    request.set_name("w");
+    *request.mutable_toolchain() = Toolchain("13.0");
+    request.set_memory_cap_bytes(kGiB);
+    request.set_slots(1);
+    return request;
+  };
+  v1::RegisterWorkerRequest too_many = request();
+  for (int i = 0; i < 9; ++i) *too_many.add_more_toolchains() = Toolchain(absl::StrCat("12.", i));
+  EXPECT_THAT(scheduler_.RegisterWorker(too_many, kStart).status().message(),
+              HasSubstr("at most 8"));
+  v1::RegisterWorkerRequest no_digest = request();
+  no_digest.add_more_toolchains()->set_nvcc_release("12.8");
+  EXPECT_EQ(scheduler_.RegisterWorker(no_digest, kStart).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::RegisterWorkerRequest hostile = request();
+  *hostile.add_more_toolchains() = Toolchain("12.8");
+  hostile.mutable_more_toolchains(0)->set_host_compiler("g++ \x1b[2J");
+  EXPECT_EQ(scheduler_.RegisterWorker(hostile, kStart).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::RegisterWorkerRequest fine = request();
+  *fine.add_more_toolchains() = Toolchain("12.8");
+  EXPECT_TRUE(scheduler_.RegisterWorker(fine, kStart).ok());
+}
+
 TEST_F(SchedulerTest, ResultOfAnotherToolchainIsNeitherCachedNorPassedOn) {
   // A worker whose nvcc was swapped under it after it registered.
   std::string swapped = AddWorker("swapped", "13.0", 1);
