@@ -12,8 +12,9 @@
 #   build      examples/attention with --toolkit 13.2 on those two workers
 #              (1 slot each): the units each compiled and their nvcc times
 #   cached     the fetched worker restarted: from its cache, checked again
-#   both       the coordinator stopped, this machine's 13.0 added too (its
-#              compile part), restarted; one worker (2 slots, empty cache)
+#   both       a second coordinator (a state of its own, so no result is
+#              cached) serving 13.2 and this machine's 13.0 (its compile
+#              part); one worker (2 slots, empty cache)
 #              with --served-toolkit 13.0,13.2: start to registered; then
 #              examples/attention built for 13.0 and for 13.2 at the same
 #              time, both on that worker
@@ -84,10 +85,14 @@ grep -h "fetched CUDA\|from the cache" "$WORK/fetched.log" "$WORK/cached.log"
 kill "${pids[@]}" 2>/dev/null || true
 wait "${pids[@]}" 2>/dev/null || true
 pids=()
+# A state of its own: the first coordinator's result cache would answer
+# the 13.2 build without a compile.
+mkdir -p "$WORK/state2"
+"$B/distcc-cuda-coordinator" toolkit add --state-dir "$WORK/state2" "$HOME132" >/dev/null
 t=$(now)
-"$B/distcc-cuda-coordinator" toolkit add --state-dir "$WORK/state" /usr/local/cuda | tee "$WORK/add-130.log"
+"$B/distcc-cuda-coordinator" toolkit add --state-dir "$WORK/state2" /usr/local/cuda | tee "$WORK/add-130.log"
 add_130_s=$(since "$t")
-"$B/distcc-cuda-coordinator" --listen 127.0.0.1:0 --state-dir "$WORK/state" >"$WORK/coordinator2.log" 2>&1 &
+"$B/distcc-cuda-coordinator" --listen 127.0.0.1:0 --state-dir "$WORK/state2" >"$WORK/coordinator2.log" 2>&1 &
 pids+=($!)
 wait_for "$WORK/coordinator2.log" "listening on "
 ADDR=$(sed -n 's/.*listening on //p' "$WORK/coordinator2.log" | head -1)
