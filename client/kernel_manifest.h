@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The kernel manifest (TOML): ordinary sources, instantiation sets with the
 // axes of their grids, nvcc flags, target architectures and the library to
-// link. See README.md for the format.
+// link. See docs/using.md, "The kernel manifest", for the format.
 #pragma once
 
 #include <string>

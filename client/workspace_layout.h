@@ -8,7 +8,7 @@
 // key, its memory history and the object nvcc makes, then do not depend on
 // where the workspace sits here: a pip build in a new temporary folder, a
 // second checkout or a CI workspace finds the first one's results (as
-// Bazel's exec root and ccache's base_dir make it). docs: README, "One
+// Bazel's exec root and ccache's base_dir make it). docs: docs/caching.md, "One
 // cache for every folder".
 #pragma once
 

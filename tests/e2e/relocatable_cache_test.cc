@@ -259,7 +259,7 @@ TEST_F(RelocatableCacheTest, TheLauncherFromTwoFreshTemporaryFoldersCompilesOnce
   EXPECT_TRUE(*a == *b) << "the cached object is not the one compiled from the first folder";
 }
 
-// What the object says about the folder (README, "One cache for every
+// What the object says about the folder (docs/caching.md, "One cache for every
 // folder"): nvcc's dependency file names the user's own paths (ninja reads
 // it); __FILE__ is the source as the command named it; host debug
 // information names the canonical root, not the user's folder, unless

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Checks the include structure of the tree (README, "Layout").
+"""Checks the include structure of the tree (docs/design.md, "Layout").
 
 1. A folder includes only from the folders below it: common/base from
    nothing else of ours, then store, process, nvcc and transport (each its
