@@ -30,7 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/store/cas_store.h"
-#include "coordinator/build_planner.h"
+#include "coordinator/planning/build_planner.h"
 
 ABSL_FLAG(int, side, 316, "values on each of the grid's two axes");
 ABSL_FLAG(std::string, store, "build/plan-grid-store",

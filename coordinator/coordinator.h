@@ -19,12 +19,12 @@
 #include "common/store/cas_store.h"
 #include "common/transport/http_server.h"
 #include "common/transport/tls_credentials.h"
-#include "coordinator/access_control.h"
-#include "coordinator/build_planner.h"
-#include "coordinator/cross_check.h"
-#include "coordinator/memory_release.h"
-#include "coordinator/revocations.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/planning/build_planner.h"
+#include "coordinator/scheduler/cross_check.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "coordinator/services/memory_release.h"
+#include "coordinator/trust/access_control.h"
+#include "coordinator/trust/revocations.h"
 
 namespace grpc {
 class Channel;

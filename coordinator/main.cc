@@ -2,6 +2,7 @@
 // distcc-cuda-coordinator: accepts builds and leases their units to workers.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <tuple>
 
 #include "absl/flags/flag.h"
@@ -11,12 +12,13 @@
 #include "common/base/command_line.h"
 #include "common/base/logging.h"
 #include "common/base/signals.h"
+#include "common/base/status.h"
 #include "common/store/cas_store.h"
 #include "common/transport/tls_credentials.h"
-#include "coordinator/certs_command.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/revoke_command.h"
-#include "coordinator/toolkit_command.h"
+#include "coordinator/toolkits/toolkit_command.h"
+#include "coordinator/trust/certs_command.h"
+#include "coordinator/trust/revoke_command.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:3633",
@@ -45,10 +47,11 @@ ABSL_FLAG(int, arrival_grace_ms, distcc_cuda::coordinator::kArrivalGraceMs,
           "the units of a build submitted whole (a launcher call) that reach an empty queue "
           "wait this long before the first is offered, so that builds submitted together start "
           "longest first; 0: offered at once");
-ABSL_FLAG(double, prior_memory_scale, 1.0,
-          "multiplies the peaks of the measured profiles units of a known kind are first "
-          "predicted from (coordinator/data/unit_priors.csv); for simulations whose units are "
-          "scaled (bench/replay.py)");
+ABSL_FLAG(
+    double, prior_memory_scale, 1.0,
+    "multiplies the peaks of the measured profiles units of a known kind are first "
+    "predicted from (coordinator/memory/data/unit_priors.csv); for simulations whose units are "
+    "scaled (bench/replay.py)");
 ABSL_FLAG(double, prior_time_scale, 1.0, "the same for their wall times");
 ABSL_FLAG(std::string, admission, "memory",
           "memory: start a unit only where its predicted peak fits (the default); static: "
@@ -99,9 +102,14 @@ ABSL_FLAG(int, heartbeat_timeout_s, 6,
           "drop a worker and re-queue its units after this many seconds "
           "without a heartbeat");
 
-int main(int argc, char** argv) {
-  // `certs`, `revoke` and `toolkit` are commands of their own, with their own
-  // arguments: they run before the server's flags are parsed.
+namespace {
+
+constexpr char kProgram[] = "distcc-cuda-coordinator";
+
+// `certs`, `revoke` and `toolkit` are commands of their own, with their own
+// arguments: they run before the server's flags are parsed. Their exit
+// status, or nothing when argv names none of them.
+std::optional<int> RunSubcommand(int argc, char** argv) {
   using distcc_cuda::coordinator::RunCertsCommand;
   using distcc_cuda::coordinator::RunRevokeCommand;
   using distcc_cuda::coordinator::RunToolkitCommand;
@@ -112,49 +120,14 @@ int main(int argc, char** argv) {
     if (argc < 2 || std::string(argv[1]) != name) continue;
     absl::Status status = run(std::vector<std::string>(argv + 2, argv + argc), std::cout);
     if (status.ok()) return 0;
-    std::cerr << "distcc-cuda-coordinator: " << status.message() << "\n";
+    std::cerr << kProgram << ": " << status.message() << "\n";
     return absl::IsInvalidArgument(status) ? 2 : 1;
   }
-  absl::SetProgramUsageMessage(
-      "Accepts distcc-cuda builds and schedules their compile units on the "
-      "workers that connect to it.\n"
-      "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR \\\n"
-      "           --tls-ca ca.crt --tls-cert NAME.crt --tls-key NAME.key\n"
-      "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
-      "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)\n"
-      "       distcc-cuda-coordinator revoke --state-dir DIR NAME  (see revoke --help)\n"
-      "       distcc-cuda-coordinator toolkit add --state-dir DIR FOLDER  (see toolkit --help)");
-  distcc_cuda::ParseFlags(argc, argv, "coordinator");
-  if (absl::Status logs =
-          distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-coordinator");
-      !logs.ok()) {
-    std::cerr << "distcc-cuda-coordinator: " << logs.message() << "\n";
-    return 2;
-  }
-  distcc_cuda::BlockTerminationSignals();
-  distcc_cuda::coordinator::CoordinatorOptions options;
-  options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.state_dir = absl::GetFlag(FLAGS_state_dir);
-  auto cas_max = distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
-                                                  options.state_dir + "/cas");
-  if (!cas_max.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(cas_max.status().message()));
-    return 2;
-  }
-  options.cas_max_bytes = *cas_max;
-  auto tls = distcc_cuda::LoadTlsMaterial(
-      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
-      distcc_cuda::PeerRole::kCoordinator);
-  if (!tls.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(tls.status().message()));
-    return 2;
-  }
-  options.tls = std::move(*tls);
-  options.insecure = absl::GetFlag(FLAGS_insecure);
-  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  options.http_listen = absl::GetFlag(FLAGS_http_listen);
-  options.reapi_listen = absl::GetFlag(FLAGS_reapi_listen);
-  options.http_reachable = absl::GetFlag(FLAGS_http_open);
+  return std::nullopt;
+}
+
+// The scheduler's settings from the flags, each checked.
+absl::Status SchedulerFromFlags(distcc_cuda::coordinator::CoordinatorOptions& options) {
   options.scheduler.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   // Workers of a coordinator that restarted register again within a couple
   // of heartbeats; builds resubmitted meanwhile wait for them.
@@ -162,25 +135,27 @@ int main(int argc, char** argv) {
   options.scheduler.cross_check_rate = absl::GetFlag(FLAGS_cross_check_rate);
   options.scheduler.arrival_grace = absl::Milliseconds(absl::GetFlag(FLAGS_arrival_grace_ms));
   if (absl::GetFlag(FLAGS_arrival_grace_ms) < 0 || absl::GetFlag(FLAGS_arrival_grace_ms) > 10000) {
-    std::cerr << "distcc-cuda-coordinator: --arrival-grace-ms must be between 0 (offer units at "
-                 "once) and 10000, not "
-              << absl::GetFlag(FLAGS_arrival_grace_ms) << "\n";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arrival-grace-ms must be between 0 (offer units at once) and 10000, not ",
+                     absl::GetFlag(FLAGS_arrival_grace_ms)));
   }
   if (!(options.scheduler.cross_check_rate >= 0 && options.scheduler.cross_check_rate <= 1)) {
-    std::cerr << "distcc-cuda-coordinator: --cross-check-rate must be between 0 and 1 (0.01: one "
-                 "unit in a hundred), not "
-              << options.scheduler.cross_check_rate << "\n";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cross-check-rate must be between 0 and 1 (0.01: one unit in a hundred), "
+                     "not ",
+                     options.scheduler.cross_check_rate));
   }
-  auto default_memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_default_unit_memory));
-  if (!default_memory.ok()) {
-    distcc_cuda::LogFatal(
-        "distcc-cuda-coordinator",
-        absl::StrCat("--default-unit-memory: ", default_memory.status().message()));
-    return 2;
+  std::string admission = absl::GetFlag(FLAGS_admission);
+  if (admission != "memory" && admission != "static") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--admission is 'memory' or 'static', not '", admission, "'"));
   }
-  options.prediction.peak_bytes = *default_memory;
+  options.scheduler.memory_admission = admission == "memory";
+  return absl::OkStatus();
+}
+
+// A build's bounds and the sizes the coordinator accepts, from the flags.
+absl::Status LimitsFromFlags(distcc_cuda::coordinator::CoordinatorOptions& options) {
   options.limits.max_units = absl::GetFlag(FLAGS_max_units_per_build);
   options.limits.max_grid_points = absl::GetFlag(FLAGS_max_grid_points);
   options.limits.max_arguments_per_unit = absl::GetFlag(FLAGS_max_arguments_per_unit);
@@ -200,40 +175,97 @@ int main(int argc, char** argv) {
                         &options.scheduler.max_output_bytes)}) {
     auto bytes = distcc_cuda::ParseByteSize(value);
     if (!bytes.ok()) {
-      distcc_cuda::LogFatal("distcc-cuda-coordinator",
-                            absl::StrCat(flag, ": ", bytes.status().message()));
-      return 2;
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", bytes.status().message()));
     }
     *into = *bytes;
   }
-  std::string admission = absl::GetFlag(FLAGS_admission);
-  if (admission != "memory" && admission != "static") {
-    distcc_cuda::LogFatal(
-        "distcc-cuda-coordinator",
-        absl::StrCat("--admission is 'memory' or 'static', not '", admission, "'"));
-    return 2;
+  return absl::OkStatus();
+}
+
+// What a unit is predicted to cost before it was measured, from the flags.
+absl::Status PredictionFromFlags(distcc_cuda::coordinator::CoordinatorOptions& options) {
+  auto default_memory = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_default_unit_memory));
+  if (!default_memory.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--default-unit-memory: ", default_memory.status().message()));
   }
-  options.scheduler.memory_admission = admission == "memory";
+  options.prediction.peak_bytes = *default_memory;
   options.prediction.wall = absl::Seconds(absl::GetFlag(FLAGS_default_unit_seconds));
   options.prediction.prior_memory_scale = std::max(1e-6, absl::GetFlag(FLAGS_prior_memory_scale));
   options.prediction.prior_time_scale = std::max(1e-6, absl::GetFlag(FLAGS_prior_time_scale));
-  auto coordinator = distcc_cuda::coordinator::Coordinator::Start(options);
-  if (!coordinator.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-coordinator", absl::StrCat(coordinator.status().message()));
-    return 1;
-  }
-  // Lets scripts started with port 0 learn the port.
-  std::cout << "listening on " << (*coordinator)->address() << std::endl;
-  if ((*coordinator)->reapi_port() != 0) {
+  return absl::OkStatus();
+}
+
+// Everything the server is told, from the flags, each checked.
+absl::StatusOr<distcc_cuda::coordinator::CoordinatorOptions> OptionsFromFlags() {
+  distcc_cuda::coordinator::CoordinatorOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  ASSIGN_OR_RETURN(options.cas_max_bytes,
+                   distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
+                                                    options.state_dir + "/cas"));
+  ASSIGN_OR_RETURN(options.tls, distcc_cuda::LoadTlsMaterial(
+                                    {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                                     absl::GetFlag(FLAGS_tls_key)},
+                                    distcc_cuda::PeerRole::kCoordinator));
+  options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.reapi_listen = absl::GetFlag(FLAGS_reapi_listen);
+  options.http_reachable = absl::GetFlag(FLAGS_http_open);
+  RETURN_IF_ERROR(SchedulerFromFlags(options));
+  RETURN_IF_ERROR(LimitsFromFlags(options));
+  RETURN_IF_ERROR(PredictionFromFlags(options));
+  return options;
+}
+
+// Where it listens, for people and for scripts started with port 0.
+void PrintAddresses(const distcc_cuda::coordinator::Coordinator& coordinator,
+                    const distcc_cuda::coordinator::CoordinatorOptions& options) {
+  std::cout << "listening on " << coordinator.address() << std::endl;
+  if (coordinator.reapi_port() != 0) {
     const std::string& reapi = options.reapi_listen;
     std::string host = reapi.substr(0, reapi.rfind(':'));
-    std::cout << "Remote Execution API on " << host << ":" << (*coordinator)->reapi_port()
+    std::cout << "Remote Execution API on " << host << ":" << coordinator.reapi_port()
               << " (Bazel: --remote_executor=" << (options.tls ? "grpcs://" : "grpc://") << host
-              << ":" << (*coordinator)->reapi_port() << ")" << std::endl;
+              << ":" << coordinator.reapi_port() << ")" << std::endl;
   }
-  if (!(*coordinator)->dashboard_url().empty()) {
-    std::cout << "dashboard at " << (*coordinator)->dashboard_url() << "/" << std::endl;
+  if (!coordinator.dashboard_url().empty()) {
+    std::cout << "dashboard at " << coordinator.dashboard_url() << "/" << std::endl;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::optional<int> exit_code = RunSubcommand(argc, argv)) return *exit_code;
+  absl::SetProgramUsageMessage(
+      "Accepts distcc-cuda builds and schedules their compile units on the "
+      "workers that connect to it.\n"
+      "Usage: distcc-cuda-coordinator --listen 0.0.0.0:3633 --state-dir DIR \\\n"
+      "           --tls-ca ca.crt --tls-cert NAME.crt --tls-key NAME.key\n"
+      "       distcc-cuda-coordinator --listen 127.0.0.1:3633 --state-dir DIR  (local only)\n"
+      "       distcc-cuda-coordinator certs init|issue ...  (see certs --help)\n"
+      "       distcc-cuda-coordinator revoke --state-dir DIR NAME  (see revoke --help)\n"
+      "       distcc-cuda-coordinator toolkit add --state-dir DIR FOLDER  (see toolkit --help)");
+  distcc_cuda::ParseFlags(argc, argv, "coordinator");
+  if (absl::Status logs = distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), kProgram);
+      !logs.ok()) {
+    std::cerr << kProgram << ": " << logs.message() << "\n";
+    return 2;
+  }
+  distcc_cuda::BlockTerminationSignals();
+  absl::StatusOr<distcc_cuda::coordinator::CoordinatorOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    distcc_cuda::LogFatal(kProgram, options.status().message());
+    return 2;
+  }
+  auto coordinator = distcc_cuda::coordinator::Coordinator::Start(*options);
+  if (!coordinator.ok()) {
+    distcc_cuda::LogFatal(kProgram, coordinator.status().message());
+    return 1;
+  }
+  PrintAddresses(**coordinator, *options);
   int signal = distcc_cuda::WaitForTerminationSignal();
   spdlog::info("coordinator shutting down (signal {})", signal);
   return 0;

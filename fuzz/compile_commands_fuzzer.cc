@@ -8,7 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
-#include "client/compile_commands.h"
+#include "client/plan/compile_commands.h"
 #include "common/nvcc/nvcc_args.h"
 #include "fuzz/fuzz_check.h"
 

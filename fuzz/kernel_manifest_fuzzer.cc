@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/kernel_manifest.h"
+#include "client/plan/kernel_manifest.h"
 #include "common/base/files.h"
 #include "common/nvcc/instantiation.h"
 #include "common/nvcc/nvcc_args.h"

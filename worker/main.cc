@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -143,58 +145,37 @@ absl::StatusOr<std::vector<distcc_cuda::worker::ServedToolkitUse>> ServedToolkit
   return distcc_cuda::worker::UseServedToolkits(request);
 }
 
-}  // namespace
+constexpr char kProgram[] = "distcc-cuda-worker";
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
-      "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
-      "[--memory-cap SIZE] [--nvcc PATH]\n"
-      "   or: distcc-cuda-worker --bots-api grpc://HOST:PORT --instance NAME [...]: a bot of "
-      "another Remote Execution API engine (BuildGrid)");
-  distcc_cuda::ParseFlags(argc, argv, "worker");
-  if (absl::Status logs =
-          distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), "distcc-cuda-worker");
-      !logs.ok()) {
-    std::cerr << "distcc-cuda-worker: " << logs.message() << "\n";
-    return 2;
-  }
-  distcc_cuda::BlockTerminationSignals();
-  distcc_cuda::worker::WorkerOptions options;
-  if (absl::Status engine = ParseBotsApi(absl::GetFlag(FLAGS_bots_api), options); !engine.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", std::string(engine.message()));
-    return 2;
-  }
-  options.instance = absl::GetFlag(FLAGS_instance);
-  const char* cuda_home = std::getenv("CUDA_HOME");
-  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
-  // A served toolkit needs no nvcc of this machine's.
-  if (!nvcc.ok() && !absl::GetFlag(FLAGS_served_toolkit).empty()) nvcc = "";
-  if (!nvcc.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(nvcc.status().message()));
-    return 1;
-  }
-  if (absl::GetFlag(FLAGS_print_toolchain)) {
-    auto toolchain = distcc_cuda::ComputeToolchainFingerprint(*nvcc);
-    if (!toolchain.ok()) {
-      distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(toolchain.status().message()));
-      return 1;
-    }
-    std::cout << toolchain->DebugString();
-    return 0;
-  }
+// A reason to stop before the worker starts: its words and the exit status
+// (2: a flag is wrong; 1: this machine cannot run the worker).
+struct Stop {
+  int exit_code;
+  std::string message;
+};
+
+int Fail(const Stop& stop) {
+  distcc_cuda::LogFatal(kProgram, stop.message);
+  return stop.exit_code;
+}
+
+Stop FailWith(int exit_code, const absl::Status& status, absl::string_view flag = "") {
+  return Stop{exit_code, absl::StrCat(flag, flag.empty() ? "" : ": ", status.message())};
+}
+
+// Where it works (a coordinator or another engine), how it proves who it is,
+// its name and the nvcc it was given.
+std::optional<Stop> ConnectionFromFlags(const std::string& nvcc,
+                                        distcc_cuda::worker::WorkerOptions& options) {
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   auto tls = distcc_cuda::LoadTlsMaterial(
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
       distcc_cuda::PeerRole::kWorker);
-  if (!tls.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(tls.status().message()));
-    return 2;
-  }
+  if (!tls.ok()) return FailWith(2, tls.status());
   options.tls = std::move(*tls);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.http_reachable = absl::GetFlag(FLAGS_http_open);
-  options.nvcc_path = *nvcc;
+  options.nvcc_path = nvcc;
   options.required_nvcc_release = absl::GetFlag(FLAGS_require_nvcc);
   options.name = absl::GetFlag(FLAGS_name);
   if (options.name.empty()) {
@@ -203,15 +184,16 @@ int main(int argc, char** argv) {
     options.name = options.bots_api.empty() ? absl::StrCat(distcc_cuda::HostName(), "-", getpid())
                                             : distcc_cuda::HostName();
   }
-  // Every line from here on is about this worker.
-  distcc_cuda::LogFields worker_field{{"worker", options.name}};
+  return std::nullopt;
+}
+
+// What it may use of this machine: slots, the memory cap and how it is
+// enforced, the work folder and its cache, the sandbox, output sizes.
+std::optional<Stop> ResourcesFromFlags(distcc_cuda::worker::WorkerOptions& options) {
   options.slots = absl::GetFlag(FLAGS_slots);
   if (options.slots <= 0) options.slots = distcc_cuda::UsableCores();
   auto cap = MemoryCapFlag();
-  if (!cap.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(cap.status().message()));
-    return 1;
-  }
+  if (!cap.ok()) return FailWith(1, cap.status());
   options.memory_cap_bytes = *cap;
   options.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (options.work_dir.empty()) {
@@ -220,53 +202,49 @@ int main(int argc, char** argv) {
   options.keep_sandboxes = absl::GetFlag(FLAGS_keep_sandboxes);
   auto cas_max = distcc_cuda::CasMaxBytesFromFlag(absl::GetFlag(FLAGS_cas_max_size),
                                                   options.work_dir + "/cas");
-  if (!cas_max.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(cas_max.status().message()));
-    return 2;
-  }
+  if (!cas_max.ok()) return FailWith(2, cas_max.status());
   options.cas_max_bytes = *cas_max;
   options.stable_compile_path = absl::GetFlag(FLAGS_stable_compile_path);
   options.sandbox = !absl::GetFlag(FLAGS_insecure_no_sandbox);
   options.sandbox_options.user = absl::GetFlag(FLAGS_sandbox_user);
   options.sandbox_options.bwrap = absl::GetFlag(FLAGS_bwrap);
   auto max_output = distcc_cuda::ParseByteSize(absl::GetFlag(FLAGS_max_output));
-  if (!max_output.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker",
-                          absl::StrCat("--max-output: ", max_output.status().message()));
-    return 2;
-  }
+  if (!max_output.ok()) return FailWith(2, max_output.status(), "--max-output");
   options.max_output_bytes = *max_output;
   std::string mechanism = absl::GetFlag(FLAGS_memory_mechanism);
   if (mechanism != "auto" && mechanism != "watchdog") {
-    distcc_cuda::LogFatal(
-        "distcc-cuda-worker",
-        absl::StrCat("--memory-mechanism is 'auto' or 'watchdog', not '", mechanism, "'"));
-    return 2;
+    return Stop{2,
+                absl::StrCat("--memory-mechanism is 'auto' or 'watchdog', not '", mechanism, "'")};
   }
   options.force_watchdog = mechanism == "watchdog";
-  if (auto served = ServedToolkits(options); !served.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(served.status().message()));
-    return 1;
-  } else {
-    // The first instead of --nvcc; the rest beside it.
-    for (size_t i = 0; i < served->size(); ++i) {
-      const distcc_cuda::worker::ServedToolkitUse& use = (*served)[i];
-      if (i == 0) {
-        options.nvcc_path = use.nvcc;
-        options.toolkit_source = use.source;
-      } else {
-        options.more_toolkits.push_back({use.nvcc, use.source});
-      }
+  return std::nullopt;
+}
+
+// The toolkits its coordinator serves (--served-toolkit), fetched: the first
+// instead of --nvcc, the rest beside it.
+std::optional<Stop> UseServedToolkitsFromFlags(distcc_cuda::worker::WorkerOptions& options) {
+  auto served = ServedToolkits(options);
+  if (!served.ok()) return FailWith(1, served.status());
+  for (size_t i = 0; i < served->size(); ++i) {
+    const distcc_cuda::worker::ServedToolkitUse& use = (*served)[i];
+    if (i == 0) {
+      options.nvcc_path = use.nvcc;
+      options.toolkit_source = use.source;
+    } else {
+      options.more_toolkits.push_back({use.nvcc, use.source});
     }
   }
+  return std::nullopt;
+}
+
+// Starts the worker and runs it until a signal, or until its coordinator
+// refuses it for good.
+int RunUntilStopped(distcc_cuda::worker::WorkerOptions options) {
   // Started before its coordinator, or cut off from it: keep trying (with
   // backoff, logging each attempt) and answer SIGTERM at once meanwhile.
   options.connect_timeout = absl::ZeroDuration();
   auto worker = distcc_cuda::worker::Worker::Start(options);
-  if (!worker.ok()) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat(worker.status().message()));
-    return 1;
-  }
+  if (!worker.ok()) return Fail(FailWith(1, worker.status()));
   distcc_cuda::LogNotice(absl::StrCat("memory cap enforced by ", (*worker)->memory_mechanism()));
   distcc_cuda::LogNotice((*worker)->sandbox_description());
   if (options.bots_api.empty()) {
@@ -282,10 +260,47 @@ int main(int argc, char** argv) {
   while (signal == 0 && (*worker)->refused().ok()) {
     signal = distcc_cuda::WaitForTerminationSignalFor(1);
   }
-  if (signal == 0) {
-    distcc_cuda::LogFatal("distcc-cuda-worker", absl::StrCat((*worker)->refused().message()));
-    return 1;
-  }
+  if (signal == 0) return Fail(FailWith(1, (*worker)->refused()));
   spdlog::info("worker {} stopping (signal {})", options.name, signal);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Runs compile units for a distcc-cuda coordinator with a pinned nvcc.\n"
+      "Usage: distcc-cuda-worker --coordinator HOST:PORT [--slots N] "
+      "[--memory-cap SIZE] [--nvcc PATH]\n"
+      "   or: distcc-cuda-worker --bots-api grpc://HOST:PORT --instance NAME [...]: a bot of "
+      "another Remote Execution API engine (BuildGrid)");
+  distcc_cuda::ParseFlags(argc, argv, "worker");
+  if (absl::Status logs = distcc_cuda::UseLogFormat(absl::GetFlag(FLAGS_log_format), kProgram);
+      !logs.ok()) {
+    std::cerr << kProgram << ": " << logs.message() << "\n";
+    return 2;
+  }
+  distcc_cuda::BlockTerminationSignals();
+  distcc_cuda::worker::WorkerOptions options;
+  if (absl::Status engine = ParseBotsApi(absl::GetFlag(FLAGS_bots_api), options); !engine.ok()) {
+    return Fail(FailWith(2, engine));
+  }
+  options.instance = absl::GetFlag(FLAGS_instance);
+  const char* cuda_home = std::getenv("CUDA_HOME");
+  auto nvcc = distcc_cuda::ResolveNvcc(absl::GetFlag(FLAGS_nvcc), cuda_home ? cuda_home : "");
+  // A served toolkit needs no nvcc of this machine's.
+  if (!nvcc.ok() && !absl::GetFlag(FLAGS_served_toolkit).empty()) nvcc = "";
+  if (!nvcc.ok()) return Fail(FailWith(1, nvcc.status()));
+  if (absl::GetFlag(FLAGS_print_toolchain)) {
+    auto toolchain = distcc_cuda::ComputeToolchainFingerprint(*nvcc);
+    if (!toolchain.ok()) return Fail(FailWith(1, toolchain.status()));
+    std::cout << toolchain->DebugString();
+    return 0;
+  }
+  if (std::optional<Stop> stop = ConnectionFromFlags(*nvcc, options)) return Fail(*stop);
+  // Every line from here on is about this worker.
+  distcc_cuda::LogFields worker_field{{"worker", options.name}};
+  if (std::optional<Stop> stop = ResourcesFromFlags(options)) return Fail(*stop);
+  if (std::optional<Stop> stop = UseServedToolkitsFromFlags(options)) return Fail(*stop);
+  return RunUntilStopped(std::move(options));
 }

@@ -5,7 +5,7 @@
 # (sm_100), --threads 1, flash-attention's own flags (-std=c++20: torch
 # 2.15's headers need it), two at a time, each in a memory cgroup of its own
 # (v1 max_usage: the whole process tree, as ../shared/data's profiles). What
-# coordinator/data/unit_priors.csv's rows of measure_units.sh came from:
+# coordinator/memory/data/unit_priors.csv's rows of measure_units.sh came from:
 #   unit,marker,size,wall_s,cgroup_peak_mib
 # Usage: measure_units.sh UNIT_FILE... (file names under csrc/flash_attn/src,
 # e.g. flash_fwd_hdim64_fp16_sm80.cu). Needs root (cgroup v1 memory).

@@ -2,9 +2,9 @@
 # Writes OUTPUT, a C++ file that holds the dashboard's files (DIR/index.html,
 # dashboard.js, dashboard.css) as strings: the coordinator serves them from
 # its own binary, nothing is fetched from anywhere. Run by the build
-# (coordinator/CMakeLists.txt) whenever one of them changes.
+# (coordinator/dashboard/CMakeLists.txt) whenever one of them changes.
 set(body "// Generated from coordinator/dashboard by embed.cmake: edit those files.\n")
-string(APPEND body "#include \"coordinator/dashboard_assets.h\"\n\n")
+string(APPEND body "#include \"coordinator/dashboard/dashboard_assets.h\"\n\n")
 string(APPEND body "namespace distcc_cuda::coordinator {\n\n")
 string(APPEND body "const std::vector<DashboardAsset>& DashboardAssets() {\n")
 string(APPEND body "  static const std::vector<DashboardAsset> kAssets = {\n")

@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/build_command.h"
+#include "client/stages/build_command.h"
 #include "common/base/files.h"
 #include "common/nvcc/toolchain.h"
 #include "common/process/subprocess.h"

@@ -19,7 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/kernel_manifest.h"
+#include "client/plan/kernel_manifest.h"
 #include "common/base/files.h"
 #include "common/nvcc/compile_identity.h"
 #include "common/nvcc/fatbin.h"

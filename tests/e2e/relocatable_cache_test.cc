@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// One cache for every folder, machine and user (client/workspace_layout.h):
+// One cache for every folder, machine and user (client/plan/workspace_layout.h):
 // the same tree built from another folder, by another user over mutual
 // TLS, from a second git worktree, from a fresh temporary folder, and by
 // pip and uv from their own temporary folders is answered from the cache,

@@ -13,11 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/build_command.h"
+#include "client/stages/build_command.h"
 #include "common/base/files.h"
 #include "common/process/subprocess.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/revoke_command.h"
+#include "coordinator/trust/revoke_command.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/operated_cluster.h"
 #include "tests/support/prometheus_text.h"

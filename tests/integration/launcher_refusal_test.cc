@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/launcher.h"
-#include "client/remote_compile.h"
+#include "client/launcher/launcher.h"
+#include "client/launcher/remote_compile.h"
 #include "common/base/files.h"
 #include "common/store/cas_client.h"
 #include "common/store/digest.h"

@@ -10,8 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/build_command.h"
 #include "client/commands.h"
+#include "client/stages/build_command.h"
 #include "common/base/files.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/test_paths.h"

@@ -10,8 +10,8 @@
 
 #include <sstream>
 
-#include "client/build_command.h"
 #include "client/commands.h"
+#include "client/stages/build_command.h"
 #include "common/base/files.h"
 #include "common/transport/certificates.h"
 #include "common/transport/tls_credentials.h"

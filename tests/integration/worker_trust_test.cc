@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "absl/time/clock.h"
-#include "client/build_command.h"
+#include "client/stages/build_command.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/nvcc/toolchain.h"
@@ -25,8 +25,8 @@
 #include "common/transport/certificates.h"
 #include "common/transport/tls_credentials.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/revocations.h"
-#include "coordinator/revoke_command.h"
+#include "coordinator/trust/revocations.h"
+#include "coordinator/trust/revoke_command.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
 #include "distcc_cuda/v1/cas.grpc.pb.h"
 #include "distcc_cuda/v1/worker.grpc.pb.h"

@@ -13,8 +13,8 @@ A private name is one defined at the top level of an anonymous namespace
 (functions, variables, types, aliases) or a `static` function or variable
 at namespace scope. The check relies on the tree's clang-format style:
 namespace contents are not indented, so a top-level definition starts in
-column 0. A library is a folder (common/base, ..., coordinator, worker,
-client), which is stricter than the real batches: a collision in one
+column 0. A library is a folder (common/base, ..., coordinator/scheduler,
+..., worker, client/scan, ...), which is stricter than the real batches: a collision in one
 folder is a trap for the next file that lands in the same batch.
 
 A private function may also hide a public one of the same name that a
@@ -33,8 +33,12 @@ import sys
 import tempfile
 
 LIBRARIES = ["common/base", "common/store", "common/process", "common/nvcc",
-             "common/transport", "common/reapi", "coordinator", "worker", "client",
-             "client/toolkit"]
+             "common/transport", "common/reapi", "coordinator", "coordinator/memory",
+             "coordinator/trust", "coordinator/toolkits", "coordinator/scheduler",
+             "coordinator/planning", "coordinator/services", "coordinator/reapi",
+             "coordinator/dashboard", "worker", "client", "client/toolkit", "client/plan",
+             "client/scan", "client/text", "client/cluster", "client/stages",
+             "client/launcher"]
 
 NAMESPACE_OPEN = re.compile(r"^namespace\s*([\w:]*)\s*\{")
 NAMESPACE_CLOSE = re.compile(r"^\}\s*//\s*namespace")  # clang-format writes the comment
