@@ -286,6 +286,7 @@ absl::Status Worker::Register() {
   request.set_sandbox(sandbox_description());
   request.set_reads_input_trees(true);
   request.set_toolkit_source(options_.toolkit_source);
+  request.set_engine_client(options_.remote_executor.has_value());
   for (const FurtherToolkitState& more : more_toolkits_) {
     *request.add_more_toolchains() = more.toolchain;
   }

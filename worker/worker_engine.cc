@@ -202,6 +202,7 @@ v1::TaskResult Worker::ResultOfEngineAction(const reapi::ExecuteResponse& respon
       CappedOutput(text(action_result.stderr_raw(), action_result.stderr_digest()), limit, false));
   const std::string worker =
       TerminalSafe(action_result.execution_metadata().worker().substr(0, 64));
+  result.set_engine_cache_hit(response.cached_result());
   result.set_worker_name(response.cached_result() ? "ActionCache"
                          : worker.empty()         ? options_.name
                                                   : worker);

@@ -269,7 +269,7 @@ void BuildFollower::PrintUnitLine(const v1::BuildEvent::UnitFinished& done,
       "  [%d/%d%s] %-44s %s\n", result_.reports.size(), result_.total, all_sent ? "" : "+",
       done.unit_name(),
       report.cached
-          ? "cached"
+          ? (done.result().engine_cache_hit() ? "cached (the engine's ActionCache)" : "cached")
           : absl::StrFormat("%-10s %5.1f s  peak %s (predicted %s, %s)", report.worker,
                             report.wall_ms / 1000.0, FormatByteSize(report.peak_bytes),
                             FormatByteSize(report.predicted_bytes), report.prediction_source));

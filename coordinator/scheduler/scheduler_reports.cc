@@ -145,7 +145,14 @@ void BuildScheduler::CompleteTask(const std::string& task_id, const v1::TaskResu
                                   bool cacheable, Deferred& deferred) {
   std::optional<TaskState> task = EndTask(task_id);
   if (!task.has_value()) return;
-  if (WorkerState* worker = workers_.Find(task->worker_id); worker != nullptr) ++worker->completed;
+  WorkerState* worker = workers_.Find(task->worker_id);
+  if (worker != nullptr) ++worker->completed;
+  // An engine's ActionCache answered: cached, as the summary says, but only
+  // an engine client's word counts (another worker's would dodge the
+  // cross-check).
+  const bool engine_cached = result.engine_cache_hit() && worker != nullptr &&
+                             worker->info.engine_client() &&
+                             result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0;
   auto build_it = builds_.find(task->build_id);
   if (build_it == builds_.end()) return;
   const PlannedUnit& planned = build_it->second.units[task->unit_index].planned;
@@ -160,7 +167,7 @@ void BuildScheduler::CompleteTask(const std::string& task_id, const v1::TaskResu
     LearnFrom(planned, result.peak_memory_bytes(), absl::Milliseconds(result.wall_time_ms()),
               deferred);
   }
-  FinishUnit(build_it->second, task->unit_index, result, false, deferred, cacheable);
+  FinishUnit(build_it->second, task->unit_index, result, engine_cached, deferred, cacheable);
 }
 
 void BuildScheduler::AnnounceRecorded(const std::string& worker_id, const std::string& task_id,

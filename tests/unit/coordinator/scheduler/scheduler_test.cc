@@ -529,6 +529,41 @@ TEST_F(SchedulerTest, ParkedLeaseIsAnsweredWhenWorkArrivesOrTheWaitEnds) {
   EXPECT_FALSE(answers[1].has_value());
 }
 
+// A unit an engine's ActionCache answered (the client's --remote-executor)
+// is cached, as the summary says, when an engine client's worker says so;
+// the same words from another worker change nothing (they would dodge the
+// cross-check).
+TEST_F(SchedulerTest, AnEnginesCacheHitCountsAsCachedOnlyFromAnEngineClient) {
+  v1::RegisterWorkerRequest request;
+  request.set_name("engine-client");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(8 * kGiB);
+  request.set_slots(1);
+  request.set_engine_client(true);
+  absl::StatusOr<std::string> engine = scheduler_.RegisterWorker(request, kStart);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  v1::TaskResult hit = Completed(0);
+  hit.set_engine_cache_hit(true);
+  ASSERT_TRUE(Submit(1).ok());
+  std::optional<v1::Task> task = LeaseNow(*engine);
+  ASSERT_TRUE(task);
+  ASSERT_TRUE(Report(*engine, *task, hit).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_EQ(Finished()->units_cached(), 1);
+  events_.clear();
+
+  std::string plain = AddWorker("plain");
+  ASSERT_TRUE(Submit(1).ok());
+  std::optional<v1::Task> other = LeaseNow(plain);
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(Report(plain, *other, hit).ok());
+  ASSERT_NE(Finished(), nullptr);
+  EXPECT_EQ(Finished()->units_cached(), 0);
+  for (const v1::BuildEvent& event : events_) {
+    if (event.has_unit_finished()) EXPECT_FALSE(event.unit_finished().cached());
+  }
+}
+
 TEST_F(SchedulerTest, CachedUnitsFinishWithoutAWorker) {
   AddWorker("a");
   ASSERT_TRUE(Submit(2, {{0, Completed(0)}, {1, Completed(0)}}).ok());
