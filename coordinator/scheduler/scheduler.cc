@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status.h"
+#include "common/base/terminal_text.h"
 #include "common/nvcc/toolchain.h"
 #include "coordinator/scheduler/ids.h"
 #include "spdlog/spdlog.h"
@@ -88,6 +89,15 @@ BuildScheduler::BuildScheduler(SchedulerOptions options, ResultRecorder record_r
 absl::StatusOr<std::string> BuildScheduler::RegisterWorker(const v1::RegisterWorkerRequest& request,
                                                            absl::Time now, const WorkerPeer& peer) {
   RETURN_IF_ERROR(CheckRegistration(request));
+  // An engine client's word that an engine's cache answered makes a unit
+  // cached, which is never cross-checked: a coordinator that cross-checks
+  // takes no such worker (the client's embedded one never does).
+  if (request.engine_client() && options_.cross_check_rate > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker '", TerminalSafe(request.name()),
+        "' registers as a client of another engine, which a coordinator that cross-checks "
+        "results (--cross-check-rate) does not take: run it as an ordinary worker"));
+  }
   std::string id = NewId('w', epoch_);
   {
     LockedSection lock(this);

@@ -1487,6 +1487,27 @@ TEST_F(SchedulerTrustTest, WorkerNamesAndDescriptionsMustBePlain) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A worker that says it is an engine client could call any result an
+// engine's cache hit, which is never cross-checked: a coordinator that
+// cross-checks refuses it at registration, naming what to do.
+TEST_F(SchedulerTrustTest, ACrossCheckingCoordinatorRefusesAnEngineClient) {
+  SchedulerOptions options;
+  options.cross_check_rate = 0.5;
+  BuildScheduler scheduler(options, nullptr);
+  v1::RegisterWorkerRequest request;
+  request.set_name("claims-an-engine");
+  *request.mutable_toolchain() = Toolchain("13.0");
+  request.set_memory_cap_bytes(kGiB);
+  request.set_slots(1);
+  request.set_engine_client(true);
+  absl::StatusOr<std::string> refused = scheduler.RegisterWorker(request, kStart);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("--cross-check-rate"));
+  request.set_engine_client(false);
+  EXPECT_TRUE(scheduler.RegisterWorker(request, kStart).ok());
+}
+
 // --max-output: what a report brings back is cut, with a marker, whatever
 // the worker sends.
 TEST_F(SchedulerTrustTest, OutputOfAReportIsCutAtTheLimit) {
