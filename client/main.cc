@@ -59,6 +59,13 @@ ABSL_FLAG(std::string, remote_memory_property, "memory",
           "B (default), KiB, MiB, GiB, KB, MB or GB; each unit's predicted peak goes there, and "
           "a larger one after a memory kill (NativeLink: memory_kb:KiB, Buildfarm: min-mem, "
           "BuildBuddy: EstimatedMemory; empty: none)");
+ABSL_FLAG(std::string, remote_tls_ca, "",
+          "--remote-executor grpcs://: the CA certificate that issued the engine's (default: "
+          "the system's CAs)");
+ABSL_FLAG(std::string, remote_tls_cert, "",
+          "--remote-executor grpcs://: the client certificate to present to an engine that asks "
+          "for one (mutual TLS), with --remote-tls-key");
+ABSL_FLAG(std::string, remote_tls_key, "", "the private key of --remote-tls-cert");
 ABSL_FLAG(int, remote_jobs, 32, "--remote-executor: units on the engine at once");
 ABSL_FLAG(std::string, remote_memory, "64GiB",
           "--remote-executor: the memory of the engine's largest worker; no unit is sent "
@@ -159,7 +166,8 @@ constexpr char kUsage[] =
     "      Execution API engine (BuildGrid, Buildfarm, NativeLink, BuildBuddy)\n"
     "      as Actions; the plan, memory admission, the retry ladder and the\n"
     "      link stay here (--remote-memory-property, --remote-header,\n"
-    "      --remote-jobs, --remote-memory).\n"
+    "      --remote-jobs, --remote-memory; mutual TLS: --remote-tls-ca,\n"
+    "      --remote-tls-cert, --remote-tls-key).\n"
     "  distcc-cuda build --toolkit auto|RELEASE|FOLDER ...\n"
     "      either kind of build with another toolkit: auto is the CUDA release\n"
     "      torch was built with; a release missing here comes from PyPI once.\n"
@@ -252,6 +260,9 @@ absl::StatusOr<std::optional<distcc_cuda::client::RemoteEngineSettings>> RemoteE
     ASSIGN_OR_RETURN(auto parsed, distcc_cuda::ParseEngineHeader(header));
     remote.headers.push_back(std::move(parsed));
   }
+  remote.tls_files = {absl::GetFlag(FLAGS_remote_tls_ca), absl::GetFlag(FLAGS_remote_tls_cert),
+                      absl::GetFlag(FLAGS_remote_tls_key)};
+  ASSIGN_OR_RETURN(remote.tls, distcc_cuda::LoadEngineTls(remote.tls_files, remote.address));
   ASSIGN_OR_RETURN(remote.memory_property,
                    distcc_cuda::ParseMemoryProperty(absl::GetFlag(FLAGS_remote_memory_property)));
   remote.jobs = absl::GetFlag(FLAGS_remote_jobs);

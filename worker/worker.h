@@ -102,7 +102,10 @@ struct WorkerOptions {
   // largest worker, which the coordinator admits units against, and each
   // unit's reservation goes to the engine in `memory_property`.
   std::optional<EngineAddress> remote_executor;
-  EngineHeaders remote_headers;    // sent with every call to it
+  EngineHeaders remote_headers;  // sent with every call to it
+  // Over grpcs://: its CA and the client certificate presented to it
+  // (--remote-tls-*); nullopt: the system's CAs and no certificate.
+  std::optional<TlsMaterial> remote_tls;
   MemoryProperty memory_property;  // its name empty: none is sent
   // HOST:PORT to serve Prometheus metrics on (/metrics); "": none.
   std::string metrics_listen;

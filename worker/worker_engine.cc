@@ -106,9 +106,8 @@ std::string Worker::memory_mechanism() const {
 
 void Worker::StartEngine() {
   const WorkerOptions& options = options_;
-  std::shared_ptr<grpc::Channel> channel = OpenEngineChannel(
-      *options.remote_executor, options.remote_executor->tls ? options.tls : std::nullopt,
-      options.remote_headers);
+  std::shared_ptr<grpc::Channel> channel =
+      OpenEngineChannel(*options.remote_executor, options.remote_tls, options.remote_headers);
   engine_store_ = std::make_unique<ReapiCasClient>(channel, options.instance);
   engine_execution_ = std::make_unique<ReapiExecutionClient>(channel, options.instance);
 }

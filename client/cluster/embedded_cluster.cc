@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     worker_options.remote_executor = remote->address;
     worker_options.instance = remote->instance;
     worker_options.remote_headers = remote->headers;
+    worker_options.remote_tls = remote->tls;
     worker_options.memory_property = remote->memory_property;
   }
   cluster->slots_ = worker_options.slots;
@@ -145,6 +146,24 @@ std::string DescribeRemoteEngine(const RemoteEngineSettings& remote) {
       "\n");
 }
 
+namespace {
+
+// What to check of TLS when an engine reached over it does not answer.
+std::string TlsHints(const RemoteEngineSettings& remote) {
+  const EngineTlsFiles& files = remote.tls_files;
+  return absl::StrCat(
+      "; over TLS, the engine's certificate must come from ",
+      files.ca.empty() ? "a CA this system trusts (else name its CA with --remote-tls-ca)"
+                       : absl::StrCat("the CA in --remote-tls-ca ", files.ca),
+      files.cert.empty()
+          ? ", and an engine that asks for a client certificate (mutual TLS) needs "
+            "--remote-tls-cert and --remote-tls-key"
+          : absl::StrCat(", and it must take the client certificate --remote-tls-cert ",
+                         files.cert));
+}
+
+}  // namespace
+
 absl::StatusOr<ClusterConnection> ConnectToCluster(const ClusterSettings& settings,
                                                    std::ostream& out) {
   ClusterConnection cluster;
@@ -153,9 +172,13 @@ absl::StatusOr<ClusterConnection> ConnectToCluster(const ClusterSettings& settin
     // An engine that is not there fails the build in seconds, before any
     // scanning.
     const RemoteEngineSettings& remote = *settings.remote;
-    RETURN_IF_ERROR(
-        CheckEngineExecutes(OpenEngineChannel(remote.address, std::nullopt, remote.headers),
-                            remote.instance, remote.address.Url(), settings.connect_timeout));
+    absl::Status executes =
+        CheckEngineExecutes(OpenEngineChannel(remote.address, remote.tls, remote.headers),
+                            remote.instance, remote.address.Url(), settings.connect_timeout);
+    if (absl::IsUnavailable(executes) && remote.address.tls) {
+      return absl::UnavailableError(absl::StrCat(executes.message(), TlsHints(remote)));
+    }
+    RETURN_IF_ERROR(executes);
   }
   if (cluster.address.empty()) {
     ASSIGN_OR_RETURN(

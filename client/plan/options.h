@@ -74,8 +74,13 @@ std::string DefaultToolkitDir(const ClientEnvironment& environment);
 // them, and its worker sends each to the engine as an Action.
 struct RemoteEngineSettings {
   EngineAddress address;
-  std::string instance;            // --remote-instance
-  EngineHeaders headers;           // --remote-header K=V, on every call
+  std::string instance;   // --remote-instance
+  EngineHeaders headers;  // --remote-header K=V, on every call
+  // --remote-tls-ca, --remote-tls-cert and --remote-tls-key (grpcs:// only):
+  // the engine's CA and the client certificate it asks for; nullopt: the
+  // system's CAs and no certificate.
+  std::optional<TlsMaterial> tls;
+  EngineTlsFiles tls_files;        // the files it was read from, for messages
   MemoryProperty memory_property;  // --remote-memory-property NAME[:UNIT]
   int jobs = 32;                   // --remote-jobs: units on the engine at once
   // --remote-memory: the memory of the engine's largest worker; the

@@ -17,6 +17,18 @@
 namespace distcc_cuda::client {
 namespace {
 
+// Why a unit failed, for its error line: nvcc's exit code, or what the
+// worker says when nvcc did not run or ran to an end its outputs were
+// refused at (exit -1: an output missing or larger than a compile's, from
+// an engine or a sandbox).
+std::string WhyItFailed(const v1::TaskResult& result) {
+  if (result.outcome() != v1::TASK_COMPLETED) return result.error_message();
+  if (result.exit_code() == -1 && !result.error_message().empty()) {
+    return TerminalSafe(result.error_message());
+  }
+  return absl::StrCat("nvcc exit code ", result.exit_code());
+}
+
 // The line that says what went to the coordinator: the inputs, the scans
 // and the parts, once the last part went.
 std::string DescribeSubmission(const BuildSubmission::Figures& figures, const ScanCache& cache,
@@ -217,11 +229,7 @@ void BuildFollower::OnUnitFinished(const v1::BuildEvent::UnitFinished& done, boo
   if (!report.ok) {
     result_.failed.push_back(done.unit_name());
     out_ << "\nerror: unit " << done.unit_name() << " failed on worker " << result.worker_name()
-         << " ("
-         << (result.outcome() == v1::TASK_COMPLETED
-                 ? absl::StrCat("nvcc exit code ", result.exit_code())
-                 : result.error_message())
-         << "):\n";
+         << " (" << WhyItFailed(result) << "):\n";
     out_ << result.stdout_text() << result.stderr_text();
     if (!result.stderr_text().empty() && result.stderr_text().back() != '\n') out_ << "\n";
     out_ << "\n";

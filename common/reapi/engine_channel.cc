@@ -3,10 +3,16 @@
 
 #include <grpcpp/support/client_interceptor.h>
 
+#include <tuple>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/base/files.h"
+#include "common/base/status.h"
 #include "common/base/terminal_text.h"
+#include "common/transport/certificates.h"
 
 namespace distcc_cuda {
 namespace {
@@ -98,6 +104,47 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseEngineHeader(const std:
   return std::pair{std::move(key), std::move(value)};
 }
 
+absl::StatusOr<std::optional<TlsMaterial>> LoadEngineTls(const EngineTlsFiles& files,
+                                                         const EngineAddress& engine) {
+  if (files.ca.empty() && files.cert.empty() && files.key.empty()) return std::nullopt;
+  if (!engine.tls) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--remote-tls-ca, --remote-tls-cert and --remote-tls-key are for an engine "
+                     "reached over TLS, and ",
+                     engine.Url(), " is not: write its address as grpcs://", engine.host_port));
+  }
+  if (files.cert.empty() != files.key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(files.cert.empty() ? "--remote-tls-key" : "--remote-tls-cert", " is set but ",
+                     files.cert.empty() ? "--remote-tls-cert" : "--remote-tls-key",
+                     " is not: the client certificate the engine asks for goes with its private "
+                     "key (give both, or neither to present none)"));
+  }
+  TlsMaterial material;
+  const std::tuple<const char*, const std::string*, std::string*> named[] = {
+      {"--remote-tls-ca", &files.ca, &material.ca_pem},
+      {"--remote-tls-cert", &files.cert, &material.certificate_pem},
+      {"--remote-tls-key", &files.key, &material.key_pem}};
+  for (const auto& [flag, path, content] : named) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> read = ReadFile(*path);
+    if (!read.ok()) return Annotate(read.status(), flag);
+    *content = std::move(*read);
+    if (content == &material.key_pem) continue;
+    if (absl::Status valid = CheckValidAt(*content, absl::Now()); !valid.ok()) {
+      return absl::Status(valid.code(), absl::StrCat(flag, " ", *path, " ", valid.message()));
+    }
+  }
+  if (!files.key.empty()) {
+    if (absl::Status key = CheckKeyMatches(material.certificate_pem, material.key_pem); !key.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--remote-tls-key ", files.key, " ",
+                                                     key.message(), " ", files.cert,
+                                                     "; pass the key written with it"));
+    }
+  }
+  return material;
+}
+
 std::shared_ptr<grpc::Channel> OpenEngineChannel(const EngineAddress& engine,
                                                  const std::optional<TlsMaterial>& tls,
                                                  const EngineHeaders& headers) {
@@ -105,6 +152,7 @@ std::shared_ptr<grpc::Channel> OpenEngineChannel(const EngineAddress& engine,
   if (engine.tls) {
     grpc::SslCredentialsOptions options;
     if (tls.has_value()) {
+      // Empty fields: the system's CAs, no client certificate.
       options.pem_root_certs = tls->ca_pem;
       options.pem_private_key = tls->key_pem;
       options.pem_cert_chain = tls->certificate_pem;

@@ -38,9 +38,29 @@ using EngineHeaders = std::vector<std::pair<std::string, std::string>>;
 // saying which part is wrong.
 absl::StatusOr<std::pair<std::string, std::string>> ParseEngineHeader(const std::string& text);
 
+// The files of --remote-tls-ca (the CA that issued the engine's
+// certificate; empty: the system's CAs), --remote-tls-cert and
+// --remote-tls-key (the client certificate an engine that asks for one
+// gets, and its key). All empty: no files.
+struct EngineTlsFiles {
+  std::string ca;
+  std::string cert;
+  std::string key;
+};
+
+// Reads and checks `files` for `engine`, once at start: nullopt when none
+// is given. INVALID_ARGUMENT when they are given for a grpc:// engine, for
+// a certificate without its key (or the other way round), or for a key
+// that is not the certificate's; NOT_FOUND for a missing file;
+// FAILED_PRECONDITION for a certificate that expired or is not valid yet.
+// Messages name the flag and the file. The material's identity is left
+// empty: the engine's PKI is not the cluster's.
+absl::StatusOr<std::optional<TlsMaterial>> LoadEngineTls(const EngineTlsFiles& files,
+                                                         const EngineAddress& engine);
+
 // A channel to `engine` whose every call carries `headers`: over TLS for
-// grpcs://, presenting `tls`'s certificate and trusting its CA when given,
-// else trusting the system's CAs.
+// grpcs://, presenting `tls`'s certificate where it holds one and trusting
+// its CA where it names one, else trusting the system's CAs.
 std::shared_ptr<grpc::Channel> OpenEngineChannel(const EngineAddress& engine,
                                                  const std::optional<TlsMaterial>& tls,
                                                  const EngineHeaders& headers);

@@ -86,8 +86,17 @@ absl::Status CheckEngineExecutes(const std::shared_ptr<grpc::Channel>& channel,
   grpc::Status status = capabilities->GetCapabilities(&context, request, &response);
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // Asked once more without waiting, the channel says why it cannot
+    // connect (refused, a TLS handshake that failed and how).
+    grpc::ClientContext again;
+    again.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    grpc::Status last = capabilities->GetCapabilities(&again, request, &response);
+    const std::string why =
+        last.error_code() == grpc::StatusCode::UNAVAILABLE && !last.error_message().empty()
+            ? absl::StrCat(" (gRPC: ", TerminalSafe(last.error_message().substr(0, 400)), ")")
+            : "";
     return absl::UnavailableError(absl::StrCat(
-        "cannot reach the engine at ", url, " within ", absl::FormatDuration(timeout),
+        "cannot reach the engine at ", url, " within ", absl::FormatDuration(timeout), why,
         "; check the address, that the engine serves the Remote Execution API there, and "
         "grpc:// or grpcs:// (TLS)"));
   }

@@ -440,6 +440,21 @@ absl::Status CheckCertificate(const std::string& ca_pem, const std::string& cert
       absl::StrCat("was not issued by this CA (", X509_verify_cert_error_string(error), ")"));
 }
 
+absl::Status CheckValidAt(const std::string& certificate_pem, absl::Time now) {
+  ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificate(certificate_pem));
+  time_t at = absl::ToTimeT(now);
+  if (X509_cmp_time(X509_get0_notAfter(certificate.get()), &at) < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expired on ", FormatAsn1Time(X509_get0_notAfter(certificate.get()))));
+  }
+  if (X509_cmp_time(X509_get0_notBefore(certificate.get()), &at) > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("is not valid before ", FormatAsn1Time(X509_get0_notBefore(certificate.get())),
+                     " (is this machine's clock right?)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckKeyMatches(const std::string& certificate_pem, const std::string& key_pem) {
   ASSIGN_OR_RETURN(X509Ptr certificate, ParseCertificate(certificate_pem));
   ASSIGN_OR_RETURN(KeyPtr key, ParseKey(key_pem));

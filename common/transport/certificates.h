@@ -95,6 +95,12 @@ absl::StatusOr<CertificateIdentity> IdentityOfCertificate(const std::string& cer
 absl::Status CheckCertificate(const std::string& ca_pem, const std::string& certificate_pem,
                               absl::Time now);
 
+// OK if `certificate_pem` is a PEM certificate valid at `now`, whoever
+// issued it (another PKI's, as an engine's): FAILED_PRECONDITION "expired
+// on ..." or "is not valid before ..."; INVALID_ARGUMENT if it is not a PEM
+// certificate. Callers put which file it came from in front.
+absl::Status CheckValidAt(const std::string& certificate_pem, absl::Time now);
+
 // OK if `key_pem` is the private key of `certificate_pem`; INVALID_ARGUMENT
 // if it is not, or is not a PEM private key.
 absl::Status CheckKeyMatches(const std::string& certificate_pem, const std::string& key_pem);

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+// `distcc-cuda build --remote-executor` against an engine that answers
+// badly (issue 49): the client's embedded coordinator and its worker in
+// engine mode, through the same code the binary runs, against a scripted
+// Remote Execution API engine on loopback (tests/support/scripted_engine.h)
+// whose Execute answers what each test makes it say. Whatever the engine
+// claims, the build's figures stay within what they can be, nothing it
+// names beyond a limit is read, its words reach the terminal made safe, and
+// only a kill it says was for memory climbs the retry ladder.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/stages/build_command.h"
+#include "common/base/byte_size.h"
+#include "common/base/files.h"
+#include "common/reapi/reapi_digest.h"
+#include "distcc_cuda/v1/worker.pb.h"
+#include "tests/support/scripted_engine.h"
+#include "tests/support/test_paths.h"
+
+namespace distcc_cuda {
+namespace {
+
+using testing::EngineCall;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::ScriptedEngine;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+class HostileEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = testing::NewTempDir("hostile-engine-");
+    engine_ = ScriptedEngine::Start();
+    plan_ = testing::WriteEnginePlan(root_, 1, "libhostile.so");
+  }
+
+  // Builds the plan on the engine (an engine of `remote_memory` bytes);
+  // the build's status, its words in `output`.
+  absl::Status Build(std::string* output, int64_t remote_memory = 8 * kGiB) {
+    client::BuildOptions options;
+    options.plan_path = plan_;
+    options.output_dir = root_ + "/out";
+    options.nvcc_path = testing::FakeNvccPath();
+    options.state_dir = root_ + "/state";
+    options.reconnect_timeout = absl::ZeroDuration();
+    client::RemoteEngineSettings remote;
+    remote.address = EngineAddress{engine_->address(), false};
+    remote.instance = "main";
+    remote.jobs = 1;
+    remote.memory_bytes = remote_memory;
+    options.remote = remote;
+    std::ostringstream out;
+    absl::Status status = client::RunBuild(options, out);
+    *output = out.str();
+    return status;
+  }
+
+  // The unit's line: "  [1/1] kern_1   WORKER   T s  peak P (predicted ...)".
+  static std::string UnitLine(const std::string& output) {
+    std::smatch line;
+    std::regex pattern(R"(\[1/1\] kern_1 [^\n]*)");
+    return std::regex_search(output, line, pattern) ? line.str() : "";
+  }
+
+  // Whether anybody read the blob of `digest` from the engine.
+  bool Read(const reapi::Digest& digest) {
+    for (const std::string& key : engine_->reads()) {
+      if (key == absl::StrCat(digest.hash(), "/", digest.size_bytes())) return true;
+    }
+    return false;
+  }
+
+  std::string root_;
+  std::string plan_;
+  std::unique_ptr<ScriptedEngine> engine_;
+};
+
+TEST_F(HostileEngineTest, AnHonestEngineBuildsTheLibrary) {
+  std::string output;
+  absl::Status built = Build(&output);
+  ASSERT_TRUE(built.ok()) << built << output;
+  EXPECT_THAT(output, HasSubstr("units     1 (1 compiled, 0 cached, 0 failed)")) << output;
+  ASSERT_EQ(engine_->calls().size(), 1u);
+  absl::StatusOr<std::string> library = ReadFile(root_ + "/out/libhostile.so");
+  ASSERT_TRUE(library.ok()) << library.status();
+  EXPECT_THAT(*library, HasSubstr("compiled by the scripted engine"))
+      << "the engine's object was linked";
+}
+
+TEST_F(HostileEngineTest, APeakAboveTheEnginesMemoryCountsAsItsLargestWorkersAtMost) {
+  engine_->Answer([](const EngineCall& call, ScriptedEngine& engine) {
+    reapi::ExecuteResponse response = ScriptedEngine::CompiledAnswer(call, engine);
+    v1::UnitMemoryUsage memory;
+    memory.set_peak_bytes(int64_t{1} << 40);  // 1 TiB, on an engine of 2 GiB
+    response.mutable_result()->mutable_execution_metadata()->add_auxiliary_metadata()->PackFrom(
+        memory);
+    response.mutable_result()->mutable_execution_metadata()->set_worker("bot-1");
+    return response;
+  });
+  std::string output;
+  absl::Status built = Build(&output, 2 * kGiB);
+  ASSERT_TRUE(built.ok()) << built << output;
+  const std::string line = UnitLine(output);
+  EXPECT_THAT(line, HasSubstr("engine/bot-1")) << output;
+  EXPECT_THAT(line, HasSubstr("peak 2.0 GiB")) << output;
+  EXPECT_THAT(output, Not(HasSubstr("TiB"))) << output;
+}
+
+TEST_F(HostileEngineTest, OutputTextAboveTheLimitIsNotReadBack) {
+  std::optional<reapi::Digest> huge, small;
+  engine_->Answer([&](const EngineCall&, ScriptedEngine& engine) {
+    huge = engine.Put(std::string(3 << 20, 'e'));  // above the 1 MiB read back
+    small = engine.Put("k.cu(1): error: the engine's own words\n");
+    reapi::ExecuteResponse response;
+    response.mutable_result()->set_exit_code(2);
+    *response.mutable_result()->mutable_stderr_digest() = *huge;
+    *response.mutable_result()->mutable_stdout_digest() = *small;
+    return response;
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  EXPECT_FALSE(built.ok()) << output;
+  EXPECT_THAT(output, HasSubstr("nvcc exit code 2")) << output;
+  EXPECT_THAT(output, HasSubstr("the engine's own words")) << output;
+  EXPECT_THAT(output, HasSubstr("[distcc-cuda: 3 MiB of output on grpc://" + engine_->address() +
+                                ", above the 1 MiB read back]"))
+      << output;
+  ASSERT_TRUE(huge.has_value() && small.has_value());
+  EXPECT_TRUE(Read(*small));
+  EXPECT_FALSE(Read(*huge)) << "3 MiB of stderr read from the engine";
+  // A compile error is the user's: not run again.
+  EXPECT_EQ(engine_->calls().size(), 1u);
+}
+
+TEST_F(HostileEngineTest, AnOutputFileOfMoreThan4GiBIsRefusedUnread) {
+  reapi::Digest giant;
+  giant.set_hash(std::string(64, 'a'));
+  giant.set_size_bytes(5 * kGiB);
+  engine_->Answer([&](const EngineCall& call, ScriptedEngine&) {
+    reapi::ExecuteResponse response;
+    response.mutable_result()->set_exit_code(0);
+    reapi::OutputFile* file = response.mutable_result()->add_output_files();
+    file->set_path(call.command.output_files(0));
+    *file->mutable_digest() = giant;
+    return response;
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  EXPECT_FALSE(built.ok()) << output;
+  // The unit's error line says why, not only an exit code.
+  EXPECT_THAT(output,
+              HasSubstr("failed on worker engine (the engine at grpc://" + engine_->address() +
+                        " returned kern_1.o of 5.0 GiB, more than a "
+                        "compile's output may be (4.0 GiB))"))
+      << output;
+  EXPECT_FALSE(Read(giant));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/out/libhostile.so"));
+}
+
+TEST_F(HostileEngineTest, AQuotaRefusalIsNotAMemoryKillAndItsPropertyNeverGrows) {
+  engine_->Answer([](const EngineCall&, ScriptedEngine&) {
+    reapi::ExecuteResponse response;
+    response.mutable_status()->set_code(grpc::StatusCode::RESOURCE_EXHAUSTED);
+    response.mutable_status()->set_message("quota of 100 actions a minute exceeded");
+    return response;
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  EXPECT_FALSE(built.ok()) << output;
+  EXPECT_THAT(output, HasSubstr("RESOURCE_EXHAUSTED: quota of 100 actions a minute exceeded"))
+      << output;
+  EXPECT_THAT(output, Not(HasSubstr("killed for memory"))) << output;
+  // Lost, and tried again as any loss is (3 attempts), each time asking for
+  // the same memory.
+  std::vector<EngineCall> calls = engine_->calls();
+  ASSERT_EQ(calls.size(), 3u) << output;
+  for (const EngineCall& call : calls) {
+    EXPECT_EQ(call.platform.at("memory"), calls[0].platform.at("memory"));
+  }
+}
+
+TEST_F(HostileEngineTest, AMemoryKillTheEngineNamesRunsAgainWithALargerProperty) {
+  engine_->Answer([](const EngineCall& call, ScriptedEngine& engine) {
+    if (engine.calls().size() > 1) return ScriptedEngine::CompiledAnswer(call, engine);
+    reapi::ExecuteResponse response;
+    response.mutable_status()->set_code(grpc::StatusCode::RESOURCE_EXHAUSTED);
+    response.mutable_status()->set_message("the action ran out of memory");
+    return response;
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  ASSERT_TRUE(built.ok()) << built << output;
+  std::vector<EngineCall> calls = engine_->calls();
+  ASSERT_EQ(calls.size(), 2u) << output;
+  int64_t first = 0, second = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(calls[0].platform.at("memory"), &first));
+  ASSERT_TRUE(absl::SimpleAtoi(calls[1].platform.at("memory"), &second));
+  EXPECT_GT(second, first) << output;
+  EXPECT_LE(second, 8 * kGiB);
+}
+
+TEST_F(HostileEngineTest, AWorkerNameWithControlCharactersOrTooLongIsMadeSafe) {
+  const std::string evil = "\x1b]0;owned\x07\x1b[2J" + std::string(100, 'b') + "\nforged line";
+  engine_->Answer([&](const EngineCall& call, ScriptedEngine& engine) {
+    reapi::ExecuteResponse response = ScriptedEngine::CompiledAnswer(call, engine);
+    response.mutable_result()->mutable_execution_metadata()->set_worker(evil);
+    return response;
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  ASSERT_TRUE(built.ok()) << built << output;
+  EXPECT_EQ(output.find('\x1b'), std::string::npos) << output;
+  EXPECT_EQ(output.find('\x07'), std::string::npos) << output;
+  EXPECT_THAT(output, Not(HasSubstr("\nforged line"))) << output;
+  // "engine/" and at most 64 characters of the engine's words.
+  std::smatch shown;
+  const std::string line = UnitLine(output);
+  ASSERT_TRUE(std::regex_search(line, shown, std::regex(R"(engine/(\S+))"))) << output;
+  EXPECT_LE(shown[1].length(), 64) << line;
+  EXPECT_THAT(shown[1].str(), HasSubstr("bbbb")) << line;
+}
+
+TEST_F(HostileEngineTest, TimestampsOutOfRangeAreNotTakenAsTheCompilesTime) {
+  struct Times {
+    int64_t start_seconds, end_seconds;
+  };
+  for (const Times times : {Times{-100, 1'000'000'000'000}, Times{2'000, 1'000},
+                            Times{1'000, 1'000 + 30 * 24 * 3600}}) {
+    SetUp();
+    engine_->Answer([times](const EngineCall& call, ScriptedEngine& engine) {
+      reapi::ExecuteResponse response = ScriptedEngine::CompiledAnswer(call, engine);
+      auto* metadata = response.mutable_result()->mutable_execution_metadata();
+      metadata->mutable_execution_start_timestamp()->set_seconds(times.start_seconds);
+      metadata->mutable_execution_completed_timestamp()->set_seconds(times.end_seconds);
+      return response;
+    });
+    std::string output;
+    absl::Status built = Build(&output);
+    ASSERT_TRUE(built.ok()) << built << output;
+    // The time the worker saw the engine take, seconds at most here.
+    std::smatch seconds;
+    const std::string line = UnitLine(output);
+    ASSERT_TRUE(std::regex_search(line, seconds, std::regex(R"(\s(-?[0-9.]+) s\s+peak)")))
+        << output;
+    const double taken = std::stod(seconds[1]);
+    EXPECT_GE(taken, 0) << line;
+    EXPECT_LT(taken, 60) << line;
+  }
+}
+
+}  // namespace
+}  // namespace distcc_cuda
