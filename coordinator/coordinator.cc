@@ -175,7 +175,8 @@ absl::Status Coordinator::StartReapiServer(prometheus::Registry& registry) {
   const AccessControl* access = access_.get();
   reapi_metrics_ = std::make_unique<ReapiMetrics>(registry);
   reapi_services_.push_back(std::make_unique<ReapiCapabilities>(access));
-  reapi_services_.push_back(std::make_unique<ReapiContentStore>(access, cas_service_.get()));
+  reapi_services_.push_back(
+      std::make_unique<ReapiContentStore>(access, cas_service_.get(), &memory_release_));
   reapi_services_.push_back(std::make_unique<ReapiByteStream>(access, cas_service_.get()));
   reapi_services_.push_back(
       std::make_unique<ReapiActionCache>(access, planning, cas_io_.get(), reapi_metrics_.get()));

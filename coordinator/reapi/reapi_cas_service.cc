@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/base/status.h"
 #include "coordinator/reapi/reapi_action.h"
 #include "coordinator/services/blob_streams.h"
@@ -107,12 +108,22 @@ grpc::ServerUnaryReactor* ReapiCapabilities::GetCapabilities(grpc::CallbackServe
   });
 }
 
+void ReapiContentStore::NoteIfLarge(const google::protobuf::Message& request,
+                                    const google::protobuf::Message& response) const {
+  if (release_ == nullptr) return;
+  if (static_cast<int64_t>(request.ByteSizeLong()) > kLargeRequestBytes ||
+      static_cast<int64_t>(response.ByteSizeLong()) > kLargeRequestBytes) {
+    release_->Note(absl::Now());
+  }
+}
+
 grpc::ServerUnaryReactor* ReapiContentStore::FindMissingBlobs(
     grpc::CallbackServerContext* context, const reapi::FindMissingBlobsRequest* request,
     reapi::FindMissingBlobsResponse* response) {
   // Looking a blob up hashes it the first time: on the store's executor.
   return ServeReapiCall(*access_, context, "use the content store", store_->io(),
                         [this, request, response] {
+                          NoteIfLarge(*request, *response);
                           v1::FindMissingBlobsRequest ours;
                           for (const reapi::Digest& digest : request->blob_digests()) {
                             *ours.add_digests() = ToProto(FromReapi(digest));
@@ -122,6 +133,7 @@ grpc::ServerUnaryReactor* ReapiContentStore::FindMissingBlobs(
                           for (const v1::Digest& digest : missing.missing()) {
                             *response->add_missing_blob_digests() = ToReapi(FromProto(digest));
                           }
+                          NoteIfLarge(*request, *response);
                           return status;
                         });
 }
@@ -131,6 +143,7 @@ grpc::ServerUnaryReactor* ReapiContentStore::BatchUpdateBlobs(
     reapi::BatchUpdateBlobsResponse* response) {
   return ServeReapiCall(*access_, context, "use the content store", store_->io(),
                         [this, request, response] {
+                          NoteIfLarge(*request, *response);
                           v1::BatchUpdateBlobsRequest ours;
                           for (const auto& blob : request->requests()) {
                             if (blob.compressor() != reapi::Compressor::IDENTITY) {
@@ -149,6 +162,7 @@ grpc::ServerUnaryReactor* ReapiContentStore::BatchUpdateBlobs(
                             out->mutable_status()->set_code(result.code());
                             out->mutable_status()->set_message(result.message());
                           }
+                          NoteIfLarge(*request, *response);
                           return absl::OkStatus();
                         });
 }
@@ -175,6 +189,7 @@ grpc::ServerUnaryReactor* ReapiContentStore::BatchReadBlobs(
           if (bytes.ok()) out->set_data(*std::move(bytes));
           *out->mutable_status() = RpcStatusOf(bytes.status());
         }
+        NoteIfLarge(*request, *response);
         return absl::OkStatus();
       });
 }

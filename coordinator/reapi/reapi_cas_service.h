@@ -11,6 +11,7 @@
 
 #include "build/bazel/remote/execution/v2/remote_execution.grpc.pb.h"
 #include "coordinator/services/cas_service.h"
+#include "coordinator/services/memory_release.h"
 #include "coordinator/trust/access_control.h"
 #include "google/bytestream/bytestream.grpc.pb.h"
 
@@ -32,11 +33,14 @@ class ReapiCapabilities final : public reapi::Capabilities::CallbackService {
 };
 
 // FindMissingBlobs and the batch calls, over `store` (its checks and disk
-// work: cas_service.h). GetTree is not served (UNIMPLEMENTED).
+// work: cas_service.h). GetTree is not served (UNIMPLEMENTED). A call whose
+// request or answer is large is noted to `release` (when given) as it
+// starts and ends, so that what it cost goes back to the system.
 class ReapiContentStore final : public reapi::ContentAddressableStorage::CallbackService {
  public:
-  ReapiContentStore(const AccessControl* access, CasService* store)
-      : access_(access), store_(store) {}
+  ReapiContentStore(const AccessControl* access, CasService* store,
+                    MemoryRelease* release = nullptr)
+      : access_(access), store_(store), release_(release) {}
   grpc::ServerUnaryReactor* FindMissingBlobs(grpc::CallbackServerContext* context,
                                              const reapi::FindMissingBlobsRequest* request,
                                              reapi::FindMissingBlobsResponse* response) override;
@@ -48,8 +52,13 @@ class ReapiContentStore final : public reapi::ContentAddressableStorage::Callbac
                                            reapi::BatchReadBlobsResponse* response) override;
 
  private:
+  // Notes `request` and `response` to release_ when either is large.
+  void NoteIfLarge(const google::protobuf::Message& request,
+                   const google::protobuf::Message& response) const;
+
   const AccessControl* access_;
   CasService* store_;
+  MemoryRelease* release_;
 };
 
 // Blobs streamed in ("{instance}/uploads/{uuid}/blobs/{hash}/{size}") and
