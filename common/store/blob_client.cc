@@ -42,6 +42,7 @@ absl::StatusOr<int> BlobClient::UploadMissing(const std::vector<BlobSource>& blo
   ASSIGN_OR_RETURN(std::vector<Digest> missing, FindMissing(digests));
   std::vector<const BlobSource*> batch;
   int64_t batch_bytes = 0;
+  int64_t batch_disk = 0;  // what the batch takes on the store's disk
   for (const Digest& digest : missing) {
     auto found = by_digest.find(digest);
     if (found == by_digest.end()) {
@@ -53,13 +54,16 @@ absl::StatusOr<int> BlobClient::UploadMissing(const std::vector<BlobSource>& blo
       RETURN_IF_ERROR(UploadStreamed(*blob));
       continue;
     }
-    if (batch_bytes + digest.size_bytes > kMaxBatchBytes - (64 << 10)) {
+    if (batch_bytes + digest.size_bytes > kMaxBatchBytes - (64 << 10) ||
+        batch_disk + BlobDiskCost(digest.size_bytes) > kMaxBatchDiskBytes) {
       RETURN_IF_ERROR(UploadBatch(batch));
       batch.clear();
       batch_bytes = 0;
+      batch_disk = 0;
     }
     batch.push_back(blob);
     batch_bytes += digest.size_bytes + 128;
+    batch_disk += BlobDiskCost(digest.size_bytes);
   }
   if (!batch.empty()) RETURN_IF_ERROR(UploadBatch(batch));
   return static_cast<int>(missing.size());

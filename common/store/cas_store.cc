@@ -112,6 +112,12 @@ absl::Status BlobWriter::Commit() {
   return synced;
 }
 
+int64_t BlobDiskCost(int64_t size) {
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = std::max<int64_t>(1, (std::max<int64_t>(size, 0) + kBlock - 1) / kBlock);
+  return (blocks + 1) * kBlock;
+}
+
 int64_t DefaultCasMaxBytes(const std::string& root) {
   struct statvfs disk;
   std::string probe = root;
@@ -198,7 +204,8 @@ void CasStore::Added(const Digest& digest) const {
   auto [entry, inserted] = index_.try_emplace(digest.hash);
   if (inserted) {
     entry->second.size = digest.size_bytes;
-    total_bytes_ += digest.size_bytes;
+    entry->second.disk_cost = BlobDiskCost(digest.size_bytes);
+    total_bytes_ += entry->second.disk_cost;
   }
   entry->second.last_use = absl::Now();
   EvictLocked();
@@ -237,8 +244,8 @@ void CasStore::EvictLocked() const {
     const Entry& entry = index_.at(hash);
     std::error_code error;
     fs::remove(PathOf(Digest{hash, entry.size}), error);
-    total_bytes_ -= entry.size;
-    freed += entry.size;
+    total_bytes_ -= entry.disk_cost;
+    freed += entry.disk_cost;
     ++removed;
     verified_.erase(hash);
     index_.erase(hash);
@@ -324,8 +331,9 @@ void CasStore::Index() {
     auto [entry, inserted] = index_.try_emplace(std::move(blob.hash));
     if (!inserted) continue;
     entry->second.size = blob.size;
+    entry->second.disk_cost = BlobDiskCost(blob.size);
     entry->second.last_use = blob.last_use;
-    total_bytes_ += blob.size;
+    total_bytes_ += entry->second.disk_cost;
   }
   discarded_while_indexing_.clear();
   indexed_ = true;
@@ -394,7 +402,7 @@ void CasStore::Discard(const Digest& digest, const std::string& how) const {
     absl::MutexLock lock(&mu_);
     verified_.erase(digest.hash);
     if (auto found = index_.find(digest.hash); found != index_.end()) {
-      total_bytes_ -= found->second.size;
+      total_bytes_ -= found->second.disk_cost;
       index_.erase(found);
     }
     if (!indexed_) discarded_while_indexing_.insert(digest.hash);

@@ -75,8 +75,8 @@ std::vector<prometheus::MetricFamily> StoreMetrics(const CasStore& store) {
     AddSample(families.back(), value, std::move(labels));
   };
   add("distcc_cuda_store_bytes",
-      "Bytes of blobs in the content store (while it counts what it held at opening, what it "
-      "has counted so far)",
+      "Disk the content store's blobs take, whole 4 KiB blocks and one more each for its inode "
+      "and name (while it counts what it held at opening, what it has counted so far)",
       MetricType::Gauge, stats.bytes);
   add("distcc_cuda_store_limit_bytes",
       "The content store's size limit, beyond which least recently used blobs are evicted "
@@ -92,7 +92,7 @@ std::vector<prometheus::MetricFamily> StoreMetrics(const CasStore& store) {
   add("distcc_cuda_store_evictions_total",
       "Blobs evicted to stay under the limit since the store was opened", MetricType::Counter,
       stats.evicted_blobs);
-  add("distcc_cuda_store_evicted_bytes_total", "Bytes of the blobs evicted", MetricType::Counter,
+  add("distcc_cuda_store_evicted_bytes_total", "Disk the blobs evicted took", MetricType::Counter,
       stats.evicted_bytes);
   return families;
 }

@@ -2,6 +2,7 @@
 #include "coordinator/services/cas_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/byte_size.h"
 #include "common/base/status.h"
 #include "common/store/cas_client.h"
 #include "coordinator/planning/request_cost.h"
@@ -52,11 +53,23 @@ void CasService::BatchUpdate(const v1::BatchUpdateBlobsRequest& request,
   std::vector<absl::Status> results(request.blobs_size());
   std::vector<std::pair<Digest, absl::string_view>> storing;
   std::vector<int> stored_at;
+  // What the batch's new blobs take on disk, bounded: tiny blobs cost
+  // their blocks and their files, not their bytes.
+  int64_t disk = 0;
   for (int i = 0; i < request.blobs_size(); ++i) {
     const auto& blob = request.blobs(i);
-    results[i] = CheckBlobSize(FromProto(blob.digest()), max_blob_bytes_);
+    const Digest digest = FromProto(blob.digest());
+    results[i] = CheckBlobSize(digest, max_blob_bytes_);
     if (!results[i].ok()) continue;
-    storing.emplace_back(FromProto(blob.digest()), blob.data());
+    if (!store_->Contains(digest) &&
+        (disk += BlobDiskCost(digest.size_bytes)) > kMaxBatchDiskBytes) {
+      results[i] = absl::ResourceExhaustedError(absl::StrCat(
+          "this batch's new blobs would take more than ", FormatByteSize(kMaxBatchDiskBytes),
+          " of the store's disk (a blob takes whole 4 KiB blocks and one more for its file); "
+          "send the rest in another batch"));
+      continue;
+    }
+    storing.emplace_back(digest, blob.data());
     stored_at.push_back(i);
   }
   std::vector<absl::Status> stored = store_->PutMany(storing);

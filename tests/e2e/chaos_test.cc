@@ -33,7 +33,10 @@ using ::testing::HasSubstr;
 constexpr int kWorkers = 8;
 constexpr int kAxisA = 40;
 constexpr int kAxisB = 50;  // 40 x 50 = 2,000 units
-constexpr int64_t kCoordinatorStoreLimit = 4 << 20;
+// Small enough to evict during the run; each blob counts 8 KiB or more on
+// disk (BlobDiskCost), and the build's 2,000 objects are pinned until its
+// client has them.
+constexpr int64_t kCoordinatorStoreLimit = 24 << 20;
 constexpr int64_t kWorkerStoreLimit = 1 << 20;
 
 // A manifest of `a` x `b` units of one instantiation each, named

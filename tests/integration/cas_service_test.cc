@@ -7,8 +7,10 @@
 #include <cctype>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/files.h"
 #include "common/store/cas_client.h"
+#include "common/store/cas_store.h"
 #include "coordinator/coordinator.h"
 #include "tests/support/test_paths.h"
 
@@ -59,6 +61,49 @@ TEST_F(CasServiceTest, UploadsOnlyWhatIsMissingAndReadsBack) {
   std::string file = testing::NewTempDir("cas-download-") + "/large.bin";
   ASSERT_TRUE(client_->DownloadToFile(DigestOf(large), file).ok());
   EXPECT_EQ(*ReadFile(file), large);
+}
+
+// A batch of more tiny blobs than the store's disk should take at once (a
+// hostile client's 60,000 took 376 MB): the blobs within kMaxBatchDiskBytes
+// are stored, the rest refused saying why, and the client's own upload of
+// as many goes through in batches the store takes.
+TEST_F(CasServiceTest, ABatchOfMoreTinyBlobsThanItsDiskBoundStoresOnlyThoseWithin) {
+  const int within = static_cast<int>(kMaxBatchDiskBytes / BlobDiskCost(80));
+  std::vector<std::string> contents;
+  for (int i = 0; i < within + 200; ++i) {
+    contents.push_back(absl::StrCat(std::string(70, 'x'), 1000000 + i));
+  }
+  v1::BatchUpdateBlobsRequest request;
+  for (const std::string& content : contents) {
+    auto* blob = request.add_blobs();
+    *blob->mutable_digest() = ToProto(DigestOf(content));
+    blob->set_data(content);
+  }
+  v1::BatchUpdateBlobsResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub_->BatchUpdateBlobs(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.results_size(), within + 200);
+  for (int i = 0; i < within + 200; ++i) {
+    const auto& result = response.results(i);
+    if (i < within) {
+      ASSERT_EQ(result.code(), 0) << i << ": " << result.message();
+      continue;
+    }
+    ASSERT_EQ(result.code(), static_cast<int>(absl::StatusCode::kResourceExhausted)) << i;
+    EXPECT_THAT(result.message(), HasSubstr("would take more than 128 MiB of the store's disk"));
+  }
+  // The client's own upload sends them in batches the store takes: the 200
+  // refused, and as many again new.
+  std::vector<BlobSource> blobs;
+  for (const std::string& content : contents) blobs.push_back({DigestOf(content), "", content});
+  for (int i = 0; i < within; ++i) {
+    const std::string content = absl::StrCat(std::string(70, 'y'), 1000000 + i);
+    blobs.push_back({DigestOf(content), "", content});
+  }
+  absl::StatusOr<int> sent = client_->UploadMissing(blobs);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(*sent, within + 200);
 }
 
 TEST_F(CasServiceTest, BatchBlobWhoseContentDoesNotMatchIsRejected) {

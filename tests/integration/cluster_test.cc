@@ -36,6 +36,7 @@
 #include "common/process/memory_cap.h"
 #include "common/process/subprocess.h"
 #include "common/store/cas_client.h"
+#include "common/store/cas_store.h"
 #include "common/store/digest.h"
 #include "coordinator/coordinator.h"
 #include "distcc_cuda/v1/build.grpc.pb.h"
@@ -1255,7 +1256,9 @@ TEST_F(ClusterTest, TheCoordinatorsStoreStaysUnderItsLimitAcrossBuilds) {
   options.state_dir = root_ + "/coordinator";
   options.scheduler.heartbeat_timeout = absl::Seconds(2);
   options.scheduler.startup_grace = absl::Seconds(4);
-  options.cas_max_bytes = 16 << 10;  // about two builds' worth of objects
+  // About two builds' worth of blobs, each 8 KiB on disk (BlobDiskCost).
+  const int64_t limit = 24 * BlobDiskCost(0);
+  options.cas_max_bytes = limit;
   auto restarted = coordinator::Coordinator::Start(options);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   coordinator_ = std::move(*restarted);
@@ -1267,7 +1270,7 @@ TEST_F(ClusterTest, TheCoordinatorsStoreStaysUnderItsLimitAcrossBuilds) {
     // (The planner may group the instantiations differently each round.)
     EXPECT_THAT(out, HasSubstr(" compiled, 0 cached, 0 failed)"));
     EXPECT_TRUE(
-        TimeUntil([&] { return testing::StoreBytes(root_ + "/coordinator/cas") <= 16 << 10; },
+        TimeUntil([&] { return testing::StoreBytes(root_ + "/coordinator/cas") <= limit; },
                   absl::Seconds(5)))
         << "round " << round << ": " << testing::StoreBytes(root_ + "/coordinator/cas") << " bytes";
   }

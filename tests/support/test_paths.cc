@@ -15,6 +15,7 @@
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "common/process/subprocess.h"
+#include "common/store/cas_store.h"
 
 namespace distcc_cuda::testing {
 
@@ -127,7 +128,7 @@ int64_t StoreBytes(const std::string& root) {
   std::error_code error;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(root, error)) {
     if (entry.is_regular_file(error) && entry.path().string().rfind(root + "/tmp/", 0) != 0) {
-      bytes += static_cast<int64_t>(entry.file_size(error));
+      bytes += BlobDiskCost(static_cast<int64_t>(entry.file_size(error)));
     }
   }
   return bytes;

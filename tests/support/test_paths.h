@@ -36,7 +36,8 @@ std::string WriteNvccWrapper(const std::string& path, const std::string& nvcc,
 // test program's tests are done.
 std::string NewTempDir(const std::string& prefix);
 
-// The bytes of the blobs in the content store at `root` (its tmp/ left out).
+// What the blobs in the content store at `root` take on disk, as the store
+// counts it against its limit (BlobDiskCost of each; its tmp/ left out).
 int64_t StoreBytes(const std::string& root);
 
 // A loopback TCP port free right now, for a server a test starts (and

@@ -96,8 +96,8 @@ TEST_F(CasStoreTest, PutManyStoresEachBlobWithItsOwnVerdict) {
   EXPECT_THAT(std::string(results[602].message()), HasSubstr(DigestOf("claimed").hash));
   EXPECT_EQ(results[603].code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(store_->Contains(DigestOf("claimed")));
-  int64_t bytes = 4;
-  for (const std::string& content : contents) bytes += content.size();
+  int64_t bytes = BlobDiskCost(4);
+  for (const std::string& content : contents) bytes += BlobDiskCost(content.size());
   EXPECT_EQ(store_->size_bytes(), bytes);
   for (const std::string& path : FilesUnder(dir_ + "/cas")) {
     EXPECT_FALSE(absl::StartsWith(path, dir_ + "/cas/tmp/")) << path;
@@ -131,13 +131,13 @@ TEST_F(CasStoreTest, AStoreOpenedAgainCountsWhatItHoldsBesideItsFirstCallers) {
   for (int i = 0; i < 4000; ++i) {
     std::string bytes = absl::StrCat("blob ", i);
     blobs.emplace_back(DigestOf(bytes), bytes);
-    total += bytes.size();
+    total += BlobDiskCost(bytes.size());
   }
   std::vector<std::pair<Digest, absl::string_view>> batch(blobs.begin(), blobs.end() - 1);
   for (const absl::Status& status : store_->PutMany(batch)) ASSERT_TRUE(status.ok()) << status;
   const auto& [added, added_bytes] = blobs.back();  // stored while it counts
   const auto& [damaged, damaged_bytes] = blobs[1500];
-  const int64_t expected = total - static_cast<int64_t>(damaged_bytes.size());
+  const int64_t expected = total - BlobDiskCost(damaged_bytes.size());
   for (int round = 0; round < 2; ++round) {
     absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/cas");
     ASSERT_TRUE(again.ok()) << again.status();
@@ -228,10 +228,13 @@ TEST_F(CasStoreTest, MaterializeRefusesADamagedBlobAndRemovesIt) {
   EXPECT_EQ(ReadAll(copy), "int x;");
 }
 
-// A store of at most 1000 bytes gets ten 150-byte blobs: it evicts the least
-// recently used to stay under its limit, never a pinned one.
+// A store with room on disk for 6.8 blobs of 150 bytes (each costs
+// BlobDiskCost(150), 8 KiB) gets ten: it evicts the least recently used to
+// stay under its limit, never a pinned one.
 TEST_F(CasStoreTest, ABoundedStoreEvictsTheLeastRecentlyUsedButNeverAPinnedBlob) {
-  absl::StatusOr<std::unique_ptr<CasStore>> opened = CasStore::Open(dir_ + "/bounded", 1000);
+  const int64_t cost = BlobDiskCost(150);
+  const int64_t limit = cost * 68 / 10;
+  absl::StatusOr<std::unique_ptr<CasStore>> opened = CasStore::Open(dir_ + "/bounded", limit);
   ASSERT_TRUE(opened.ok());
   CasStore& store = **opened;
   auto blob = [](int i) { return std::string(150, static_cast<char>('a' + i)); };
@@ -242,38 +245,73 @@ TEST_F(CasStoreTest, ABoundedStoreEvictsTheLeastRecentlyUsedButNeverAPinnedBlob)
     ASSERT_TRUE(store.Put(digests[i], blob(i)).ok());
     absl::SleepFor(absl::Milliseconds(2));
   }
-  // 900 bytes: under the limit. Blob 1 is used now, so blob 2 is the oldest
+  // Six blobs: under the limit. Blob 1 is used now, so blob 2 is the oldest
   // unpinned one.
-  EXPECT_EQ(store.size_bytes(), 900);
+  EXPECT_EQ(store.size_bytes(), 6 * cost);
   ASSERT_TRUE(store.Verify(digests[1]).ok());
   ASSERT_TRUE(store.Put(digests[6], blob(6)).ok());
-  // Over 1000: evicted down to 900 (90%).
-  EXPECT_LE(store.size_bytes(), 900);
+  // Over the limit: evicted down to 90% of it.
+  EXPECT_LE(store.size_bytes(), limit / 10 * 9);
   EXPECT_TRUE(store.Contains(digests[0])) << "pinned";
   EXPECT_TRUE(store.Contains(digests[1])) << "recently used";
   EXPECT_FALSE(store.Contains(digests[2])) << "least recently used";
   EXPECT_TRUE(store.Contains(digests[6])) << "just added";
   for (int i = 7; i < 10; ++i) ASSERT_TRUE(store.Put(digests[i], blob(i)).ok());
-  EXPECT_LE(store.size_bytes(), 1000);
+  EXPECT_LE(store.size_bytes(), limit);
   EXPECT_TRUE(store.Contains(digests[0])) << "still pinned";
   EXPECT_GE(store.evicted_blobs(), 4);
   // Once unpinned, it goes like any other.
   pin.reset();
   for (int i = 2; i < 8; ++i) ASSERT_TRUE(store.Put(digests[i], blob(i)).ok());
   EXPECT_FALSE(store.Contains(digests[0]));
-  // What is on disk is what the store counts, also when opened again.
+  // What is on disk is what the store counts, also when opened again: each
+  // file at its cost, which is at least the blocks it takes.
   int64_t on_disk = 0;
   for (const std::string& file : FilesUnder(dir_ + "/bounded")) {
-    if (!absl::StartsWith(file, dir_ + "/bounded/tmp/")) on_disk += fs::file_size(file);
+    if (absl::StartsWith(file, dir_ + "/bounded/tmp/")) continue;
+    on_disk += BlobDiskCost(fs::file_size(file));
+    struct stat info;
+    ASSERT_EQ(stat(file.c_str(), &info), 0);
+    EXPECT_LE(info.st_blocks * 512, BlobDiskCost(info.st_size)) << file;
   }
   EXPECT_EQ(on_disk, store.size_bytes());
-  absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/bounded", 1000);
+  absl::StatusOr<std::unique_ptr<CasStore>> again = CasStore::Open(dir_ + "/bounded", limit);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->size_bytes(), on_disk);
   // A smaller limit at the next start is applied at once.
-  absl::StatusOr<std::unique_ptr<CasStore>> smaller = CasStore::Open(dir_ + "/bounded", 400);
+  absl::StatusOr<std::unique_ptr<CasStore>> smaller =
+      CasStore::Open(dir_ + "/bounded", limit * 4 / 10);
   ASSERT_TRUE(smaller.ok());
-  EXPECT_LE((*smaller)->size_bytes(), 400);
+  EXPECT_LE((*smaller)->size_bytes(), limit * 4 / 10);
+}
+
+TEST(BlobDiskCostTest, IsWholeBlocksAndOneMoreForTheFile) {
+  EXPECT_EQ(BlobDiskCost(0), 8192);
+  EXPECT_EQ(BlobDiskCost(1), 8192);
+  EXPECT_EQ(BlobDiskCost(4096), 8192);
+  EXPECT_EQ(BlobDiskCost(4097), 12288);
+  EXPECT_EQ(BlobDiskCost(int64_t{1} << 30), (int64_t{1} << 30) + 4096);
+}
+
+// Thousands of tiny blobs (a hostile client's batch upload): the store's
+// size is what they take on disk, not their 80 bytes each, so that its
+// limit bounds the disk.
+TEST_F(CasStoreTest, TheSizeOfTinyBlobsIsWhatTheyTakeOnDisk) {
+  std::vector<std::string> contents;
+  for (int i = 0; i < 3000; ++i) contents.push_back(absl::StrCat(std::string(72, 't'), i));
+  std::vector<std::pair<Digest, absl::string_view>> batch;
+  for (const std::string& content : contents) batch.emplace_back(DigestOf(content), content);
+  for (const absl::Status& status : store_->PutMany(batch)) ASSERT_TRUE(status.ok()) << status;
+  int64_t content_bytes = 0, allocated = 0;
+  for (const std::string& content : contents) {
+    content_bytes += content.size();
+    struct stat info;
+    ASSERT_EQ(stat(store_->PathOf(DigestOf(content)).c_str(), &info), 0);
+    allocated += info.st_blocks * 512;
+  }
+  EXPECT_LT(content_bytes, 256 << 10);
+  EXPECT_GE(store_->size_bytes(), allocated);
+  EXPECT_GE(store_->size_bytes(), 3000 * 4096);
 }
 
 TEST(DefaultCasMaxBytesTest, IsATenthOfTheDiskBetweenOneAndFiftyGiB) {
