@@ -187,6 +187,9 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
 
 v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
   if (cancel.cancelled()) return Cancelled(cancel.reason());
+  // The task's transfers (inputs, outputs, the engine's): its cancel ends
+  // them, not the other tasks'.
+  BlobClient::TaskScope transfers(&cancel);
   RefreshToolchainIfChanged();
   if (engine_execution_ != nullptr) return RunOnEngine(task, cancel);
   MaterializedTask materialized;

@@ -11,13 +11,27 @@
 #include "common/base/status.h"
 
 namespace distcc_cuda {
+namespace {
+
+// The task whose transfers this thread makes now (BlobClient::TaskScope).
+thread_local const CancelToken* current_task = nullptr;
+
+}  // namespace
+
+BlobClient::TaskScope::TaskScope(const CancelToken* cancel) : outer_(current_task) {
+  current_task = cancel;
+}
+
+BlobClient::TaskScope::~TaskScope() { current_task = outer_; }
 
 BlobClient::InFlight::InFlight(BlobClient* client, grpc::ClientContext& context)
     : client_(client), context_(&context) {
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(client->timeout_));
   absl::MutexLock lock(&client_->mu_);
-  client_->in_flight_.insert(context_);
-  if (client_->cancelled_) context_->TryCancel();
+  client_->in_flight_[context_] = current_task;
+  if (client_->cancelled_ || (current_task != nullptr && current_task->cancelled())) {
+    context_->TryCancel();
+  }
 }
 
 BlobClient::InFlight::~InFlight() {
@@ -28,7 +42,14 @@ BlobClient::InFlight::~InFlight() {
 void BlobClient::CancelAll() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
-  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  for (const auto& [context, task] : in_flight_) context->TryCancel();
+}
+
+void BlobClient::CancelTask(const CancelToken* cancel) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [context, task] : in_flight_) {
+    if (task == cancel) context->TryCancel();
+  }
 }
 
 absl::StatusOr<int> BlobClient::UploadMissing(const std::vector<BlobSource>& blobs) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/cancellation.h"
 #include "common/store/cas_store.h"
 #include "common/store/digest.h"
 #include "grpcpp/client_context.h"
@@ -71,6 +73,24 @@ class BlobClient {
   // that is stopping must not wait out a dead link for minutes).
   void CancelAll();
 
+  // While it lives, the calls this thread makes through any BlobClient are
+  // the transfers of the task `cancel` belongs to: CancelTask(cancel) ends
+  // them, and once `cancel` is cancelled each later one ends at once. A
+  // task's cancel then stops its own uploads and downloads, not the other
+  // tasks'. Null: calls of no task.
+  class TaskScope {
+   public:
+    explicit TaskScope(const CancelToken* cancel);
+    ~TaskScope();
+    TaskScope(const TaskScope&) = delete;
+    TaskScope& operator=(const TaskScope&) = delete;
+
+   private:
+    const CancelToken* outer_;
+  };
+  // Ends the calls in flight made in a TaskScope of `cancel` (CANCELLED).
+  void CancelTask(const CancelToken* cancel);
+
  protected:
   // A call's context, with its deadline, reachable by CancelAll while the
   // call runs.
@@ -107,7 +127,8 @@ class BlobClient {
  private:
   absl::Duration timeout_;
   absl::Mutex mu_;
-  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Each call in flight, with the task it transfers for (null: none).
+  std::map<grpc::ClientContext*, const CancelToken*> in_flight_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -6,11 +6,14 @@
 // whose Execute answers what each test makes it say. Whatever the engine
 // claims, the build's figures stay within what they can be, nothing it
 // names beyond a limit is read, its words reach the terminal made safe, and
-// only a kill it says was for memory climbs the retry ladder.
+// only a kill it says was for memory climbs the retry ladder. And a unit's
+// transfer to an engine that stalls ends with the unit's cancel.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <future>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -19,13 +22,19 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/stages/build_command.h"
 #include "common/base/byte_size.h"
+#include "common/base/cancellation.h"
 #include "common/base/files.h"
+#include "common/reapi/engine_channel.h"
+#include "common/reapi/reapi_cas_client.h"
 #include "common/reapi/reapi_digest.h"
+#include "coordinator/coordinator.h"
 #include "distcc_cuda/v1/worker.pb.h"
 #include "tests/support/scripted_engine.h"
 #include "tests/support/test_paths.h"
+#include "worker/worker.h"
 
 namespace distcc_cuda {
 namespace {
@@ -48,18 +57,28 @@ class HostileEngineTest : public ::testing::Test {
   // Builds the plan on the engine (an engine of `remote_memory` bytes);
   // the build's status, its words in `output`.
   absl::Status Build(std::string* output, int64_t remote_memory = 8 * kGiB) {
-    client::BuildOptions options;
-    options.plan_path = plan_;
-    options.output_dir = root_ + "/out";
-    options.nvcc_path = testing::FakeNvccPath();
-    options.state_dir = root_ + "/state";
-    options.reconnect_timeout = absl::ZeroDuration();
+    client::BuildOptions options = OptionsOfBuild();
     client::RemoteEngineSettings remote;
     remote.address = EngineAddress{engine_->address(), false};
     remote.instance = "main";
     remote.jobs = 1;
     remote.memory_bytes = remote_memory;
     options.remote = remote;
+    return RunBuild(options, output);
+  }
+
+  // The plan's build, on this machine unless told otherwise.
+  client::BuildOptions OptionsOfBuild() const {
+    client::BuildOptions options;
+    options.plan_path = plan_;
+    options.output_dir = root_ + "/out";
+    options.nvcc_path = testing::FakeNvccPath();
+    options.state_dir = root_ + "/state";
+    options.reconnect_timeout = absl::ZeroDuration();
+    return options;
+  }
+
+  static absl::Status RunBuild(const client::BuildOptions& options, std::string* output) {
     std::ostringstream out;
     absl::Status status = client::RunBuild(options, out);
     *output = out.str();
@@ -257,6 +276,86 @@ TEST_F(HostileEngineTest, TimestampsOutOfRangeAreNotTakenAsTheCompilesTime) {
     EXPECT_GE(taken, 0) << line;
     EXPECT_LT(taken, 60) << line;
   }
+}
+
+// A unit whose upload to the engine hangs (a stalled link) and whose build
+// is cancelled: the worker ends that task's transfer with its cancel (which
+// reaches it with the next heartbeat) instead of holding the slot until the
+// transfer's 10-minute deadline, and goes on to the next build.
+TEST_F(HostileEngineTest, ACancelledUnitsTransferToTheEngineEndsWithIt) {
+  // A coordinator and an engine-mode worker that outlive the build.
+  coordinator::CoordinatorOptions coordinator_options;
+  coordinator_options.state_dir = root_ + "/coordinator";
+  auto coordinator = coordinator::Coordinator::Start(coordinator_options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  worker::WorkerOptions worker_options;
+  worker_options.coordinator_address = (*coordinator)->address();
+  worker_options.name = "engine";
+  worker_options.slots = 1;
+  worker_options.memory_cap_bytes = 8 * kGiB;
+  worker_options.nvcc_path = testing::FakeNvccPath();
+  worker_options.work_dir = root_ + "/worker";
+  worker_options.remote_executor = EngineAddress{engine_->address(), false};
+  worker_options.instance = "main";
+  auto worker = worker::Worker::Start(worker_options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+
+  engine_->HoldUploadsOf("Kern<float, 1>");
+  client::BuildOptions options = OptionsOfBuild();
+  options.coordinator_address = (*coordinator)->address();
+  CancelToken cancel;
+  options.cancel = &cancel;
+  std::string output;
+  std::future<absl::Status> build =
+      std::async(std::launch::async, [&options, &output] { return RunBuild(options, &output); });
+  ASSERT_TRUE(engine_->AwaitHeldUpload(absl::Seconds(30))) << "the unit's upload never began";
+  const absl::Time cancelled_at = absl::Now();
+  cancel.Cancel("Ctrl-C");
+  EXPECT_TRUE(engine_->AwaitHeldUploadsCancelled(absl::Seconds(15)))
+      << "the cancelled unit's upload went on";
+  std::cout << "the held upload ended " << absl::FormatDuration(absl::Now() - cancelled_at)
+            << " after the cancel\n";
+  absl::Status status = build.get();
+  EXPECT_TRUE(absl::IsCancelled(status)) << status << output;
+
+  // The worker is free: the same build compiles on it.
+  engine_->HoldUploadsOf("");
+  options.cancel = nullptr;
+  absl::Status again = RunBuild(options, &output);
+  EXPECT_TRUE(again.ok()) << again << output;
+}
+
+// Two tasks' uploads held by the engine at once: one task's cancel ends its
+// own upload (CANCELLED), the other's goes on until its own cancel.
+TEST_F(HostileEngineTest, ATasksCancelEndsOnlyItsOwnTransfers) {
+  engine_->HoldUploadsOf("held by the engine");
+  auto channel = OpenEngineChannel({engine_->address(), false}, std::nullopt, {});
+  ReapiCasClient store(channel, "main");
+  CancelToken first, second;
+  auto upload = [&store](const CancelToken* task, const std::string& text) {
+    BlobClient::TaskScope transfers(task);
+    const std::string bytes = absl::StrCat(text, " held by the engine");
+    return store.UploadMissing({BlobSource{DigestOf(bytes), "", bytes}}).status();
+  };
+  std::future<absl::Status> one =
+      std::async(std::launch::async, [&] { return upload(&first, "one"); });
+  std::future<absl::Status> two =
+      std::async(std::launch::async, [&] { return upload(&second, "two"); });
+  ASSERT_TRUE(engine_->AwaitHeldUploadsRunning(2, absl::Seconds(10)));
+  first.Cancel("its build was cancelled");
+  store.CancelTask(&first);
+  EXPECT_TRUE(absl::IsCancelled(one.get()));
+  EXPECT_TRUE(engine_->AwaitHeldUploadsRunning(1, absl::Seconds(10)));
+  EXPECT_EQ(two.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout)
+      << "the other task's upload ended too";
+  second.Cancel("its build was cancelled");
+  store.CancelTask(&second);
+  EXPECT_TRUE(absl::IsCancelled(two.get()));
+  EXPECT_TRUE(engine_->AwaitHeldUploadsCancelled(absl::Seconds(10)));
+  // A transfer begun in a task already cancelled ends at once.
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(absl::IsCancelled(upload(&first, "three")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 }  // namespace

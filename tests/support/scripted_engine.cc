@@ -90,8 +90,13 @@ class ScriptedEngine::Services {
       }
       return grpc::Status::OK;
     }
-    grpc::Status BatchUpdateBlobs(grpc::ServerContext*, const reapi::BatchUpdateBlobsRequest* sent,
+    grpc::Status BatchUpdateBlobs(grpc::ServerContext* context,
+                                  const reapi::BatchUpdateBlobsRequest* sent,
                                   reapi::BatchUpdateBlobsResponse* answer) override {
+      if (Held(*sent)) {
+        WaitWhileHeld(*context);
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scripted engine held this upload");
+      }
       for (const auto& request : sent->requests()) {
         reapi::BatchUpdateBlobsResponse::Response* response = answer->add_responses();
         *response->mutable_digest() = request.digest();
@@ -119,6 +124,31 @@ class ScriptedEngine::Services {
     }
 
    private:
+    // Whether the batch has a blob the engine holds uploads of.
+    bool Held(const reapi::BatchUpdateBlobsRequest& sent) {
+      absl::MutexLock lock(&engine_->mu_);
+      if (engine_->held_needle_.empty()) return false;
+      for (const auto& request : sent.requests()) {
+        if (request.data().find(engine_->held_needle_) != std::string::npos) return true;
+      }
+      return false;
+    }
+    // Until the caller cancels the call, at most 60 s.
+    void WaitWhileHeld(grpc::ServerContext& context) {
+      {
+        absl::MutexLock lock(&engine_->mu_);
+        ++engine_->held_;
+        ++engine_->held_running_;
+      }
+      const absl::Time give_up = absl::Now() + absl::Seconds(60);
+      while (!context.IsCancelled() && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      absl::MutexLock lock(&engine_->mu_);
+      --engine_->held_running_;
+      if (context.IsCancelled()) ++engine_->held_cancelled_;
+    }
+
     ScriptedEngine* engine_;
   };
 
@@ -287,6 +317,32 @@ reapi::Digest ScriptedEngine::Put(const std::string& bytes) {
 std::vector<EngineCall> ScriptedEngine::calls() {
   absl::MutexLock lock(&mu_);
   return calls_;
+}
+
+void ScriptedEngine::HoldUploadsOf(const std::string& needle) {
+  absl::MutexLock lock(&mu_);
+  held_needle_ = needle;
+}
+
+bool ScriptedEngine::AwaitHeldUpload(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto begun = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ > 0; };
+  return mu_.AwaitWithTimeout(absl::Condition(&begun), timeout);
+}
+
+bool ScriptedEngine::AwaitHeldUploadsCancelled(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]()
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ > 0 && held_running_ == 0; };
+  mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
+  return held_ > 0 && held_running_ == 0 && held_cancelled_ == held_;
+}
+
+bool ScriptedEngine::AwaitHeldUploadsRunning(int count, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto running = [this, count]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_running_ == count; };
+  return mu_.AwaitWithTimeout(absl::Condition(&running), timeout);
 }
 
 std::vector<std::string> ScriptedEngine::reads() {

@@ -62,6 +62,18 @@ class ScriptedEngine {
   // The blobs anybody read whole from the store ("HASH/SIZE"), in order.
   std::vector<std::string> reads();
 
+  // From now on a batch upload with a blob that holds `needle` is held (its
+  // call does not answer) until its caller cancels it, or 60 s pass.
+  void HoldUploadsOf(const std::string& needle);
+  // Waits up to `timeout` for a held upload to begin; whether one did.
+  bool AwaitHeldUpload(absl::Duration timeout);
+  // Waits up to `timeout` for the held uploads to end; whether they all
+  // ended because their callers cancelled them.
+  bool AwaitHeldUploadsCancelled(absl::Duration timeout);
+  // Waits up to `timeout` until `count` held uploads are still held; whether
+  // they are.
+  bool AwaitHeldUploadsRunning(int count, absl::Duration timeout);
+
  private:
   class Services;
   ScriptedEngine() = default;
@@ -75,6 +87,10 @@ class ScriptedEngine {
   Script script_ ABSL_GUARDED_BY(mu_);
   std::vector<EngineCall> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> reads_ ABSL_GUARDED_BY(mu_);
+  std::string held_needle_ ABSL_GUARDED_BY(mu_);
+  int held_ ABSL_GUARDED_BY(mu_) = 0;            // held uploads begun
+  int held_running_ ABSL_GUARDED_BY(mu_) = 0;    // and not ended
+  int held_cancelled_ ABSL_GUARDED_BY(mu_) = 0;  // ended by their callers
 };
 
 // Writes ROOT/src/kernels.toml, a manifest of `units` instantiations of one
