@@ -485,11 +485,6 @@ void Worker::SlotLoop(int slot) {
     }
     grpc::Status status = stub_->LeaseTask(&context, request, &response);
     auto cancel = std::make_shared<CancelToken>();
-    // Its cancel ends its own uploads and downloads (RunTask's TaskScope).
-    cancel->OnCancel([this, token = cancel.get()] {
-      cas_client_->CancelTask(token);
-      if (engine_store_ != nullptr) engine_store_->CancelTask(token);
-    });
     {
       absl::MutexLock lock(&mu_);
       waiting_.erase(&context);

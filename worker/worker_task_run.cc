@@ -188,8 +188,12 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
 v1::TaskResult Worker::RunTask(const v1::Task& task, const CancelToken& cancel) {
   if (cancel.cancelled()) return Cancelled(cancel.reason());
   // The task's transfers (inputs, outputs, the engine's): its cancel ends
-  // them, not the other tasks'.
+  // them, not the other tasks' (a leased task's and a bot's lease alike).
   BlobClient::TaskScope transfers(&cancel);
+  cancel.OnCancel([this, token = &cancel] {
+    cas_client_->CancelTask(token);
+    if (engine_store_ != nullptr) engine_store_->CancelTask(token);
+  });
   RefreshToolchainIfChanged();
   if (engine_execution_ != nullptr) return RunOnEngine(task, cancel);
   MaterializedTask materialized;

@@ -43,7 +43,7 @@ bool CancelToken::WaitFor(absl::Duration timeout) const {
   return cancelled();
 }
 
-void CancelToken::OnCancel(std::function<void()> callback) {
+void CancelToken::OnCancel(std::function<void()> callback) const {
   {
     absl::MutexLock lock(&mu_);
     if (!cancelled_.load(std::memory_order_relaxed)) {

@@ -37,14 +37,15 @@ class CancelToken {
   // Waits up to `timeout`; true if cancelled.
   bool WaitFor(absl::Duration timeout) const;
   // Runs `callback` when the token is cancelled, or now if it already is.
-  void OnCancel(std::function<void()> callback);
+  // Const: whoever may watch the token may ask to hear of its cancel.
+  void OnCancel(std::function<void()> callback) const;
 
  private:
   int fd_ = -1;
   std::atomic<bool> cancelled_{false};
   mutable absl::Mutex mu_;
   std::string reason_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs `on_cancel` once, on a thread of its own, if `token` is cancelled
