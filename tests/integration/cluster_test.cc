@@ -1269,9 +1269,8 @@ TEST_F(ClusterTest, TheCoordinatorsStoreStaysUnderItsLimitAcrossBuilds) {
     ASSERT_TRUE(status.ok()) << round << ": " << status << "\n" << out;
     // (The planner may group the instantiations differently each round.)
     EXPECT_THAT(out, HasSubstr(" compiled, 0 cached, 0 failed)"));
-    EXPECT_TRUE(
-        TimeUntil([&] { return testing::StoreBytes(root_ + "/coordinator/cas") <= limit; },
-                  absl::Seconds(5)))
+    EXPECT_TRUE(TimeUntil([&] { return testing::StoreBytes(root_ + "/coordinator/cas") <= limit; },
+                          absl::Seconds(5)))
         << "round " << round << ": " << testing::StoreBytes(root_ + "/coordinator/cas") << " bytes";
   }
 }
