@@ -9,6 +9,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <set>
@@ -196,11 +197,25 @@ TEST_F(BotSessionTest, LeasesBeyondItsCapacityAreGivenBackAndTheRestReportedDone
   EXPECT_EQ(given_back[0].status().code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(given_back[0].status().message(), HasSubstr("has no free slot (capacity 1)"));
   release_.Notify();
-  std::vector<rwapi::Lease> done = engine_.AwaitCompleted(2);
-  ASSERT_EQ(done.size(), 2u);
-  EXPECT_NE(done[1].id(), given_back[0].id());
-  EXPECT_EQ(done[1].status().code(), 0);
-  EXPECT_TRUE(done[1].result().Is<reapi::ActionResult>());
+  // lease-1's end cuts the update in flight short (RunLease), and that
+  // update may have reached the engine already: the give-back it carried
+  // is then reported again with the next (at least once, as the Remote
+  // Workers API has it). So: until the run's report, whatever came before.
+  std::vector<rwapi::Lease> done;
+  const auto ran = [](const rwapi::Lease& lease) { return lease.status().code() == 0; };
+  for (size_t count = 2; count <= 4; ++count) {
+    done = engine_.AwaitCompleted(count);
+    if (std::any_of(done.begin(), done.end(), ran)) break;
+  }
+  ASSERT_EQ(std::count_if(done.begin(), done.end(), ran), 1);
+  for (const rwapi::Lease& lease : done) {
+    if (ran(lease)) {
+      EXPECT_NE(lease.id(), given_back[0].id());
+      EXPECT_TRUE(lease.result().Is<reapi::ActionResult>());
+    } else {
+      EXPECT_EQ(lease.id(), given_back[0].id()) << "only the lease given back is reported again";
+    }
+  }
   EXPECT_EQ(most_running_.load(), 1);
 }
 
