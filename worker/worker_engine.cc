@@ -54,10 +54,6 @@ int64_t RunTimeMs(const reapi::ExecutedActionMetadata& metadata) {
   return ms > 0 && ms < 24 * 3600 * 1000 ? ms : 0;
 }
 
-// The most bytes of an output file taken from an engine: a device object
-// of many targets is hundreds of MiB; more is not a compile's.
-constexpr int64_t kMaxEngineOutputBytes = int64_t{4} << 30;
-
 // The result of an execution the engine ended with a status other than OK:
 // a memory kill (RESOURCE_EXHAUSTED), a refusal (INVALID_ARGUMENT: a
 // distcc-cuda bot's argument model), a timeout, or a loss the coordinator
@@ -240,12 +236,12 @@ v1::TaskResult Worker::CollectEngineOutputs(const reapi::ActionResult& action_re
                                             " to exit 0 but returned no ", path));
       return result;
     }
-    if (found->digest().size_bytes() > kMaxEngineOutputBytes) {
+    if (found->digest().size_bytes() > kMaxCompileOutputBytes) {
       result.set_exit_code(-1);
       result.set_error_message(absl::StrCat("the engine at ", engine, " returned ", path, " of ",
                                             FormatByteSize(found->digest().size_bytes()),
                                             ", more than a compile's output may be (",
-                                            FormatByteSize(kMaxEngineOutputBytes), ")"));
+                                            FormatByteSize(kMaxCompileOutputBytes), ")"));
       return result;
     }
     outputs.push_back({path, FromReapi(found->digest())});

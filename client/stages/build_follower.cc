@@ -12,6 +12,7 @@
 #include "common/base/byte_size.h"
 #include "common/base/status.h"
 #include "common/base/terminal_text.h"
+#include "common/nvcc/nvcc_args.h"
 #include "common/store/digest.h"
 
 namespace distcc_cuda::client {
@@ -283,9 +284,34 @@ void BuildFollower::PrintUnitLine(const v1::BuildEvent::UnitFinished& done,
                             FormatByteSize(report.predicted_bytes), report.prediction_source));
 }
 
+namespace {
+
+// The unit's names, fit to name files of this machine (DownloadToFile
+// bounds their sizes).
+absl::Status CheckObjectsToWrite(const v1::BuildEvent::UnitFinished& done) {
+  std::vector<absl::string_view> names = {done.unit_name()};
+  if (done.unit().has_architecture_part()) names.push_back(done.unit().architecture_part().of());
+  for (absl::string_view name : names) {
+    if (!ValidateUnitName(name).ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator named a unit '", TerminalSafe(name, false, 200),
+          "' that is no unit's name; no object of it is written (is that coordinator yours?)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 bool BuildFollower::DownloadObjects(const v1::BuildEvent::UnitFinished& done,
                                     absl::Time finished_at) {
   const LocalPlan& plan = *settings_.plan;
+  // The names become files' names: a coordinator's words, checked before
+  // any byte is written.
+  if (absl::Status refused = CheckObjectsToWrite(done); !refused.ok()) {
+    if (result_.download_error.ok()) result_.download_error = refused;
+    return true;
+  }
   // Objects land in the order the plan names them, whoever compiled them.
   auto named = result_.local_objects.find(done.unit_name());
   std::string local = named != result_.local_objects.end()

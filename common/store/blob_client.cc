@@ -1,12 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/store/blob_client.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/byte_size.h"
+#include "common/base/contained_folder.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 
@@ -137,40 +145,39 @@ absl::Status BlobClient::ReadWithin(const Digest& digest,
 }
 
 absl::Status BlobClient::DownloadToFile(const Digest& digest, const std::string& destination) {
-  std::string temp = absl::StrCat(destination, ".part");
-  {
-    RETURN_IF_ERROR(MakeDirectories(std::filesystem::path(destination).parent_path().string()));
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp));
-    Sha256 sha;
-    int64_t size = 0;
-    absl::Status read = ReadWithin(digest, [&](absl::string_view data) {
-      out.write(data.data(), data.size());
-      sha.Update(data);
-      size += data.size();
-      return out ? absl::OkStatus()
-                 : absl::ResourceExhaustedError(absl::StrCat("cannot write ", temp));
-    });
-    if (!read.ok()) {
-      // No half a blob left behind.
-      out.close();
-      std::filesystem::remove(temp);
-      return read;
-    }
-    Digest actual{sha.FinishHex(), size};
-    if (actual != digest) {
-      std::filesystem::remove(temp);
-      return absl::DataLossError(absl::StrCat("downloaded blob ", actual.ToString(),
-                                              " does not match the requested ", digest.ToString()));
-    }
+  if (digest.size_bytes > kMaxCompileOutputBytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the store offers ", destination, " as ", FormatByteSize(digest.size_bytes),
+                     ", more than a compile's output may be (",
+                     FormatByteSize(kMaxCompileOutputBytes), "); not a byte of it is written"));
   }
-  std::error_code error;
-  std::filesystem::rename(temp, destination, error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat("cannot move ", temp, " to ", destination, ": ", error.message()));
+  RETURN_IF_ERROR(MakeDirectories(std::filesystem::path(destination).parent_path().string()));
+  // A new name nobody could have planted a link at, never followed anyway.
+  std::random_device random;
+  const std::string temp = absl::StrCat(destination, ".part-", getpid(), "-", random());
+  OwnedFd out(open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (out.get() < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", strerror(errno)));
   }
-  return absl::OkStatus();
+  Sha256 sha;
+  int64_t size = 0;
+  absl::Status read = ReadWithin(digest, [&](absl::string_view data) {
+    sha.Update(data);
+    size += static_cast<int64_t>(data.size());
+    return WriteAll(out.get(), data, temp);
+  });
+  if (read.ok() && Digest{sha.FinishHex(), size} != digest) {
+    read = absl::DataLossError(absl::StrCat(
+        "downloaded blob of ", size, " bytes does not match the requested ", digest.ToString()));
+  }
+  if (read.ok()) read = out.Close();
+  if (read.ok() && rename(temp.c_str(), destination.c_str()) != 0) {
+    read = absl::InternalError(
+        absl::StrCat("cannot move ", temp, " to ", destination, ": ", strerror(errno)));
+  }
+  // No half a blob left behind.
+  if (!read.ok()) unlink(temp.c_str());
+  return read;
 }
 
 absl::Status BlobClient::DownloadToStore(const Digest& digest, CasStore& store) {

@@ -36,6 +36,10 @@ struct BlobSource {
 inline constexpr int64_t kMaxMessageBytes = 8 << 20;
 // The most bytes one chunk of a streamed blob carries.
 inline constexpr int64_t kMaxChunkBytes = 1 << 20;
+// The most bytes one output file of a compile may be (a device object of
+// many targets is hundreds of MiB): what a client downloads as an object or
+// a worker takes from an engine, checked before the first byte.
+inline constexpr int64_t kMaxCompileOutputBytes = int64_t{4} << 30;
 // Blobs up to this size travel in BatchUpdateBlobs calls.
 inline constexpr int64_t kMaxBatchBytes = 2 << 20;
 
@@ -53,9 +57,19 @@ class BlobClient {
   // streamed in chunks. Returns how many blobs were sent.
   absl::StatusOr<int> UploadMissing(const std::vector<BlobSource>& blobs);
 
-  // Streams the blob into `destination` (through a temporary file, verified
-  // against its digest before it is renamed into place).
+  // Streams the blob, a compile's output, into `destination` (through a new
+  // temporary file of a random name beside it, created exclusively without
+  // following a link, verified against its digest before it is renamed into
+  // place; removed on any failure). FAILED_PRECONDITION before the first
+  // byte for a digest above kMaxCompileOutputBytes.
   absl::Status DownloadToFile(const Digest& digest, const std::string& destination);
+
+  // Reads the blob and hands each chunk to `sink` in order, ended with
+  // DATA_LOSS as soon as the store sends more bytes than the digest says: a
+  // hostile store cannot fill a disk or memory through it. Every download
+  // goes through here; the caller checks the digest.
+  absl::Status ReadWithin(const Digest& digest,
+                          const std::function<absl::Status(absl::string_view)>& sink);
 
   // Streams the blob into `store` unless it is already there.
   absl::Status DownloadToStore(const Digest& digest, CasStore& store);
@@ -110,11 +124,6 @@ class BlobClient {
   // Reads the blob and hands each chunk to `sink` in order.
   virtual absl::Status Read(const Digest& digest,
                             const std::function<absl::Status(absl::string_view)>& sink) = 0;
-  // Read, ended with DATA_LOSS as soon as the store sends more bytes than
-  // the digest says: a hostile store cannot fill a disk or memory through
-  // it. Every download goes through here.
-  absl::Status ReadWithin(const Digest& digest,
-                          const std::function<absl::Status(absl::string_view)>& sink);
   // Hands `send` the blob's chunks in order (at most kMaxChunkBytes each,
   // read from its file or its bytes; one empty chunk for an empty blob),
   // with each chunk's offset and whether it is the last. Stops early when

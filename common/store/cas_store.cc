@@ -14,12 +14,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/byte_size.h"
+#include "common/base/contained_folder.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
 #include "spdlog/spdlog.h"
@@ -28,19 +30,6 @@ namespace distcc_cuda {
 namespace fs = std::filesystem;
 
 namespace {
-
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot write ", path, ": ", strerror(errno)));
-    }
-    data.remove_prefix(n);
-  }
-  return absl::OkStatus();
-}
 
 absl::Status MismatchError(const Digest& expected, const Digest& actual) {
   return absl::InvalidArgumentError(
@@ -416,14 +405,16 @@ void CasStore::Discard(const Digest& digest, const std::string& how) const {
 }
 
 std::string CasStore::TempPath() const {
-  static std::atomic<uint64_t> counter{0};
+  // From a random start: a name no earlier process of this pid used.
+  static std::atomic<uint64_t> counter{std::random_device()()};
   return absl::StrCat(root_, "/tmp/", getpid(), "-", counter.fetch_add(1));
 }
 
 absl::StatusOr<std::unique_ptr<BlobWriter>> CasStore::StartWrite(const Digest& digest) {
   RETURN_IF_ERROR(ValidateDigest(digest));
   std::string temp = TempPath();
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A name of this process's, created new: never a file someone put there.
+  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", strerror(errno)));
   }
