@@ -37,9 +37,11 @@
 #include "common/base/logging.h"
 #include "common/base/signals.h"
 #include "common/base/status.h"
+#include "common/base/terminal_text.h"
 #include "common/nvcc/gpu_targets.h"
 #include "common/nvcc/host_compiler_args.h"
 #include "common/nvcc/toolchain.h"
+#include "common/nvcc/toolkit_download.h"
 #include "common/transport/tls_credentials.h"
 #include "spdlog/spdlog.h"
 
@@ -96,6 +98,14 @@ ABSL_FLAG(std::string, toolkit_dir, "",
           "$DISTCC_CUDA_TOOLKITS, else $XDG_CACHE_HOME/distcc-cuda/toolkits or "
           "~/.cache/distcc-cuda/toolkits)");
 ABSL_FLAG(std::string, python, "python3", "the Python whose pip installs toolkits from PyPI");
+ABSL_FLAG(std::string, toolkit_pin, "",
+          "toolkit install from a coordinator takes a toolkit of these releases only with "
+          "this manifest digest, as its operator's `distcc-cuda-coordinator toolkit list` "
+          "prints it: 13.2@sha256:HEX, comma-separated (also toolkit-pin in the config file's "
+          "[client] table)");
+ABSL_FLAG(std::string, toolkit_max_size, "8GiB", distcc_cuda::kToolkitMaxSizeHelp);
+ABSL_FLAG(std::string, toolkit_stall_timeout, "60s", distcc_cuda::kToolkitStallHelp);
+ABSL_FLAG(std::string, toolkit_fetch_timeout, "30m", distcc_cuda::kToolkitFetchTimeoutHelp);
 ABSL_FLAG(std::string, require_nvcc, "",
           "refuse to build unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
 ABSL_FLAG(std::string, state_dir, "",
@@ -172,10 +182,12 @@ constexpr char kUsage[] =
     "      either kind of build with another toolkit: auto is the CUDA release\n"
     "      torch was built with; a release missing here comes from PyPI once.\n"
     "      Without it, `build -- COMMAND` checks the nvcc against torch first.\n"
-    "  distcc-cuda toolkit install RELEASE | list | remove RELEASE\n"
+    "  distcc-cuda toolkit install RELEASE[@sha256:HEX] | list | remove RELEASE\n"
     "      compile toolkits: from the cluster's coordinator when one is named\n"
     "      and serves the release, else from PyPI's NVIDIA wheels (CUDA 13);\n"
-    "      install prints the folder, a CUDA_HOME, last.\n"
+    "      @sha256:HEX (or --toolkit-pin) takes the coordinator's toolkit only\n"
+    "      with the manifest its operator gave; install prints the folder, a\n"
+    "      CUDA_HOME, last.\n"
     "  distcc-cuda [/path/to/]nvcc ARGS...\n"
     "      the launcher: one compile, as nvcc would do it (what cannot go to\n"
     "      the cluster runs nvcc here). DISTCC_CUDA_VERBOSE=1 says where each\n"
@@ -190,7 +202,10 @@ constexpr char kUsage[] =
     "--tls-cert NAME.crt --tls-key NAME.key (a client certificate).\n";
 
 int Fail(const absl::Status& status) {
-  std::cerr << "distcc-cuda: " << status.message() << "\n";
+  // Words of a coordinator, a worker or an engine may be in it.
+  std::cerr << "distcc-cuda: "
+            << distcc_cuda::TerminalSafe(status.message(), /*keep_newlines=*/true, 64 << 10)
+            << "\n";
   // 1: the compiler said no (its messages are above); 2: anything else.
   return status.code() == absl::StatusCode::kAborted ? 1 : 2;
 }
@@ -480,6 +495,36 @@ int PlanBuildCommand(const std::vector<std::string>& positional,
   return status.ok() ? 0 : Fail(status);
 }
 
+// `toolkit install|list|remove ...` (`words` after "toolkit"), with the
+// toolkit flags, the coordinator and its TLS material.
+int ToolkitCommand(std::vector<std::string> words, const std::string& coordinator,
+                   const distcc_cuda::client::ClientEnvironment& environment) {
+  distcc_cuda::client::ToolkitCommandOptions options;
+  options.words = std::move(words);
+  options.toolkit_dir = ToolkitDir(environment);
+  options.python = absl::GetFlag(FLAGS_python);
+  options.coordinator = coordinator;
+  if (!coordinator.empty()) {
+    auto tls = distcc_cuda::LoadTlsMaterial(
+        {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+        distcc_cuda::PeerRole::kClient);
+    if (!tls.ok()) return Fail(tls.status());
+    options.tls = *tls;
+  }
+  if (!absl::GetFlag(FLAGS_toolkit_pin).empty()) {
+    auto pins = distcc_cuda::ParseWantedToolkits(absl::GetFlag(FLAGS_toolkit_pin));
+    if (!pins.ok()) return Fail(distcc_cuda::Annotate(pins.status(), "--toolkit-pin"));
+    options.pins = *pins;
+  }
+  auto limits = distcc_cuda::ParseToolkitFetchLimits(absl::GetFlag(FLAGS_toolkit_max_size),
+                                                     absl::GetFlag(FLAGS_toolkit_stall_timeout),
+                                                     absl::GetFlag(FLAGS_toolkit_fetch_timeout));
+  if (!limits.ok()) return Fail(limits.status());
+  options.limits = *limits;
+  absl::Status status = distcc_cuda::client::RunToolkitCommand(options, std::cout, std::cerr);
+  return status.ok() ? 0 : Fail(status);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -532,21 +577,7 @@ int main(int argc, char** argv) {
     return status.ok() ? 0 : Fail(status);
   }
   if (command == "toolkit" && positional.size() >= 3) {
-    distcc_cuda::client::ToolkitCommandOptions options{{positional.begin() + 2, positional.end()},
-                                                       ToolkitDir(environment),
-                                                       absl::GetFlag(FLAGS_python),
-                                                       coordinator,
-                                                       std::nullopt};
-    if (!coordinator.empty()) {
-      auto tls =
-          distcc_cuda::LoadTlsMaterial({absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
-                                        absl::GetFlag(FLAGS_tls_key)},
-                                       distcc_cuda::PeerRole::kClient);
-      if (!tls.ok()) return Fail(tls.status());
-      options.tls = *tls;
-    }
-    absl::Status status = distcc_cuda::client::RunToolkitCommand(options, std::cout, std::cerr);
-    return status.ok() ? 0 : Fail(status);
+    return ToolkitCommand({positional.begin() + 2, positional.end()}, coordinator, environment);
   }
   auto tls = distcc_cuda::LoadTlsMaterial(
       {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},

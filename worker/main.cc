@@ -18,6 +18,7 @@
 #include "common/base/signals.h"
 #include "common/base/status.h"
 #include "common/nvcc/toolchain.h"
+#include "common/nvcc/toolkit_download.h"
 #include "common/process/memory_cap.h"
 #include "common/reapi/engine_channel.h"
 #include "common/store/cas_store.h"
@@ -40,11 +41,16 @@ ABSL_FLAG(std::string, nvcc, "",
 ABSL_FLAG(std::string, served_toolkit, "",
           "compile with the coordinator's toolkit of this release (13.2: the newest it serves; "
           "13.2.86: that one) instead of --nvcc: fetched once into WORK_DIR/toolkits, every file "
-          "checked (distcc-cuda-coordinator toolkit add serves one); several, comma-separated "
+          "checked (distcc-cuda-coordinator toolkit add serves one), its programs run only in "
+          "the sandbox; 13.2@sha256:HEX takes it only with the manifest its operator's "
+          "`toolkit list` prints (needed with --insecure-no-sandbox); several, comma-separated "
           "(12.8,13.2): the worker takes units of each one's builds, each compiled with its "
           "own toolkit");
 ABSL_FLAG(std::string, toolkit_cache_size, "8GiB",
           "with --served-toolkit: the most its toolkit cache keeps (least recently used out)");
+ABSL_FLAG(std::string, toolkit_max_size, "8GiB", distcc_cuda::kToolkitMaxSizeHelp);
+ABSL_FLAG(std::string, toolkit_stall_timeout, "60s", distcc_cuda::kToolkitStallHelp);
+ABSL_FLAG(std::string, toolkit_fetch_timeout, "30m", distcc_cuda::kToolkitFetchTimeoutHelp);
 ABSL_FLAG(std::string, require_nvcc, "",
           "refuse to start unless nvcc is this release, e.g. 12.8 (any 12.8.x) or 12.8.93");
 ABSL_FLAG(std::string, name, "",
@@ -126,12 +132,13 @@ absl::StatusOr<int64_t> MemoryCapFlag() {
   return parsed;
 }
 
-// --served-toolkit's, fetched or from the cache; none without it.
-absl::StatusOr<std::vector<distcc_cuda::worker::ServedToolkitUse>> ServedToolkits(
+// What --served-toolkit and its limits ask for, checked: a toolkit's
+// programs run as this worker without a sandbox only when pinned.
+absl::StatusOr<distcc_cuda::worker::ServedToolkitRequest> ServedToolkitRequestFromFlags(
     const distcc_cuda::worker::WorkerOptions& options) {
   distcc_cuda::worker::ServedToolkitRequest request;
   request.wanted = absl::GetFlag(FLAGS_served_toolkit);
-  if (request.wanted.empty()) return std::vector<distcc_cuda::worker::ServedToolkitUse>();
+  if (request.wanted.empty()) return request;
   request.coordinator_address = options.coordinator_address;
   request.tls = options.tls;
   request.cache_dir = options.work_dir + "/toolkits";
@@ -142,7 +149,25 @@ absl::StatusOr<std::vector<distcc_cuda::worker::ServedToolkitUse>> ServedToolkit
         absl::StrCat("--toolkit-cache-size: ", size.status().message()));
   }
   request.cache_max_bytes = *size;
-  return distcc_cuda::worker::UseServedToolkits(request);
+  ASSIGN_OR_RETURN(request.limits, distcc_cuda::ParseToolkitFetchLimits(
+                                       absl::GetFlag(FLAGS_toolkit_max_size),
+                                       absl::GetFlag(FLAGS_toolkit_stall_timeout),
+                                       absl::GetFlag(FLAGS_toolkit_fetch_timeout)));
+  ASSIGN_OR_RETURN(std::vector<distcc_cuda::WantedToolkit> wanted,
+                   distcc_cuda::ParseWantedToolkits(request.wanted));
+  for (const distcc_cuda::WantedToolkit& one : wanted) {
+    // Without a sandbox its programs would run as this worker: only what
+    // the operator pinned, never whatever the coordinator sends.
+    if (!options.sandbox && one.pinned_hash.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--served-toolkit ", one.ToString(),
+          " is not pinned, and with --insecure-no-sandbox a fetched toolkit's programs run "
+          "as this worker's user: pin it to the manifest its operator's "
+          "`distcc-cuda-coordinator toolkit list` prints (--served-toolkit ",
+          one.release.ToString(), "@sha256:HEX), or drop --insecure-no-sandbox"));
+    }
+  }
+  return request;
 }
 
 constexpr char kProgram[] = "distcc-cuda-worker";
@@ -223,13 +248,18 @@ std::optional<Stop> ResourcesFromFlags(distcc_cuda::worker::WorkerOptions& optio
 // The toolkits its coordinator serves (--served-toolkit), fetched: the first
 // instead of --nvcc, the rest beside it.
 std::optional<Stop> UseServedToolkitsFromFlags(distcc_cuda::worker::WorkerOptions& options) {
-  auto served = ServedToolkits(options);
+  auto request = ServedToolkitRequestFromFlags(options);
+  if (!request.ok()) return FailWith(2, request.status());
+  if (request->wanted.empty()) return std::nullopt;
+  auto served = distcc_cuda::worker::UseServedToolkits(*request);
   if (!served.ok()) return FailWith(1, served.status());
   for (size_t i = 0; i < served->size(); ++i) {
     const distcc_cuda::worker::ServedToolkitUse& use = (*served)[i];
     if (i == 0) {
       options.nvcc_path = use.nvcc;
       options.toolkit_source = use.source;
+      options.toolkit_fetched = true;
+      options.toolkit_pinned = use.pinned;
     } else {
       options.more_toolkits.push_back({use.nvcc, use.source});
     }

@@ -16,6 +16,7 @@
 #include "common/base/status.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/nvcc/toolchain.h"
+#include "common/process/confined_run.h"
 #include "common/process/subprocess.h"
 #include "common/process/task_tree.h"
 #include "common/store/digest.h"
@@ -56,21 +57,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   ASSIGN_OR_RETURN(FolderLock lock, FolderLock::Acquire(AbsolutePath(options.work_dir),
                                                         "another distcc-cuda-worker"));
   worker->work_dir_lock_ = std::make_unique<FolderLock>(std::move(lock));
-  ASSIGN_OR_RETURN(v1::ToolchainFingerprint toolchain,
-                   SharedToolchainFingerprint(options.nvcc_path, kHostCompiler, options.work_dir));
-  RETURN_IF_ERROR(CheckRequiredRelease(toolchain, options.required_nvcc_release));
-  {
-    absl::MutexLock lock(&worker->toolchain_mu_);
-    worker->toolchain_ = toolchain;
-    worker->toolchain_files_ = ToolchainFilesSignature(options.nvcc_path);
-  }
-  RETURN_IF_ERROR(worker->AddFurtherToolkits());
-  worker->toolkit_root_ =
-      std::filesystem::path(AbsolutePath(options.nvcc_path)).parent_path().parent_path().string();
+  worker->toolkit_root_ = ToolkitRootOf(options.nvcc_path);
   worker->tasks_dir_ = options.work_dir + "/tasks";
-  RETURN_IF_ERROR(worker->PrepareIsolation());
-  ASSIGN_OR_RETURN(worker->cache_,
-                   CasStore::Open(options.work_dir + "/cas", options.cas_max_bytes));
+  // The cap and the sandbox before any program of a toolkit runs: one the
+  // coordinator served runs in them even to be fingerprinted.
   MemoryCapOptions cap;
   cap.cap_bytes = options.memory_cap_bytes;
   cap.name = options.name;
@@ -78,6 +68,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(const WorkerOptions& optio
   if (!options.remote_executor.has_value()) {
     ASSIGN_OR_RETURN(worker->memory_cap_, NodeMemoryCap::Create(cap));
   }
+  RETURN_IF_ERROR(worker->PrepareIsolation());
+  RETURN_IF_ERROR(worker->FingerprintToolkits());
+  ASSIGN_OR_RETURN(worker->cache_,
+                   CasStore::Open(options.work_dir + "/cas", options.cas_max_bytes));
   RETURN_IF_ERROR(MakeDirectories(worker->tasks_dir_));
   // Task folders a previous run of this worker left (it was killed, or the
   // machine went down): nothing runs in them any more.
@@ -144,8 +138,8 @@ absl::Status Worker::PrepareIsolation() {
   } else if (options_.sandbox) {
     SandboxOptions sandbox = options_.sandbox_options;
     sandbox.toolkit_root = toolkit_root_;
-    for (const FurtherToolkitState& more : more_toolkits_) {
-      sandbox.more_toolkit_roots.push_back(more.root);
+    for (const FurtherToolkit& more : options_.more_toolkits) {
+      sandbox.more_toolkit_roots.push_back(ToolkitRootOf(more.nvcc_path));
     }
     // The sandbox user must reach the task folders; a work dir under a
     // private home folder (root's ~/.cache) is not reachable, so its tasks
@@ -153,8 +147,10 @@ absl::Status Worker::PrepareIsolation() {
     std::string fallback =
         absl::StrCat("/var/tmp/distcc-cuda-sandbox/",
                      DigestOf(AbsolutePath(options_.work_dir)).hash.substr(0, 16));
+    // Its proof that nvcc runs inside runs under the cap, as compiles do.
     absl::StatusOr<std::unique_ptr<Sandbox>> made =
-        Sandbox::Create(sandbox, options_.nvcc_path, {tasks_dir_, fallback});
+        Sandbox::Create(sandbox, options_.nvcc_path, {tasks_dir_, fallback},
+                        ConfinedRunner(nullptr, memory_cap_.get(), toolkit_root_));
     if (!made.ok()) {
       return Annotate(made.status(),
                       absl::StrCat("worker ", options_.name, " cannot sandbox compiles"));
@@ -338,12 +334,18 @@ v1::ToolchainFingerprint Worker::toolchain() const {
 }
 
 void Worker::RefreshToolchainIfChanged() {
-  std::string files = ToolchainFilesSignature(options_.nvcc_path);
+  std::string files = ToolchainFilesSignature(options_.nvcc_path, toolkit_programs_);
+  {
+    absl::MutexLock lock(&toolchain_mu_);
+    if (files == toolchain_files_) return;
+    // Claimed: a caller arriving meanwhile keeps the toolchain it has.
+    toolchain_files_ = files;
+  }
+  // Outside the lock that leases and reports read the toolchain under: a
+  // fetched toolkit's nvcc runs in a sandbox (a second or so).
+  absl::StatusOr<v1::ToolchainFingerprint> fresh = ComputeToolchainFingerprint(
+      options_.nvcc_path, kHostCompiler, options_.work_dir, toolkit_programs_);
   absl::MutexLock lock(&toolchain_mu_);
-  if (files == toolchain_files_) return;
-  toolchain_files_ = files;
-  absl::StatusOr<v1::ToolchainFingerprint> fresh =
-      ComputeToolchainFingerprint(options_.nvcc_path, kHostCompiler, options_.work_dir);
   if (!fresh.ok()) {
     spdlog::error("worker {}: the toolchain at {} changed and cannot be fingerprinted: {}",
                   options_.name, options_.nvcc_path, fresh.status().ToString());

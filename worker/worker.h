@@ -20,6 +20,7 @@
 #include "common/base/cancellation.h"
 #include "common/base/files.h"
 #include "common/base/machine_slots.h"
+#include "common/nvcc/toolchain.h"
 #include "common/process/memory_cap.h"
 #include "common/process/sandbox.h"
 #include "common/process/subprocess.h"
@@ -39,7 +40,11 @@
 namespace distcc_cuda::worker {
 
 // A further toolkit a worker compiles with: one more its coordinator serves
-// (`--served-toolkit 12.8,13.2`: 13.2's), fetched before it started.
+// (`--served-toolkit 12.8,13.2`: 13.2's), fetched before it started; its
+// programs run only as WorkerOptions::toolkit_fetched says.
+// The folder above `nvcc_path`'s bin/: its toolkit's root.
+std::string ToolkitRootOf(const std::string& nvcc_path);
+
 struct FurtherToolkit {
   std::string nvcc_path;  // in the worker's toolkit cache
   std::string source;     // as WorkerOptions::toolkit_source
@@ -54,6 +59,13 @@ struct WorkerOptions {
   std::string nvcc_path;            // the pinned nvcc every unit runs with
   // Where it came from, for status ("" installed here; served_toolkit.h).
   std::string toolkit_source;
+  // It was fetched from the coordinator (--served-toolkit): its programs
+  // run as a compile does, in the sandbox under the cap, also to
+  // fingerprint it, never as the worker itself; without a sandbox
+  // (--insecure-no-sandbox) only when `toolkit_pinned` (Start refuses).
+  // The further toolkits are fetched ones, as pinned as this one.
+  bool toolkit_fetched = false;
+  bool toolkit_pinned = false;
   // Further toolkits: units of builds with their toolchains come here too,
   // each compiled with its own toolkit, in the same sandbox and under the
   // same cap. `required_nvcc_release` applies to each.
@@ -178,7 +190,12 @@ class Worker {
   // The toolkit of the task's build (Task.toolchain_digest): one of the
   // further toolkits when it names one's toolchain, else the worker's own.
   TaskToolkit ToolkitOf(const v1::Task& task) const;
-  // Fingerprints the further toolkits, each held to --require-nvcc (Start).
+  // Its own toolkit's fingerprint (checked against --require-nvcc), then
+  // the further toolkits' (AddFurtherToolkits); a fetched toolkit's
+  // programs confined. After PrepareIsolation.
+  absl::Status FingerprintToolkits();
+  // Fingerprints the further toolkits, each held to --require-nvcc, their
+  // programs confined (all were fetched).
   absl::Status AddFurtherToolkits();
   // How compiles are isolated (Start): the sandbox over every toolkit, or
   // with --insecure-no-sandbox the unit root where mount namespaces work;
@@ -269,6 +286,9 @@ class Worker {
   mutable absl::Mutex toolchain_mu_;
   v1::ToolchainFingerprint toolchain_ ABSL_GUARDED_BY(toolchain_mu_);
   std::string toolchain_files_ ABSL_GUARDED_BY(toolchain_mu_);  // ToolchainFilesSignature
+  // How the programs of its own toolkit run to fingerprint it: as they are,
+  // or confined (ConfinedRunner) when it was fetched. Fixed at Start.
+  ToolkitPrograms toolkit_programs_;
   std::string unit_root_;  // where nvcc sees a task's sandbox; empty: at its own path
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;

@@ -15,7 +15,22 @@ namespace {
 constexpr char kToolkitUsage[] =
     "usage: distcc-cuda toolkit install RELEASE | list | remove RELEASE "
     "[--toolkit-dir DIR] [--python PYTHON] [--coordinator HOST:PORT]; RELEASE is 13.2 (the "
-    "newest 13.2.x) or 13.2.86";
+    "newest 13.2.x) or 13.2.86, and for install from a coordinator may be pinned to the "
+    "manifest digest its operator gives (13.2@sha256:HEX)";
+
+// The release asked for, pinned by the command or by --toolkit-pin.
+absl::StatusOr<WantedToolkit> Wanted(const std::string& word,
+                                     const std::vector<WantedToolkit>& pins) {
+  ASSIGN_OR_RETURN(WantedToolkit wanted, ParseWantedToolkit(word));
+  if (!wanted.pinned_hash.empty()) return wanted;
+  for (const WantedToolkit& pin : pins) {
+    if (pin.release.SameMajorMinor(wanted.release)) {
+      wanted.pinned_hash = pin.pinned_hash;
+      break;
+    }
+  }
+  return wanted;
+}
 
 absl::Status List(const ToolkitStore& store, std::ostream& out) {
   std::vector<InstalledToolkit> toolkits = store.List();
@@ -43,14 +58,23 @@ absl::Status RunToolkitCommand(const ToolkitCommandOptions& options, std::ostrea
   if (words.size() != 2 || (words[0] != "install" && words[0] != "remove")) {
     return absl::InvalidArgumentError(kToolkitUsage);
   }
-  ASSIGN_OR_RETURN(CudaRelease release, CudaRelease::Parse(words[1]));
   if (words[0] == "install") {
+    ASSIGN_OR_RETURN(WantedToolkit wanted, Wanted(words[1], options.pins));
+    const CudaRelease& release = wanted.release;
+    if (!wanted.pinned_hash.empty() && options.coordinator.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA ", wanted.ToString(),
+          " is pinned to a coordinator's manifest: name the coordinator that serves it "
+          "(--coordinator HOST:PORT)"));
+    }
     absl::StatusOr<InstalledToolkit> served =
-        options.coordinator.empty()
-            ? absl::NotFoundError("no coordinator named")
-            : store.InstallServed(release, options.coordinator, options.tls, progress);
+        options.coordinator.empty() ? absl::NotFoundError("no coordinator named")
+                                    : store.InstallServed(wanted, options.coordinator, options.tls,
+                                                          options.limits, progress);
+    // A pinned toolkit comes from its coordinator or not at all.
     if (!options.coordinator.empty() &&
-        (served.ok() || !absl::IsNotFound(served.status()) || !PyPiHasCompiler(release))) {
+        (served.ok() || !absl::IsNotFound(served.status()) || !PyPiHasCompiler(release) ||
+         !wanted.pinned_hash.empty())) {
       RETURN_IF_ERROR(served.status());
       out << served->cuda_home << "\n";
       return absl::OkStatus();
@@ -62,6 +86,7 @@ absl::Status RunToolkitCommand(const ToolkitCommandOptions& options, std::ostrea
     out << toolkit.cuda_home << "\n";
     return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(CudaRelease release, CudaRelease::Parse(words[1]));
   ASSIGN_OR_RETURN(std::vector<InstalledToolkit> removed, store.Remove(release, progress));
   for (const InstalledToolkit& toolkit : removed) {
     out << "removed CUDA " << toolkit.version.ToString() << " (" << toolkit.cuda_home << ")\n";

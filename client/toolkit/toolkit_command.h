@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/nvcc/toolkit_download.h"
 #include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
@@ -22,9 +23,13 @@ struct ToolkitCommandOptions {
   // release.
   std::string coordinator;
   std::optional<TlsMaterial> tls;
+  // --toolkit-pin: the manifest digests a coordinator's toolkits are taken
+  // with, by release ("13.2@sha256:HEX"); a pin in the command's RELEASE wins.
+  std::vector<WantedToolkit> pins;
+  ToolkitFetchLimits limits;  // --toolkit-max-size, -stall-timeout, -fetch-timeout
 };
 
-// Runs the verb. `install` writes the toolkit's folder (a CUDA_HOME) as the
+// Runs the verb. `install RELEASE[@sha256:HEX]` writes the toolkit's folder (a CUDA_HOME) as the
 // last line of `out` and its progress on `progress`; `list` writes one line
 // per toolkit, its content checked against its manifest; `remove` says what
 // it removed. INVALID_ARGUMENT naming the usage for anything else.

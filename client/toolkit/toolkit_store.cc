@@ -10,12 +10,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/toolkit/pypi_toolkit.h"
+#include "client/toolkit/served_toolkit_check.h"
 #include "common/base/byte_size.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/base/terminal_text.h"
 #include "common/nvcc/toolchain.h"
 #include "common/nvcc/toolkit_download.h"
 #include "common/store/cas_client.h"
+#include "common/store/digest.h"
 #include "common/store/toolkit_manifest.h"
 
 namespace distcc_cuda::client {
@@ -51,15 +54,36 @@ std::vector<std::string> Entries(const std::string& folder) {
 }
 
 // nvcc's own version, and that it is the release asked for.
-absl::StatusOr<CudaRelease> CheckedVersion(const std::string& nvcc, const CudaRelease& wanted) {
-  ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(nvcc));
+absl::StatusOr<CudaRelease> CheckedVersion(const NvccRelease& said, const CudaRelease& wanted) {
   absl::StatusOr<CudaRelease> version = CudaRelease::Parse(said.version);
   if (!version.ok() || !version->has_patch() || !wanted.Admits(*version)) {
-    return absl::InternalError(absl::StrCat("the nvcc PyPI gave for ", wanted.ToString(),
-                                            " says it is ", said.version, " (", said.release,
+    return absl::InternalError(absl::StrCat("the nvcc fetched for ", wanted.ToString(),
+                                            " says it is ", TerminalSafe(said.version, false, 32),
+                                            " (", TerminalSafe(said.release, false, 32),
                                             "): not the release asked for"));
   }
   return *version;
+}
+
+// OK if an installed toolkit may be taken for a served one: its manifest
+// passes the checks of a coordinator's (an older install's may not), the
+// folder holds what it lists, and it is the one whose SHA-256 is
+// `pinned_hash` when that is not empty.
+absl::Status ServedIntact(const InstalledToolkit& toolkit, const std::string& pinned_hash) {
+  const std::string path = toolkit.cuda_home + "/" + kToolkitManifestName;
+  ASSIGN_OR_RETURN(std::string manifest, ReadFile(path));
+  RETURN_IF_ERROR(ParseToolkitManifest(manifest).status());
+  RETURN_IF_ERROR(VerifyManifest(toolkit.cuda_home));
+  const std::string hash = DigestOf(manifest).hash;
+  if (pinned_hash.empty() || hash == pinned_hash) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("CUDA ", toolkit.version.ToString(), " at ", toolkit.cuda_home,
+                   " is not the pinned toolkit (its manifest is sha256:", hash, ")"));
+}
+
+// How an nvcc from PyPI is asked: as it is, like pip's own code.
+absl::StatusOr<NvccRelease> AskAsItIs(const std::string& cuda_home) {
+  return AskNvccRelease(cuda_home + "/bin/nvcc");
 }
 
 }  // namespace
@@ -119,43 +143,67 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::Install(const CudaRelease& releas
       absl::StrCat("CUDA ", release.ToString(),
                    "'s compiler from PyPI (cuda-toolkit[nvcc,cccl], about 300 MB unpacked)"),
       [&](const std::string& scratch) { return FetchFromPyPi(release, scratch, python); },
+      AskAsItIs,
+      [](const InstalledToolkit& installed) { return VerifyManifest(installed.cuda_home); },
       progress);
 }
 
-absl::StatusOr<InstalledToolkit> ToolkitStore::InstallServed(const CudaRelease& release,
+absl::StatusOr<InstalledToolkit> ToolkitStore::InstallServed(const WantedToolkit& wanted,
                                                              const std::string& coordinator,
                                                              const std::optional<TlsMaterial>& tls,
+                                                             const ToolkitFetchLimits& limits,
                                                              std::ostream& progress) {
   auto channel = OpenChannel(coordinator, tls);
   auto stub = v1::ContentStore::NewStub(channel);
   ASSIGN_OR_RETURN(std::vector<v1::ServedToolkit> served,
                    ListServedToolkits(*stub, absl::Seconds(30)));
-  ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, ChooseServedToolkit(served, release));
-  CasClient blobs(std::move(stub));
-  return InstallWith(
+  ASSIGN_OR_RETURN(v1::ServedToolkit toolkit, ChooseServedToolkit(served, wanted));
+  // The fetch's own limits end it; no call of it ends sooner.
+  CasClient blobs(std::move(stub), limits.deadline);
+  const bool pinned = !wanted.pinned_hash.empty();
+  const std::string pin_hint = absl::StrCat(wanted.release.ToString(), "@", ManifestPin(toolkit),
+                                            " --coordinator ", coordinator);
+  absl::StatusOr<InstalledToolkit> installed = InstallWith(
       *CudaRelease::Parse(toolkit.version()),
       absl::StrCat(DescribeServedToolkit(toolkit), " from the coordinator at ", coordinator),
       [&](const std::string& scratch) {
         // Only "serves none" is NOT_FOUND (install then asks PyPI): a
         // file that cannot be had fails the install.
-        absl::Status fetched = DownloadToolkit(blobs, toolkit, scratch + "/cuda");
+        absl::Status fetched = DownloadToolkit(blobs, toolkit, scratch + "/cuda", limits);
         return fetched.ok()
                    ? fetched
                    : absl::FailedPreconditionError(absl::StrCat(
                          "the coordinator's toolkit could not be fetched: ", fetched.message()));
       },
+      [&](const std::string& cuda_home) -> absl::StatusOr<NvccRelease> {
+        // Not NOT_FOUND (a toolkit without its nvcc): install would ask PyPI.
+        absl::StatusOr<NvccRelease> said = AskServedNvcc(cuda_home, pinned, pin_hint, progress);
+        if (absl::IsNotFound(said.status())) {
+          return absl::FailedPreconditionError(said.status().message());
+        }
+        return said;
+      },
+      [&](const InstalledToolkit& installed) {
+        return ServedIntact(installed, wanted.pinned_hash);
+      },
       progress);
+  if (installed.ok() && !pinned) {
+    progress << "distcc-cuda: " << UnpinnedNotice(wanted, toolkit, "distcc-cuda toolkit install")
+             << "\n";
+  }
+  return installed;
 }
 
 absl::StatusOr<InstalledToolkit> ToolkitStore::InstallWith(const CudaRelease& release,
                                                            const std::string& what,
-                                                           const Fetch& fetch,
+                                                           const Fetch& fetch, const Ask& ask,
+                                                           const Accept& accept,
                                                            std::ostream& progress) {
   // Another install into this folder finishes first; then its toolkit is found.
   ASSIGN_OR_RETURN(FolderLock lock, Lock(progress));
   RemoveLeftovers();
   if (std::optional<InstalledToolkit> installed = Find(release)) {
-    absl::Status intact = VerifyManifest(installed->cuda_home);
+    absl::Status intact = accept(*installed);
     if (intact.ok()) {
       progress << "distcc-cuda: CUDA " << installed->version.ToString()
                << " is installed already (its files match its manifest)\n";
@@ -168,7 +216,7 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::InstallWith(const CudaRelease& re
   progress << "distcc-cuda: fetching " << what << "\n" << std::flush;
   const absl::Time start = absl::Now();
   absl::Status fetched = fetch(scratch);
-  absl::StatusOr<InstalledToolkit> toolkit = fetched.ok() ? Finish(release, scratch) : fetched;
+  absl::StatusOr<InstalledToolkit> toolkit = fetched.ok() ? Finish(release, scratch, ask) : fetched;
   (void)RemoveAll(scratch);
   if (toolkit.ok()) {
     progress << "distcc-cuda: installed CUDA " << toolkit->version.ToString() << " ("
@@ -180,9 +228,11 @@ absl::StatusOr<InstalledToolkit> ToolkitStore::InstallWith(const CudaRelease& re
 }
 
 absl::StatusOr<InstalledToolkit> ToolkitStore::Finish(const CudaRelease& release,
-                                                      const std::string& scratch) const {
+                                                      const std::string& scratch,
+                                                      const Ask& ask) const {
   const std::string cuda_home = scratch + "/cuda";
-  ASSIGN_OR_RETURN(CudaRelease version, CheckedVersion(cuda_home + "/bin/nvcc", release));
+  ASSIGN_OR_RETURN(NvccRelease said, ask(cuda_home));
+  ASSIGN_OR_RETURN(CudaRelease version, CheckedVersion(said, release));
   ASSIGN_OR_RETURN(std::string manifest, ManifestOf(cuda_home));
   RETURN_IF_ERROR(WriteFileAtomically(cuda_home + "/" + kToolkitManifestName, manifest));
   const std::string final_home = absl::StrCat(root_, "/", kFolderPrefix, version.ToString());

@@ -17,6 +17,8 @@
 #include "absl/strings/string_view.h"
 #include "common/base/files.h"
 #include "common/nvcc/cuda_release.h"
+#include "common/nvcc/toolchain.h"
+#include "common/nvcc/toolkit_download.h"
 #include "common/transport/tls_credentials.h"
 
 namespace distcc_cuda::client {
@@ -44,13 +46,19 @@ class ToolkitStore {
   // Nothing of a failed install stays behind.
   absl::StatusOr<InstalledToolkit> Install(const CudaRelease& release, const std::string& python,
                                            std::ostream& progress);
-  // Installs the newest toolkit of `release` that the coordinator at
-  // `coordinator` serves (distcc-cuda-coordinator toolkit add), every file
-  // checked against its manifest, the same way: so a release PyPI lacks
-  // (12.x) comes from the cluster that has it. NOT_FOUND naming what it serves.
-  absl::StatusOr<InstalledToolkit> InstallServed(const CudaRelease& release,
+  // Installs the newest toolkit of `wanted` that the coordinator at
+  // `coordinator` serves (distcc-cuda-coordinator toolkit add), the same
+  // way: so a release PyPI lacks (12.x) comes from the cluster that has it.
+  // The coordinator is hostile until checked: the fetch is bounded by
+  // `limits` and writes nothing outside the toolkit's folder
+  // (DownloadToolkit), a pinned toolkit is taken only with its manifest,
+  // an unpinned one is said to be, and its nvcc is asked what it is in a
+  // sandbox (AskServedNvcc). NOT_FOUND naming what it serves; for a pin it
+  // serves another manifest of, FAILED_PRECONDITION naming both.
+  absl::StatusOr<InstalledToolkit> InstallServed(const WantedToolkit& wanted,
                                                  const std::string& coordinator,
                                                  const std::optional<TlsMaterial>& tls,
+                                                 const ToolkitFetchLimits& limits,
                                                  std::ostream& progress);
   // Removes every installed toolkit `release` admits; NOT_FOUND if none.
   absl::StatusOr<std::vector<InstalledToolkit>> Remove(const CudaRelease& release,
@@ -68,14 +76,19 @@ class ToolkitStore {
   absl::Status Discard(const std::string& folder) const;
   // Leaves a toolkit in SCRATCH/cuda.
   using Fetch = std::function<absl::Status(const std::string& scratch)>;
-  // An install: under the lock, unless an intact one is there; `what` says
-  // what `fetch` fetches.
+  // What the nvcc of the toolkit at CUDA_HOME says it is.
+  using Ask = std::function<absl::StatusOr<NvccRelease>(const std::string& cuda_home)>;
+  // OK if an installed toolkit of the release may be taken as it is.
+  using Accept = std::function<absl::Status(const InstalledToolkit& installed)>;
+  // An install: under the lock, unless one that `accept` takes is there;
+  // `what` says what `fetch` fetches, `ask` how its nvcc is asked.
   absl::StatusOr<InstalledToolkit> InstallWith(const CudaRelease& release, const std::string& what,
-                                               const Fetch& fetch, std::ostream& progress);
-  // What fetch left in `scratch`, checked (its nvcc is `release`),
-  // manifested and renamed into place.
-  absl::StatusOr<InstalledToolkit> Finish(const CudaRelease& release,
-                                          const std::string& scratch) const;
+                                               const Fetch& fetch, const Ask& ask,
+                                               const Accept& accept, std::ostream& progress);
+  // What fetch left in `scratch`, checked (its nvcc, asked with `ask`, is
+  // `release`), manifested and renamed into place.
+  absl::StatusOr<InstalledToolkit> Finish(const CudaRelease& release, const std::string& scratch,
+                                          const Ask& ask) const;
   std::string root_;
 };
 

@@ -56,6 +56,9 @@ class JsonLineFormatter final : public spdlog::formatter {
 // holds that a terminal or a log reader would act on written out (\xNN):
 // messages carry names, paths and texts from other machines, and a line
 // break or an escape sequence in one must not forge a line or clear a screen.
+// The most of one message a line shows.
+constexpr size_t kMaxLineBytes = 64 << 10;
+
 class TerminalSafeFormatter final : public spdlog::formatter {
  public:
   TerminalSafeFormatter() : pattern_(std::make_unique<spdlog::pattern_formatter>()) {}
@@ -77,7 +80,6 @@ class TerminalSafeFormatter final : public spdlog::formatter {
   }
 
  private:
-  static constexpr size_t kMaxLineBytes = 64 << 10;
   std::unique_ptr<spdlog::formatter> pattern_;
 };
 
@@ -112,7 +114,8 @@ void LogNotice(const std::string& line) {
   if (json_logs) {
     spdlog::info("{}", line);
   } else {
-    std::cout << line << std::endl;
+    // A notice may quote a peer (a coordinator's toolkit): safe, as a log line is.
+    std::cout << TerminalSafe(line, false, kMaxLineBytes) << std::endl;
   }
 }
 
@@ -120,7 +123,8 @@ void LogFatal(const std::string& program, absl::string_view message) {
   if (json_logs) {
     spdlog::error("{}", std::string(message));
   } else {
-    std::cerr << program << ": " << message << "\n";
+    std::cerr << program << ": " << TerminalSafe(message, /*keep_newlines=*/true, kMaxLineBytes)
+              << "\n";
   }
 }
 

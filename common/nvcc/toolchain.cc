@@ -55,9 +55,9 @@ bool IsElfProgram(const std::string& path) {
                             4) == 0;
 }
 
-ToolkitFiles ToolkitFilesOf(const std::string& nvcc_path) {
+ToolkitFiles ToolkitFilesOf(const std::string& nvcc_path, const ToolkitPrograms& programs) {
   std::error_code error;
-  fs::path real = fs::weakly_canonical(ToolkitNvccOf(nvcc_path), error);
+  fs::path real = fs::weakly_canonical(ToolkitNvccOf(nvcc_path, programs), error);
   fs::path root = real.parent_path().parent_path();
   return {real.string(), (root / "nvvm/bin/cicc").string(), (root / "bin/ptxas").string(),
           (root / "include/cuda.h").string()};
@@ -83,13 +83,13 @@ std::string SignatureOf(const std::string& nvcc_path, const ToolkitFiles& files)
 
 }  // namespace
 
-std::string ToolkitNvccOf(const std::string& nvcc_path) {
+std::string ToolkitNvccOf(const std::string& nvcc_path, const ToolkitPrograms& programs) {
   const std::string named = AbsolutePath(nvcc_path);
-  if (IsElfProgram(named)) return named;
+  if (programs.fetched || IsElfProgram(named)) return named;
   ProcessSpec spec;
   spec.argv = {nvcc_path, "--dryrun", "-x", "cu", "-E", "/dev/null"};
   spec.timeout = absl::Seconds(30);
-  absl::StatusOr<ProcessResult> dry_run = RunProcess(spec);
+  absl::StatusOr<ProcessResult> dry_run = programs.run(spec);
   if (!dry_run.ok()) return named;
   static const std::regex kHere("(^|\n)#\\$ _HERE_=([^\n]+)");
   std::smatch match;
@@ -115,18 +115,20 @@ absl::StatusOr<std::string> ResolveNvcc(const std::string& flag_value,
                                           "; pass --nvcc /path/to/cuda/bin/nvcc or set CUDA_HOME"));
 }
 
-absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path) {
+absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path, const ProcessRunner& run) {
   if (!IsExecutableFile(nvcc_path)) {
     return absl::NotFoundError(absl::StrCat("nvcc not found or not executable at ", nvcc_path));
   }
   ProcessSpec spec;
   spec.argv = {nvcc_path, "--version"};
   spec.timeout = absl::Seconds(30);
-  ASSIGN_OR_RETURN(ProcessResult version, RunProcess(spec));
+  ASSIGN_OR_RETURN(ProcessResult version, run(spec));
   std::smatch match;
   NvccRelease said;
   static const std::regex kRelease("release ([0-9]+\\.[0-9]+)");
-  static const std::regex kBuild("Build (\\S+)");
+  // A word of a toolkit's own (a fetched one's nvcc is anybody's): no
+  // byte a terminal or a log would act on.
+  static const std::regex kBuild("Build ([A-Za-z0-9._/+-]+)");
   if (version.exit_code != 0 || !std::regex_search(version.stdout_text, match, kRelease)) {
     return absl::FailedPreconditionError(
         absl::StrCat(nvcc_path, " --version does not name a CUDA release: ",
@@ -141,14 +143,14 @@ absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path) {
 
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler,
-    const std::string& hash_cache_dir) {
-  ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(nvcc_path));
+    const std::string& hash_cache_dir, const ToolkitPrograms& programs) {
+  ASSIGN_OR_RETURN(NvccRelease said, AskNvccRelease(nvcc_path, programs.run));
   v1::ToolchainFingerprint fingerprint;
   fingerprint.set_nvcc_release(said.release);
   fingerprint.set_nvcc_build(said.build);
   fingerprint.set_nvcc_version(said.version);
   fingerprint.set_nvcc_path(AbsolutePath(nvcc_path));
-  ToolkitFiles files = ToolkitFilesOf(nvcc_path);
+  ToolkitFiles files = ToolkitFilesOf(nvcc_path, programs);
   // The hashes, remembered under the files' signature.
   const std::string signature = SignatureOf(nvcc_path, files);
   const std::string remembered =
@@ -241,7 +243,7 @@ absl::StatusOr<v1::ToolchainFingerprint> SharedToolchainFingerprint(
   return entry->result;
 }
 
-std::string ToolchainFilesSignature(const std::string& nvcc_path) {
+std::string ToolchainFilesSignature(const std::string& nvcc_path, const ToolkitPrograms& programs) {
   // Workers ask at every heartbeat; finding a wrapper script's toolkit runs
   // the script, so the answer is kept while the script itself is unchanged.
   static absl::Mutex mu;
@@ -254,7 +256,7 @@ std::string ToolchainFilesSignature(const std::string& nvcc_path) {
     if (it != known->end() && it->second.first == own) files = it->second.second;
   }
   if (!files) {
-    files = ToolkitFilesOf(nvcc_path);
+    files = ToolkitFilesOf(nvcc_path, programs);
     absl::MutexLock lock(&mu);
     (*known)[nvcc_path] = {own, *files};
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/process/subprocess.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda {
@@ -26,9 +27,20 @@ namespace distcc_cuda {
 // units on workers (UNIT_COMPILER_HOST_CXX).
 inline constexpr char kHostCompiler[] = "g++";
 
+// How the programs of the toolkit being fingerprinted run (nvcc --version,
+// nvcc --dryrun for a wrapper), and what of their words is taken.
+struct ToolkitPrograms {
+  ProcessRunner run = RunProcess;
+  // Fetched from a coordinator: its bin/nvcc is taken as its toolkit's own,
+  // never as a wrapper whose dry run names another folder of this machine
+  // (whose files would then be hashed and named). A worker runs such a
+  // toolkit's programs in its sandbox, under its cap.
+  bool fetched = false;
+};
+
 absl::StatusOr<v1::ToolchainFingerprint> ComputeToolchainFingerprint(
     const std::string& nvcc_path, const std::string& host_compiler = kHostCompiler,
-    const std::string& hash_cache_dir = "");
+    const std::string& hash_cache_dir = "", const ToolkitPrograms& programs = {});
 
 // ComputeToolchainFingerprint, once per process for the same arguments
 // while the toolkit's files (ToolchainFilesSignature) and the host compiler
@@ -50,7 +62,9 @@ struct NvccRelease {
   std::string version;
   std::string build;
 };
-absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path);
+// `nvcc --version` runs through `run` (see ComputeToolchainFingerprint).
+absl::StatusOr<NvccRelease> AskNvccRelease(const std::string& nvcc_path,
+                                           const ProcessRunner& run = RunProcess);
 
 // OK if `required` is empty or names the fingerprint's release: "12.8"
 // matches any 12.8.x, "12.8.93" only that version. Else FAILED_PRECONDITION
@@ -67,12 +81,15 @@ absl::Status CheckRequiredRelease(const v1::ToolchainFingerprint& toolchain,
 // prints the folder it runs from (`#$ _HERE_=/usr/local/cuda-13.0/bin`). A
 // program that does not answer so (the tests' fake compiler) is its own
 // toolkit's nvcc.
-std::string ToolkitNvccOf(const std::string& nvcc_path);
+// The dry run runs as `programs` says; a fetched toolkit's nvcc is its own.
+std::string ToolkitNvccOf(const std::string& nvcc_path, const ToolkitPrograms& programs = {});
 
 // A cheap signature of the files the fingerprint hashes (nvcc, cicc, ptxas:
 // inode, size, modification and change time), to notice a toolkit replaced
 // under a running process without hashing it again.
-std::string ToolchainFilesSignature(const std::string& nvcc_path);
+// A wrapper's dry run (ToolkitNvccOf) runs as `programs` says.
+std::string ToolchainFilesSignature(const std::string& nvcc_path,
+                                    const ToolkitPrograms& programs = {});
 
 // One line for people: "nvcc 13.0 (cuda_13.0.r13.0/compiler.36424714_0), g++ ... [digest
 // 1a2b3c4d]".

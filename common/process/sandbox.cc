@@ -201,9 +201,10 @@ constexpr char kInstallBubblewrap[] =
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
-    const SandboxOptions& options, const std::string& nvcc,
-    const std::vector<std::string>& task_roots) {
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxOptions& options,
+                                                         const std::string& nvcc,
+                                                         const std::vector<std::string>& task_roots,
+                                                         const ProcessRunner& run) {
   std::unique_ptr<Sandbox> sandbox(new Sandbox());
   sandbox->options_ = options;
   RETURN_IF_ERROR(sandbox->FindBubblewrap());
@@ -231,7 +232,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(
   for (const std::string& root : options.more_toolkit_roots) {
     RETURN_IF_ERROR(sandbox->CheckToolkitReachable(root));
   }
-  RETURN_IF_ERROR(sandbox->ProbeWith(nvcc));
+  RETURN_IF_ERROR(sandbox->ProbeWith(nvcc, run));
   return sandbox;
 }
 
@@ -308,8 +309,10 @@ absl::Status Sandbox::ChooseUser() {
   return absl::OkStatus();
 }
 
-absl::Status Sandbox::ProbeWith(const std::string& nvcc) {
-  // The proof: nvcc --version inside a sandbox like a task's.
+absl::StatusOr<ProcessResult> Sandbox::RunAlone(const ProcessSpec& program,
+                                                const std::string& toolkit_root,
+                                                const ProcessRunner& run) const {
+  // An empty tree and temp folder of its own, like a task's, gone after.
   ASSIGN_OR_RETURN(std::string probe, MakeTempDirectory(task_root_, "sandbox-probe-"));
   SandboxTask task{probe + "/tree", "/run/distcc-cuda-probe", probe + "/tmp",
                    "/run/distcc-cuda-probe"};
@@ -317,13 +320,19 @@ absl::Status Sandbox::ProbeWith(const std::string& nvcc) {
   if (made.ok()) made = MakeDirectories(task.temp);
   if (made.ok()) made = GrantReach(probe);
   if (made.ok()) made = GrantWrite(task.temp);
+  absl::StatusOr<ProcessSpec> wrapped = made.ok() ? Wrap(program, task, toolkit_root) : made;
+  absl::StatusOr<ProcessResult> ran =
+      wrapped.ok() ? run(*wrapped) : absl::StatusOr<ProcessResult>(wrapped.status());
+  RemoveAll(probe).IgnoreError();
+  return ran;
+}
+
+absl::Status Sandbox::ProbeWith(const std::string& nvcc, const ProcessRunner& run) {
+  // The proof: nvcc --version inside a sandbox like a task's.
   ProcessSpec spec;
   spec.argv = {nvcc, "--version"};
   spec.timeout = absl::Seconds(60);
-  absl::StatusOr<ProcessSpec> wrapped = made.ok() ? Wrap(spec, task) : made;
-  absl::StatusOr<ProcessResult> ran =
-      wrapped.ok() ? RunProcess(*wrapped) : absl::StatusOr<ProcessResult>(wrapped.status());
-  RemoveAll(probe).IgnoreError();
+  absl::StatusOr<ProcessResult> ran = RunAlone(spec, "", run);
   if (!ran.ok() && !staged_.empty()) {
     // Most likely the bind before bwrap (ProcessSpec::binds) was refused.
     return absl::FailedPreconditionError(absl::StrCat(

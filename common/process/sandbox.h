@@ -80,9 +80,11 @@ class Sandbox {
   // it cannot be built (no bwrap, no user namespaces, a seccomp profile that
   // refuses them, no reachable folder, a toolkit folder the user may not
   // search, no mount namespace for a staged path).
-  static absl::StatusOr<std::unique_ptr<Sandbox>> Create(
-      const SandboxOptions& options, const std::string& nvcc,
-      const std::vector<std::string>& task_roots);
+  // The probe runs through `run` (a memory cap's, for a worker).
+  static absl::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxOptions& options,
+                                                         const std::string& nvcc,
+                                                         const std::vector<std::string>& task_roots,
+                                                         const ProcessRunner& run = RunProcess);
 
   // Where task folders go (one of Create's `task_roots`).
   const std::string& task_root() const { return task_root_; }
@@ -98,6 +100,17 @@ class Sandbox {
   // has its bin/ first in PATH.
   absl::StatusOr<ProcessSpec> Wrap(const ProcessSpec& compile, const SandboxTask& task,
                                    const std::string& task_toolkit_root = "") const;
+
+  // Runs `program` in a sandbox of its own that holds nothing of any task:
+  // an empty tree at /run/distcc-cuda-probe (its working directory) and an
+  // empty temp folder, removed after. Wrap's rules otherwise, with
+  // `toolkit_root` as the task's toolkit; the wrapped process runs through
+  // `run` (a memory cap's). How a worker asks a toolkit it fetched what it
+  // is, and how Create proves the sandbox works. Errors as RunProcess's, or
+  // why the folders could not be made.
+  absl::StatusOr<ProcessResult> RunAlone(const ProcessSpec& program,
+                                         const std::string& toolkit_root,
+                                         const ProcessRunner& run = RunProcess) const;
 
   // Makes `folder` (in a task's tree or its temp folder) writable by the
   // sandbox user and by nobody else.
@@ -123,7 +136,7 @@ class Sandbox {
   // FAILED_PRECONDITION saying what to install or change.
   absl::Status FindBubblewrap();
   absl::Status ChooseUser();
-  absl::Status ProbeWith(const std::string& nvcc);
+  absl::Status ProbeWith(const std::string& nvcc, const ProcessRunner& run);
 
   // The first folder from `folder` up to `top` (up to "/" when empty) that
   // the sandbox user may not search; "" if none, or when the worker is not

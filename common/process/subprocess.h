@@ -131,6 +131,11 @@ struct ProcessResult {
 // SIGCHLD to SIG_IGN (the kernel would then reap the child behind its back).
 absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec);
 
+// Something that runs a ProcessSpec as RunProcess does, perhaps otherwise
+// placed (under a memory cap, in a sandbox): how callers let others decide
+// where a program they must run runs.
+using ProcessRunner = std::function<absl::StatusOr<ProcessResult>(const ProcessSpec&)>;
+
 // The path RunProcess hands to execve for `program`: itself when it has a
 // slash, else looked up as execvp would, in `environment`'s PATH
 // (/bin:/usr/bin without one), relative to `working_directory`. NOT_FOUND,

@@ -10,11 +10,15 @@
 #include <system_error>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/base/terminal_text.h"
 #include "common/store/digest.h"
 
 namespace distcc_cuda {
@@ -23,21 +27,125 @@ namespace {
 
 constexpr char kFormatLine[] = "distcc-cuda toolkit manifest 1";
 
-// Names in a manifest are words: no space, no control character.
+// Names in a manifest are words of printable ASCII: no space, no control
+// character, nothing a terminal could act on.
 bool IsWord(absl::string_view text) {
-  return !text.empty() && std::none_of(text.begin(), text.end(), [](char c) {
-    return static_cast<unsigned char>(c) <= ' ' || c == 0x7f;
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return static_cast<unsigned char>(c) > ' ' && static_cast<unsigned char>(c) < 0x7f;
   });
 }
+
+// A path within the limits: at most kMaxToolkitPathBytes and
+// kMaxToolkitPathDepth names.
+bool WithinPathLimits(absl::string_view path) {
+  return path.size() <= kMaxToolkitPathBytes &&
+         std::count(path.begin(), path.end(), '/') < kMaxToolkitPathDepth;
+}
+
+absl::Status Refuse(absl::string_view what) {
+  return absl::InvalidArgumentError(TerminalSafe(what, false, 600));
+}
+
+// What a manifest's entries make: files, links, and the folders their paths
+// imply. Views into the entries, which must outlive it.
+class ManifestIndex {
+ public:
+  explicit ManifestIndex(const std::vector<ToolkitEntry>& entries) {
+    for (const ToolkitEntry& entry : entries) {
+      (entry.link ? links_ : files_).emplace(entry.path, &entry);
+      // Each folder once: the walk up stops at one already known.
+      absl::string_view path = entry.path;
+      for (size_t slash = path.rfind('/'); slash != absl::string_view::npos;
+           slash = path.rfind('/', slash - 1)) {
+        if (!folders_.insert(path.substr(0, slash)).second || slash == 0) break;
+      }
+    }
+  }
+
+  size_t folders() const { return folders_.size(); }
+
+  // A file or link where the manifest needs a folder.
+  absl::Status CheckNothingBelowAFileOrLink() const {
+    for (const auto* kind : {&files_, &links_}) {
+      for (const auto& [path, entry] : *kind) {
+        if (folders_.contains(path)) {
+          return Refuse(absl::StrCat("the toolkit manifest puts entries below the ",
+                                     entry->link ? "link " : "file ", path));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // `link` resolved name by name from its folder, through folders of the
+  // manifest only, to a file, a folder or a link that resolves so too.
+  absl::Status CheckLink(const ToolkitEntry& link) const {
+    absl::flat_hash_set<absl::string_view> chain;
+    return Resolve(link, chain);
+  }
+
+ private:
+  absl::Status Resolve(const ToolkitEntry& link,
+                       absl::flat_hash_set<absl::string_view>& chain) const {
+    auto refuse = [&](absl::string_view why) {
+      return Refuse(
+          absl::StrCat("the toolkit manifest's link ", link.path, " -> ", link.target, " ", why));
+    };
+    if (!chain.insert(link.path).second) return refuse("is part of a cycle of links");
+    if (chain.size() > static_cast<size_t>(kMaxToolkitLinkChain)) {
+      return refuse(absl::StrCat("leads through more than ", kMaxToolkitLinkChain, " links"));
+    }
+    std::vector<absl::string_view> at = absl::StrSplit(link.path, '/');
+    at.pop_back();  // the link's own folder
+    std::vector<absl::string_view> names = absl::StrSplit(link.target, '/');
+    for (size_t i = 0; i < names.size(); ++i) {
+      const absl::string_view name = names[i];
+      if (name.empty()) return refuse("has an empty name");
+      if (name == ".") continue;
+      if (name == "..") {
+        if (at.empty()) return refuse("leads out of the toolkit");
+        at.pop_back();
+        continue;
+      }
+      at.push_back(name);
+      const std::string reached = absl::StrJoin(at, "/");
+      if (folders_.contains(reached)) continue;
+      auto file = files_.find(reached);
+      auto other = links_.find(reached);
+      // "file/." is no file to the kernel (ENOTDIR): only the last name may be one.
+      const bool last = i + 1 == names.size();
+      if (!last && (file != files_.end() || other != links_.end())) {
+        return refuse(absl::StrCat("leads through ", reached,
+                                   ", which is not a folder of the toolkit but a ",
+                                   other != links_.end() ? "link" : "file"));
+      }
+      if (!last) return refuse(absl::StrCat("leads to nothing the toolkit holds (", reached, ")"));
+      if (file != files_.end()) return absl::OkStatus();
+      if (other != links_.end()) return Resolve(*other->second, chain);
+      return refuse("leads to nothing the toolkit holds");
+    }
+    if (at.empty()) return refuse("leads to the toolkit's own folder");
+    return absl::OkStatus();
+  }
+
+  absl::flat_hash_map<absl::string_view, const ToolkitEntry*> files_;
+  absl::flat_hash_map<absl::string_view, const ToolkitEntry*> links_;
+  absl::flat_hash_set<absl::string_view> folders_;
+};
 
 // One entry's line, for a path relative to `folder`.
 absl::StatusOr<std::string> LineOf(const fs::path& folder, const fs::directory_entry& entry) {
   const std::string relative = entry.path().lexically_relative(folder).string();
   if (!IsWord(relative)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("'", entry.path().string(),
-                     "' has a space or a control character in its name; a "
+        absl::StrCat("'", TerminalSafe(entry.path().string()),
+                     "' has a space, a control character or a byte outside ASCII in its name; a "
                      "toolkit's files have none"));
+  }
+  if (!WithinPathLimits(relative)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        entry.path().string(), " is deeper than ", kMaxToolkitPathDepth, " folders or longer than ",
+        kMaxToolkitPathBytes, " bytes within the toolkit; a toolkit's files are not"));
   }
   std::error_code error;
   if (entry.is_symlink(error)) {
@@ -104,29 +212,55 @@ std::map<std::string, std::string> ByPath(const std::string& manifest) {
 
 // A line's entry, or what is wrong with it.
 absl::StatusOr<ToolkitEntry> EntryOf(absl::string_view line) {
-  std::vector<absl::string_view> words = absl::StrSplit(line, ' ');
   ToolkitEntry entry;
   bool valid = false;
-  if (words.size() == 5 && words[0] == "file" && (words[3] == "x" || words[3] == "-")) {
-    entry.digest.hash = std::string(words[1]);
-    valid =
-        absl::SimpleAtoi(words[2], &entry.digest.size_bytes) && ValidateDigest(entry.digest).ok();
-    entry.executable = words[3] == "x";
-    entry.path = std::string(words[4]);
-  } else if (words.size() == 3 && words[0] == "link") {
-    entry.link = true;
-    entry.target = std::string(words[1]);
-    entry.path = std::string(words[2]);
-    const std::string resolved =
-        (fs::path(entry.path).parent_path() / entry.target).lexically_normal().string();
-    valid = IsWord(entry.target) && !fs::path(entry.target).is_absolute() &&
-            StaysInside(resolved) && resolved != ".";
+  // Two paths and a few words at most: longer is refused before splitting.
+  if (line.size() <= 2 * kMaxToolkitPathBytes + 100) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ');
+    if (words.size() == 5 && words[0] == "file" && (words[3] == "x" || words[3] == "-")) {
+      entry.digest.hash = std::string(words[1]);
+      valid = absl::SimpleAtoi(words[2], &entry.digest.size_bytes) &&
+              ValidateDigest(entry.digest).ok() && entry.digest.size_bytes <= kMaxToolkitFileBytes;
+      entry.executable = words[3] == "x";
+      entry.path = std::string(words[4]);
+    } else if (words.size() == 3 && words[0] == "link") {
+      entry.link = true;
+      entry.target = std::string(words[1]);
+      entry.path = std::string(words[2]);
+      valid = IsWord(entry.target) && entry.target.front() != '/' && WithinPathLimits(entry.target);
+    }
   }
-  if (!valid || !IsPlainRelativePath(entry.path) || entry.path == kToolkitManifestName) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the toolkit manifest's line '", line.substr(0, 200), "' is not valid"));
+  if (!valid || !IsWord(entry.path) || !IsPlainRelativePath(entry.path) ||
+      !WithinPathLimits(entry.path) || entry.path == kToolkitManifestName) {
+    return Refuse(absl::StrCat("the toolkit manifest's line '", line.substr(0, 200),
+                               line.size() > 200 ? "..." : "", "' is not valid"));
   }
   return entry;
+}
+
+// The links of `entries` that do not resolve inside through them.
+std::set<std::string> UnresolvedLinks(const std::vector<ToolkitEntry>& entries) {
+  const ManifestIndex index(entries);
+  std::set<std::string> unresolved;
+  for (const ToolkitEntry& entry : entries) {
+    if (entry.link && !index.CheckLink(entry).ok()) unresolved.insert(entry.path);
+  }
+  return unresolved;
+}
+
+// `lines` (path -> manifest line, all of them ours) without the links
+// that lead to nothing they list, until none is left.
+void DropUnresolvedLinks(std::map<std::string, std::string>& lines) {
+  for (;;) {
+    std::vector<ToolkitEntry> entries;
+    for (const auto& [path, line] : lines) {
+      absl::StatusOr<ToolkitEntry> entry = EntryOf(line);
+      if (entry.ok()) entries.push_back(*std::move(entry));
+    }
+    const std::set<std::string> unresolved = UnresolvedLinks(entries);
+    if (unresolved.empty()) return;
+    for (const std::string& path : unresolved) lines.erase(path);
+  }
 }
 
 }  // namespace
@@ -135,39 +269,72 @@ absl::StatusOr<std::vector<ToolkitEntry>> ParseToolkitManifest(absl::string_view
   if (static_cast<int64_t>(text.size()) > kMaxToolkitManifestBytes) {
     return absl::InvalidArgumentError("the toolkit manifest is larger than 16 MiB");
   }
-  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  if (lines.empty() || lines[0] != kFormatLine || !lines.back().empty()) {
+  const size_t first_end = text.find('\n');
+  if (first_end == absl::string_view::npos || text.substr(0, first_end) != kFormatLine ||
+      text.back() != '\n') {
     return absl::InvalidArgumentError(
         absl::StrCat("not a toolkit manifest (its first line must be '", kFormatLine,
                      "' and its last must end)"));
   }
-  lines.pop_back();
-  if (lines.size() - 1 > static_cast<size_t>(kMaxToolkitEntries)) {
+  // Counted before anything is split: a manifest of empty lines costs no
+  // more than its bytes.
+  const size_t lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  if (lines - 1 > static_cast<size_t>(kMaxToolkitEntries)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the toolkit manifest lists more than ", kMaxToolkitEntries, " entries"));
   }
   std::vector<ToolkitEntry> entries;
-  std::set<std::string> paths;
-  std::set<std::string> links;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    ASSIGN_OR_RETURN(ToolkitEntry entry, EntryOf(lines[i]));
-    if (!paths.insert(entry.path).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the toolkit manifest names ", entry.path, " twice"));
-    }
-    if (entry.link) links.insert(entry.path);
+  entries.reserve(lines - 1);
+  for (size_t begin = first_end + 1; begin < text.size();) {
+    const size_t end = text.find('\n', begin);
+    ASSIGN_OR_RETURN(ToolkitEntry entry, EntryOf(text.substr(begin, end - begin)));
+    begin = end + 1;
     entries.push_back(std::move(entry));
   }
-  // Nothing is written through a link, nor below a file.
-  for (const ToolkitEntry& entry : entries) {
-    for (fs::path up = fs::path(entry.path).parent_path(); !up.empty(); up = up.parent_path()) {
-      if (links.count(up.string()) > 0 || (paths.count(up.string()) > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat("the toolkit manifest puts ", entry.path,
-                                                       " below the file or link ", up.string()));
-      }
+  // In order, as ManifestOf writes it: the folder is later checked against
+  // the manifest's very text.
+  for (size_t i = 1; i < entries.size(); ++i) {
+    const std::string& before = entries[i - 1].path;
+    const std::string& path = entries[i].path;
+    if (path == before) {
+      return Refuse(absl::StrCat("the toolkit manifest names ", path, " twice"));
+    }
+    if (path < before) {
+      return Refuse(absl::StrCat("the toolkit manifest lists ", path, " after ", before,
+                                 ": a manifest lists its paths in order"));
     }
   }
+  const ManifestIndex index(entries);
+  if (index.folders() > static_cast<size_t>(kMaxToolkitFolders)) {
+    return absl::InvalidArgumentError(absl::StrCat("the toolkit manifest's paths make more than ",
+                                                   kMaxToolkitFolders, " folders"));
+  }
+  RETURN_IF_ERROR(index.CheckNothingBelowAFileOrLink());
+  for (const ToolkitEntry& entry : entries) {
+    if (entry.link) RETURN_IF_ERROR(index.CheckLink(entry));
+  }
   return entries;
+}
+
+int64_t ToolkitBytes(const std::vector<ToolkitEntry>& entries) {
+  int64_t bytes = 0;
+  for (const ToolkitEntry& entry : entries) {
+    if (!entry.link) bytes += entry.digest.size_bytes;
+  }
+  return bytes;
+}
+
+ToolkitDiskCost DiskCostOf(const std::vector<ToolkitEntry>& entries) {
+  constexpr int64_t kBlock = 4096;
+  ToolkitDiskCost cost;
+  for (const ToolkitEntry& entry : entries) {
+    const int64_t size = entry.link ? 0 : entry.digest.size_bytes;
+    cost.bytes += std::max<int64_t>(1, (size + kBlock - 1) / kBlock) * kBlock;
+  }
+  const int64_t folders = static_cast<int64_t>(ManifestIndex(entries).folders());
+  cost.bytes += folders * kBlock;
+  cost.inodes = static_cast<int64_t>(entries.size()) + folders;
+  return cost;
 }
 
 absl::StatusOr<std::string> ManifestOf(const std::string& folder) {
@@ -190,6 +357,9 @@ absl::StatusOr<std::string> ManifestOf(const std::string& folder, const ToolkitP
     ASSIGN_OR_RETURN(std::string line, LineOf(folder, entry));
     if (!line.empty()) lines.emplace(relative, std::move(line));
   }
+  // A part: only links that lead to what it lists (a whole folder's
+  // dangling link is its own to fix, and ParseToolkitManifest says so).
+  if (keep && !error) DropUnresolvedLinks(lines);
   if (error) {
     return absl::UnavailableError(
         absl::StrCat("cannot read all of the toolkit folder ", folder, ": ", error.message()));

@@ -61,7 +61,10 @@ absl::Status RunToolkitCommand(const std::vector<std::string>& args, std::ostrea
     ASSIGN_OR_RETURN(std::vector<v1::ServedToolkit> toolkits, ReadServedToolkits(state_dir));
     if (toolkits.empty()) out << "no toolkits served (toolkit add adds one)\n";
     for (const v1::ServedToolkit& toolkit : toolkits) {
-      out << DescribeServedToolkit(toolkit) << " manifest " << toolkit.manifest().hash() << "\n";
+      // The manifest's digest is what workers and clients pin the toolkit by.
+      out << DescribeServedToolkit(toolkit) << " manifest " << toolkit.manifest().hash()
+          << "\n  pin: --served-toolkit " << toolkit.release() << "@" << ManifestPin(toolkit)
+          << "\n";
     }
     return absl::OkStatus();
   }

@@ -353,8 +353,15 @@ fi
 # toolkit (the fake compiler as bin/nvcc, release 12.8) and says why it
 # cannot serve a folder without nvcc, and starts all the same.
 state_dir=$tmp/state
-mkdir -p "$tmp/cuda-served/bin" "$tmp/not-cuda"
-cp "$fake_nvcc" "$tmp/cuda-served/bin/nvcc"
+mkdir -p "$tmp/cuda-served/bin" "$tmp/cuda-served/nvvm/bin" "$tmp/not-cuda"
+# A worker asks a served nvcc what it is inside its sandbox, whose
+# environment has no FAKE_NVCC_RELEASE: the toolkit says its release itself.
+cp "$fake_nvcc" "$tmp/cuda-served/nvvm/bin/fake_nvcc"
+printf '#!/bin/sh
+FAKE_NVCC_RELEASE=12.8 exec "$(dirname "$0")/../nvvm/bin/fake_nvcc" "$@"
+' \
+  >"$tmp/cuda-served/bin/nvcc"
+chmod 755 "$tmp/cuda-served/bin/nvcc"
 spawn "$tmp/coordinator.log" env DISTCC_CUDA_BIN_DIR="$bin_dir" DISTCC_CUDA_LISTEN=127.0.0.1:0 \
   DISTCC_CUDA_STATE_DIR="$state_dir" DISTCC_CUDA_HTTP_LISTEN=127.0.0.1:0 \
   DISTCC_CUDA_SERVE_TOOLKITS="$tmp/cuda-served $tmp/not-cuda" FAKE_NVCC_RELEASE=12.8 \

@@ -331,7 +331,10 @@ TEST_F(ToolkitTest, TheCoordinatorServesAToolkitToAWorkerAndAClient) {
   {
     ProcessResult list = testing::RunToEnd(
         {testing::BinaryPath("distcc-cuda-coordinator"), "toolkit", "list", "--state-dir", state});
-    const std::string hash = list.stdout_text.substr(list.stdout_text.rfind(' ') + 1, 64);
+    const size_t at = list.stdout_text.find(" manifest ");
+    ASSERT_NE(at, std::string::npos) << list.stdout_text;
+    const std::string hash = list.stdout_text.substr(at + 10, 64);
+    EXPECT_THAT(list.stdout_text, HasSubstr("pin: --served-toolkit 13.2@sha256:" + hash));
     auto store = CasStore::Open(state + "/cas");
     ASSERT_TRUE(store.ok());
     std::string path;

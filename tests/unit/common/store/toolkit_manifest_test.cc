@@ -7,9 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "tests/support/test_paths.h"
 
@@ -65,14 +69,16 @@ TEST(ToolkitManifestTest, AManifestFromElsewhereIsParsedAsHostile) {
   const std::string head = "distcc-cuda toolkit manifest 1\n";
   const std::string file = absl::StrCat("file ", kHash, " 101019 - include/cuda_runtime.h\n");
   absl::StatusOr<std::vector<ToolkitEntry>> entries = ParseToolkitManifest(
-      head + file + "link lib lib64\n" + absl::StrCat("file ", kHash, " 7 x bin/nvcc\n"));
+      head + absl::StrCat("file ", kHash, " 7 x bin/nvcc\n") + file +
+      absl::StrCat("file ", kHash, " 7 - lib/libcudart.so.13\n") + "link lib lib64\n");
   ASSERT_TRUE(entries.ok()) << entries.status();
-  ASSERT_EQ(entries->size(), 3u);
-  EXPECT_EQ((*entries)[0].path, "include/cuda_runtime.h");
-  EXPECT_EQ((*entries)[0].digest.size_bytes, 101019);
-  EXPECT_TRUE((*entries)[1].link);
-  EXPECT_EQ((*entries)[1].target, "lib");
-  EXPECT_TRUE((*entries)[2].executable);
+  ASSERT_EQ(entries->size(), 4u);
+  EXPECT_EQ((*entries)[1].path, "include/cuda_runtime.h");
+  EXPECT_EQ((*entries)[1].digest.size_bytes, 101019);
+  EXPECT_TRUE((*entries)[3].link);
+  EXPECT_EQ((*entries)[3].target, "lib");
+  EXPECT_TRUE((*entries)[0].executable);
+  EXPECT_FALSE((*entries)[1].executable);
   const std::vector<std::string> refused = {
       "",                                                              // no format line
       "distcc-cuda toolkit manifest 2\n",                              // another format
@@ -93,6 +99,16 @@ TEST(ToolkitManifestTest, AManifestFromElsewhereIsParsedAsHostile) {
           absl::StrCat("file ", kHash, " 7 - a\n", "file ", kHash, " 7 - a/b\n"),  // below a file
       head + absl::StrCat("file ", kHash, " 7 - .distcc-cuda-toolkit\n"),  // the manifest itself
       head + "tar everything\n",
+      head + absl::StrCat("file ", kHash, " 7 - bin/\x1b]0;x\x07\n"),  // escape codes
+      head + absl::StrCat("file ", kHash, " 7 - bin/caf\xc3\xa9\n"),   // not ASCII
+      head + absl::StrCat("file ", kHash, " 7 4755 bin/su\n"),         // a setuid mode
+      head + absl::StrCat("file ", kHash, " 1099511627777 - a\n"),     // above 1 TiB
+      head + "link lib64 lib\n",                                       // to nothing
+      head + "link b a\nlink a b\n",                                   // a cycle
+      head + absl::StrCat("file ", kHash, " 7 - d/f\n", "link up/../.. out\n",
+                          "link d up\n"),  // through another link
+      head + absl::StrCat("file ", kHash, " 7 - b\n", "file ", kHash, " 7 - a\n"),  // not in order
+      head + absl::StrCat("file ", kHash, " 7 - d/f\n", "link d//f x\n"),           // an empty name
   };
   for (const std::string& text : refused) {
     EXPECT_EQ(ParseToolkitManifest(text).status().code(), absl::StatusCode::kInvalidArgument)
@@ -103,6 +119,127 @@ TEST(ToolkitManifestTest, AManifestFromElsewhereIsParsedAsHostile) {
     absl::StrAppend(&large, "file ", kHash, " 7 - f", i, "\n");
   }
   EXPECT_THAT(ParseToolkitManifest(large).status().message(), HasSubstr("more than 100000"));
+}
+
+// A manifest of `lines`, in the order of their paths (as ManifestOf writes).
+std::string Manifest(std::vector<std::string> lines) {
+  std::sort(lines.begin(), lines.end(), [](const std::string& a, const std::string& b) {
+    return a.substr(a.rfind(' ') + 1) < b.substr(b.rfind(' ') + 1);
+  });
+  std::string text = "distcc-cuda toolkit manifest 1\n";
+  for (const std::string& line : lines) absl::StrAppend(&text, line, "\n");
+  return text;
+}
+
+TEST(ToolkitManifestTest, LinksResolveAsTheKernelWouldThroughFoldersOfTheManifestOnly) {
+  const std::string cudart =
+      absl::StrCat("file ", kHash, " 7 - targets/x86_64-linux/lib/libcudart.so.13");
+  const std::string nvcc = absl::StrCat("file ", kHash, " 7 x bin/nvcc");
+  // What a real toolkit holds: a link to a folder, a chain of two links.
+  absl::StatusOr<std::vector<ToolkitEntry>> real =
+      ParseToolkitManifest(Manifest({cudart, nvcc, "link targets/x86_64-linux/lib lib64",
+                                     "link libcudart.so.13 targets/x86_64-linux/lib/libcudart.so",
+                                     "link targets/x86_64-linux/lib/libcudart.so libcudart.so",
+                                     "link ../bin/nvcc targets/nvcc"}));
+  EXPECT_TRUE(real.ok()) << real.status();
+  // Inside by its text, out once followed: the deep link the issue found
+  // (up -> d1) and the file written through the link that climbs through it.
+  std::string deep;
+  std::string up;
+  for (int i = 1; i <= 24; ++i) absl::StrAppend(&deep, "d", i, "/");
+  for (int i = 1; i <= 23; ++i) absl::StrAppend(&up, i > 1 ? "/" : "", "..");
+  const std::string deep_link = "link " + up + " " + deep + "up";
+  const std::string climb = "link " + deep + "up/../../../../victim evil.part";
+  const std::string evil = absl::StrCat("file ", kHash, " 7 x evil");
+  EXPECT_THAT(ParseToolkitManifest(Manifest({nvcc, deep_link, evil, climb})).status().message(),
+              HasSubstr("up, which is not a folder of the toolkit but a link"));
+  // The same lines in the attacker's order (the link before the file):
+  // refused for that already.
+  const std::string head = "distcc-cuda toolkit manifest 1\n";
+  EXPECT_THAT(
+      ParseToolkitManifest(head + nvcc + "\n" + deep_link + "\n" + climb + "\n" + evil + "\n")
+          .status()
+          .message(),
+      HasSubstr("lists evil after evil.part"));
+  // The deep link itself, one more "..": the toolkit's own folder.
+  EXPECT_THAT(ParseToolkitManifest(Manifest({nvcc, "link ../" + up + " " + deep + "up"}))
+                  .status()
+                  .message(),
+              HasSubstr("leads to the toolkit's own folder"));
+  // A chain longer than kMaxToolkitLinkChain.
+  std::vector<std::string> chain = {nvcc, "link bin/nvcc l0"};
+  for (int i = 1; i <= kMaxToolkitLinkChain + 1; ++i)
+    chain.push_back(absl::StrCat("link l", i - 1, " l", i));
+  EXPECT_THAT(ParseToolkitManifest(Manifest(chain)).status().message(),
+              HasSubstr("more than 8 links"));
+}
+
+TEST(ToolkitManifestTest, AHostileManifestIsRefusedInTimeLinearInItsSize) {
+  const std::string head = "distcc-cuda toolkit manifest 1\n";
+  // 80,000 names in one path, and 16 MiB of empty lines: both refused at
+  // once (the old checks took 27 s for 40,000 names, 300 MiB for the lines).
+  std::string names;
+  for (int i = 0; i < 80000; ++i) absl::StrAppend(&names, i > 0 ? "/" : "", "a");
+  absl::Time start = absl::Now();
+  EXPECT_EQ(ParseToolkitManifest(head + absl::StrCat("file ", kHash, " 7 - ", names, "\n"))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseToolkitManifest(head + std::string(kMaxToolkitManifestBytes - head.size(), '\n'))
+                .status()
+                .message(),
+            "the toolkit manifest lists more than 100000 entries");
+  // The largest manifest allowed: 100,000 entries of the deepest paths, in
+  // a few seconds at most on a slow machine.
+  std::string deep;  // with a folder before and a name after: the deepest path allowed
+  for (int i = 0; i < kMaxToolkitPathDepth - 2; ++i) absl::StrAppend(&deep, "d/");
+  std::vector<std::string> lines;
+  for (int i = 0; i < kMaxToolkitEntries; ++i) {
+    lines.push_back(absl::StrCat("file ", kHash, " 7 - ", i % 97, "/", deep, i));
+  }
+  const std::string large = Manifest(std::move(lines));
+  start = absl::Now();
+  absl::StatusOr<std::vector<ToolkitEntry>> parsed = ParseToolkitManifest(large);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  // One name deeper than the limit allows.
+  EXPECT_EQ(ParseToolkitManifest(head + absl::StrCat("file ", kHash, " 7 - a/", deep, "x/y\n"))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ToolkitManifestTest, WhatAToolkitTakesOnDiskCountsFoldersLinksAndWholeBlocks) {
+  absl::StatusOr<std::vector<ToolkitEntry>> entries = ParseToolkitManifest(
+      Manifest({absl::StrCat("file ", kHash, " 5000 x a/b/nvcc"),
+                "file e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 0 - a/empty",
+                "link a/b/nvcc nvcc"}));
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  EXPECT_EQ(ToolkitBytes(*entries), 5000);
+  const ToolkitDiskCost cost = DiskCostOf(*entries);
+  // 2 blocks of nvcc, 1 of the empty file, 1 of the link, 1 each of a and a/b.
+  EXPECT_EQ(cost.bytes, 6 * 4096);
+  EXPECT_EQ(cost.inodes, 5);
+  std::vector<std::string> many;
+  for (int i = 0; i <= kMaxToolkitFolders; ++i)
+    many.push_back(absl::StrCat("file ", kHash, " 7 - f", i, "/x"));
+  EXPECT_THAT(ParseToolkitManifest(Manifest(many)).status().message(),
+              HasSubstr("make more than 20000 folders"));
+}
+
+TEST(ToolkitManifestTest, APartLeavesOutLinksToWhatItLeavesOut) {
+  const std::string home = testing::NewTempDir("manifest-part-") + "/cuda";
+  WriteNvcc(home + "/bin/nvcc");
+  ASSERT_TRUE(WriteFileAtomically(home + "/extras/demo.txt", "x").ok());
+  fs::create_symlink("../extras/demo.txt", home + "/bin/demo");
+  fs::create_directory_symlink("extras", home + "/samples");
+  absl::StatusOr<std::string> part =
+      ManifestOf(home, [](const std::string& path) { return path.rfind("extras", 0) != 0; });
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_THAT(*part, HasSubstr(" bin/nvcc\n"));
+  EXPECT_THAT(*part, ::testing::Not(HasSubstr("demo")));
+  EXPECT_THAT(*part, ::testing::Not(HasSubstr("samples")));
+  EXPECT_TRUE(ParseToolkitManifest(*part).ok());
 }
 
 }  // namespace
