@@ -58,6 +58,7 @@ struct SessionTally {
   std::string toolchain;
   std::map<std::string, int> workspaces;  // units by the workspace they were in
   OutsideFiles outside;                   // what they read outside it (the most per folder)
+  InputRoots input_roots;                 // where else the workers saw what they read
 };
 
 // Serves the launcher calls of one command.
@@ -194,6 +195,7 @@ class Session final : public v1::LauncherSession::Service {
     tally_.toolchain = result.toolchain;
     ++tally_.workspaces[result.workspace];
     MergeOutsideFiles(result.outside, tally_.outside);
+    tally_.input_roots.insert(result.input_roots.begin(), result.input_roots.end());
     if (result.scan_cached) ++tally_.scans_cached;
     if (result.cached) {
       ++tally_.cached;
@@ -462,7 +464,9 @@ void PrintSessionSummary(const CommandBuildOptions& options, int status, absl::D
   }
   if (!tally.toolchain.empty()) out << "  toolchain " << tally.toolchain << "\n";
   if (!tally.workspaces.empty()) {
-    out << "  " << DescribeWorkspaces(tally.workspaces, tally.outside, options.absolute_paths)
+    out << "  "
+        << DescribeWorkspaces(tally.workspaces, tally.input_roots, tally.outside,
+                              options.absolute_paths)
         << "\n";
   }
   if (!options.trace_path.empty()) {

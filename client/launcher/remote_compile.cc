@@ -114,7 +114,7 @@ struct LauncherUnit {
 
   v1::CompileUnit& unit() { return *request.mutable_units(0); }
   // What names the layout in the scan cache's memo of trees.
-  std::string layout_key() const { return layout.root() + " at " + layout.canonical(); }
+  std::string layout_key() const { return layout.Key(); }
 };
 
 // The request for `plan`'s unit, whose inputs are `closure` (found by a
@@ -146,7 +146,7 @@ absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& 
   unit->set_compiler(compiler);
   PlaceUnit(*unit, layout, directory);
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(plan.flags, directory, layout.root(), excluded, compiler));
+                   RelativeFlags(plan.flags, directory, layout, excluded, compiler));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   // The worker writes the object beside the source's folder under the
   // output's own file name; it lands at -o here.
@@ -376,6 +376,7 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, workspace,
                                   layout_settings_.absolute_paths, launched, compiled.outside));
   compiled.workspace = launched.layout.root();
+  MergeInputRoots(launched.layout, compiled.input_roots);
   launched.files.known_digest = [&](const std::string& path) {
     return scan_cache.KnownDigest(path);
   };

@@ -44,6 +44,7 @@ struct RemoteCompileResult {
   bool scan_cached = false;       // its includes came from the scan cache: no nvcc -M ran
   std::string workspace;          // the folder the workers saw at the canonical root
   OutsideFiles outside;           // what it read outside that, at its own path
+  InputRoots input_roots;         // where else the workers saw what it read
   // When each step ended, for --trace: the call came, its includes were
   // scanned, its inputs uploaded, a worker started it (InfinitePast when it
   // came from the cache), it finished, its object was written here.

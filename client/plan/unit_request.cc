@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <system_error>
 #include <unordered_set>
 
 #include "absl/container/flat_hash_map.h"
@@ -132,9 +133,32 @@ std::string Relative(const std::string& path, const std::string& base) {
   return relative.empty() ? "." : relative;
 }
 
+namespace {
+
+// Whether `folder` holds nothing a header lookup could find: it is missing,
+// or holds only folders (a venv's include/python3.X, made empty), at most
+// 64 of them. A folder that cannot be read is not vacant, nor one with a
+// link.
+bool Vacant(const std::string& folder) {
+  std::error_code error;
+  fs::recursive_directory_iterator entries(folder, error);
+  if (error) {
+    return error == std::errc::no_such_file_or_directory || error == std::errc::not_a_directory;
+  }
+  int folders = 0;
+  for (; entries != fs::recursive_directory_iterator(); entries.increment(error)) {
+    if (error || ++folders > 64) return false;
+    const fs::file_status status = entries->symlink_status(error);
+    if (error || !fs::is_directory(status)) return false;
+  }
+  return !error;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
                                                        const std::string& directory,
-                                                       const std::string& root,
+                                                       const WorkspaceLayout& layout,
                                                        const std::vector<std::string>& toolkit,
                                                        v1::UnitCompiler compiler) {
   ASSIGN_OR_RETURN(NvccCommand parsed, ParseCompileArguments(compiler, flags));
@@ -149,13 +173,21 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
   for (NvccArgument& flag : parsed.flags) {
     if (flag.kind == NvccValueKind::kInputPath) {
       // nvcc searches its own toolkit's folders anyway; g++ does not.
-      bool search_folder = !host && flag.option != "-include" && flag.option != "--pre-include";
+      const bool header_folder =
+          flag.option != "-include" && flag.option != "--pre-include" && flag.option != "-imacros";
+      const bool search_folder = !host && header_folder;
       std::vector<std::string> pieces;
       for (const std::string& path : PathsOf(flag, compiler)) {
         std::string absolute = AbsolutePath(path, directory);
         if (search_folder && under(absolute, toolkit) && !under(absolute, system)) continue;
-        bool inside = RelativeTo(absolute, root).ok() && !under(absolute, system);
-        std::string piece = inside ? Relative(absolute, directory) : absolute;
+        const bool system_path = under(absolute, system);
+        const bool inside = layout.Contains(absolute) && !system_path;
+        // A venv's empty include folder changes no lookup; dropped, it
+        // keys nothing by the venv's path.
+        if (header_folder && layout.relocated() && !inside && Vacant(absolute)) continue;
+        std::string piece = inside                                   ? Relative(absolute, directory)
+                            : !system_path && layout.Moves(absolute) ? layout.OnWorker(absolute)
+                                                                     : absolute;
         pieces.push_back(host ? piece : absl::StrReplaceAll(piece, {{",", "\\,"}}));
       }
       if (pieces.empty()) continue;
@@ -169,19 +201,23 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
 
 absl::StatusOr<v1::InputFile> InputFor(const std::string& path, const WorkspaceLayout& layout,
                                        WorkspaceFiles& files) {
+  std::string in_tree = layout.InTree(path);
   auto it = files.by_path.find(path);
-  if (it != files.by_path.end()) return it->second;
-  std::optional<Digest> known = files.known_digest ? files.known_digest(path) : std::nullopt;
+  // A unit of other input roots may place the same file elsewhere.
+  if (it != files.by_path.end() && it->second.path() == in_tree) return it->second;
+  std::optional<Digest> known;
+  if (it != files.by_path.end()) known = FromProto(it->second.digest());
+  if (!known && files.known_digest) known = files.known_digest(path);
   if (!known) {
     ASSIGN_OR_RETURN(known, DigestOfFile(path));
   }
   const Digest& digest = *known;
   v1::InputFile input;
-  input.set_path(layout.InTree(path));
+  input.set_path(std::move(in_tree));
   *input.mutable_digest() = ToProto(digest);
   input.set_is_executable(IsExecutableFile(path));
+  if (it == files.by_path.end()) files.blobs.push_back(BlobSource{digest, path, ""});
   files.by_path[path] = input;
-  files.blobs.push_back(BlobSource{digest, path, ""});
   return input;
 }
 
@@ -278,9 +314,11 @@ absl::Status CheckAndMoveIntoInputTree(v1::CompileUnit& unit, WorkspaceFiles& fi
 absl::Status AddUnitInputs(v1::CompileUnit& unit, const std::vector<std::string>& closure,
                            const std::string& source, const WorkspaceLayout& layout,
                            WorkspaceFiles& files, const std::vector<std::string>& system_prefixes) {
-  // Each path after its length in 4 bytes: no two closures make one key.
-  std::string key;
-  size_t key_size = 0;
+  // Each path after its length in 4 bytes: no two closures make one key;
+  // the layout's roots first, for they place the paths.
+  std::string key = layout.Key();
+  key.push_back('\0');
+  size_t key_size = key.size();
   for (const std::string& path : closure) key_size += 4 + path.size();
   key.reserve(key_size);
   for (const std::string& path : closure) {

@@ -62,17 +62,23 @@ std::string CommonAncestor(const std::vector<std::string>& paths);
 // `path` relative to `base`, "." for the same folder.
 std::string Relative(const std::string& path, const std::string& base);
 
-// Rewrites the include paths of `flags` for a worker: paths inside `root`
-// (the workspace; `directory` lies in it) relative to `directory`, so that
-// they reach the same files wherever the workspace is mounted, others
+// Rewrites the include paths of `flags` for a worker: paths inside the
+// layout's workspace (`directory` lies in it) relative to `directory`, so
+// that they reach the same files wherever the workspace is mounted, those
+// in one of its input roots at the root's canonical place, others
 // absolute as they are. Include
 // folders of this machine's own toolkit (`toolkit`) at a non-standard place
 // are dropped: nvcc searches its own toolkit's folders anyway, and the
-// worker's toolkit lies elsewhere (a host compiler's flags keep them).
+// worker's toolkit lies elsewhere (a host compiler's flags keep them). So
+// is a header folder outside the workspace that is missing or empty (the
+// include folder of every venv, which setuptools adds) when the layout is
+// relocated: it changes no lookup, and kept it would key the results by
+// the venv's path.
 // `flags` are `compiler`'s.
 absl::StatusOr<std::vector<std::string>> RelativeFlags(
-    const std::vector<std::string>& flags, const std::string& directory, const std::string& root,
-    const std::vector<std::string>& toolkit, v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
+    const std::vector<std::string>& flags, const std::string& directory,
+    const WorkspaceLayout& layout, const std::vector<std::string>& toolkit,
+    v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
 
 // The distinct input files of a build in one workspace layout, each hashed
 // once.

@@ -6,10 +6,13 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "common/base/files.h"
+#include "common/nvcc/nvcc_args.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
@@ -73,6 +76,64 @@ std::string CompileWorkspace(const std::string& directory, const std::string& so
   return Above(FindProjectRoot(folder, bound), FindProjectRoot(source_folder, bound));
 }
 
+namespace {
+
+// "python3", "python3.11", "python3.13t", "python2.7m": a Python's own
+// header folder's name.
+bool IsPythonHeaderFolder(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "python") || name.empty() || !absl::ascii_isdigit(name[0])) {
+    return false;
+  }
+  name.remove_prefix(1);
+  if (absl::ConsumePrefix(&name, ".")) {
+    if (name.empty() || !absl::ascii_isdigit(name[0])) return false;
+    while (!name.empty() && absl::ascii_isdigit(name[0])) name.remove_prefix(1);
+  }
+  for (char c : name) {
+    if (!absl::ascii_islower(c)) return false;
+  }
+  return true;
+}
+
+bool IsSystemPath(absl::string_view path) {
+  static const std::vector<std::string>* const kSystem =
+      new std::vector<std::string>(SystemIncludePrefixes());
+  const std::string folder = absl::StrCat(path, "/");
+  return std::any_of(kSystem->begin(), kSystem->end(),
+                     [&](const std::string& prefix) { return absl::StartsWith(folder, prefix); });
+}
+
+}  // namespace
+
+std::optional<InputRoot> FindInputRoot(absl::string_view path) {
+  if (!absl::StartsWith(path, "/") || IsSystemPath(path)) return std::nullopt;
+  std::vector<absl::string_view> names = absl::StrSplit(path.substr(1), '/');
+  // A folder's path: the names up to `last`.
+  auto folder = [&](size_t last) {
+    std::string local;
+    for (size_t i = 0; i <= last; ++i) absl::StrAppend(&local, "/", names[i]);
+    return local;
+  };
+  for (size_t i = names.size(); i-- > 0;) {
+    if (names[i] == "site-packages" || names[i] == "dist-packages") {
+      return InputRoot{folder(i), absl::StrCat(kCanonicalArea, "/site-packages"),
+                       "Python packages"};
+    }
+  }
+  for (size_t i = 0; i + 1 < names.size(); ++i) {
+    if (names[i] != "include") continue;
+    if (IsPythonHeaderFolder(names[i + 1])) {
+      return InputRoot{folder(i + 1), absl::StrCat(kCanonicalArea, "/include/", names[i + 1]),
+                       "Python headers"};
+    }
+    if (i + 2 < names.size() && names[i + 1] == "site" && IsPythonHeaderFolder(names[i + 2])) {
+      return InputRoot{folder(i + 2), absl::StrCat(kCanonicalArea, "/include/site/", names[i + 2]),
+                       "Python packages' headers"};
+    }
+  }
+  return std::nullopt;
+}
+
 WorkspaceLayout::WorkspaceLayout(std::string root, std::string canonical)
     : root_(std::move(root)), canonical_(std::move(canonical)) {}
 
@@ -85,13 +146,41 @@ WorkspaceLayout WorkspaceLayout::AsIs(std::string root) {
   return WorkspaceLayout(std::move(root), std::move(canonical));
 }
 
+void WorkspaceLayout::AddInputRoot(InputRoot root) { input_roots_.push_back(std::move(root)); }
+
+std::string WorkspaceLayout::Key() const {
+  std::string key = absl::StrCat(root_, " at ", canonical_);
+  for (const InputRoot& root : input_roots_) {
+    absl::StrAppend(&key, "\n", root.local, " at ", root.canonical);
+  }
+  return key;
+}
+
 bool WorkspaceLayout::Contains(absl::string_view path) const { return IsUnder(path, root_); }
 
+bool WorkspaceLayout::Moves(absl::string_view path) const {
+  if (relocated() && Contains(path)) return true;
+  return std::any_of(input_roots_.begin(), input_roots_.end(),
+                     [&](const InputRoot& root) { return IsUnder(path, root.local); });
+}
+
+namespace {
+
+// `path` under `from` (both absolute and normal), moved under `to`.
+std::string MovedPath(const std::string& path, const std::string& from, const std::string& to) {
+  if (path.size() == from.size()) return to;
+  const size_t rest = from == "/" ? 1 : from.size() + 1;
+  return absl::StrCat(to, "/", absl::string_view(path).substr(rest));
+}
+
+}  // namespace
+
 std::string WorkspaceLayout::OnWorker(const std::string& path) const {
-  if (!relocated() || !Contains(path)) return path;
-  if (path.size() == root_.size()) return canonical_;
-  const size_t rest = root_ == "/" ? 1 : root_.size() + 1;
-  return absl::StrCat(canonical_, "/", absl::string_view(path).substr(rest));
+  if (Contains(path)) return relocated() ? MovedPath(path, root_, canonical_) : path;
+  for (const InputRoot& root : input_roots_) {
+    if (IsUnder(path, root.local)) return MovedPath(path, root.local, root.canonical);
+  }
+  return path;
 }
 
 std::string WorkspaceLayout::InTree(const std::string& path) const {
@@ -100,9 +189,46 @@ std::string WorkspaceLayout::InTree(const std::string& path) const {
 }
 
 std::string WorkspaceLayout::ToLocalText(absl::string_view text) const {
-  if (!relocated()) return std::string(text);
-  return absl::StrReplaceAll(text, {{canonical_, root_ == "/" ? "" : root_}});
+  // At one place, the longer canonical name is taken ("site-packages-2").
+  std::vector<std::pair<std::string, std::string>> names;
+  if (relocated()) names.emplace_back(canonical_, root_ == "/" ? "" : root_);
+  for (const InputRoot& root : input_roots_) names.emplace_back(root.canonical, root.local);
+  if (names.empty()) return std::string(text);
+  return absl::StrReplaceAll(text, names);
 }
+
+namespace {
+
+// The input roots of `anchors` outside the workspace (every file outside
+// it lies under one of them once the workspace has widened), added to
+// `layout` as LayoutFor says.
+void AddInputRoots(const std::vector<std::string>& anchors, WorkspaceLayout& layout) {
+  auto below_an_anchor = [&](const std::string& folder) {
+    return std::any_of(anchors.begin(), anchors.end(), [&](const std::string& anchor) {
+      return !layout.Contains(anchor) && anchor.size() < folder.size() && IsUnder(folder, anchor);
+    });
+  };
+  for (const std::string& anchor : anchors) {
+    if (layout.Contains(anchor) || layout.Moves(anchor)) continue;
+    std::optional<InputRoot> root = FindInputRoot(anchor);
+    if (!root || IsUnder(layout.root(), root->local) || below_an_anchor(root->local)) continue;
+    const std::vector<InputRoot>& added = layout.input_roots();
+    if (std::any_of(added.begin(), added.end(),
+                    [&](const InputRoot& other) { return IsUnder(other.local, root->local); })) {
+      continue;  // one root inside another: both keep what they are
+    }
+    const std::string place = root->canonical;
+    for (int n = 2;
+         std::any_of(added.begin(), added.end(),
+                     [&](const InputRoot& other) { return other.canonical == root->canonical; });
+         ++n) {
+      root->canonical = absl::StrCat(place, "-", n);
+    }
+    layout.AddInputRoot(*std::move(root));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
                                           const std::vector<std::string>& closure,
@@ -120,19 +246,25 @@ absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
   }
   WorkspaceLayout layout =
       absolute_paths ? WorkspaceLayout::AsIs(root) : WorkspaceLayout::Relocated(root);
+  if (!absolute_paths) AddInputRoots(anchors, layout);
   for (const std::string& path : closure) {
-    if (layout.Contains(path)) continue;
-    if (layout.relocated() && IsUnder(path, kCanonicalWorkspace)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " lies under ", kCanonicalWorkspace,
-                       ", where the workers put the workspace, but outside this build's workspace ",
-                       root, "; build with --absolute-paths, or move it"));
+    if (layout.Contains(path) || layout.Moves(path)) continue;
+    if (layout.relocated() && IsUnder(path, kCanonicalArea)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " lies under ", kCanonicalArea,
+          ", where the workers put the workspace and the input roots, but outside this build's "
+          "workspace ",
+          root, " and its input roots; build with --absolute-paths, or move it"));
     }
     if (outside == nullptr) continue;
     const std::string* anchor = anchor_of(path);
     ++(*outside)[anchor != nullptr ? *anchor : path];
   }
   return layout;
+}
+
+void MergeInputRoots(const WorkspaceLayout& layout, InputRoots& into) {
+  for (const InputRoot& root : layout.input_roots()) into.try_emplace(root.local, root);
 }
 
 void MergeOutsideFiles(const OutsideFiles& from, OutsideFiles& into) {
@@ -201,8 +333,8 @@ std::string WorkspaceMarked(absl::string_view text, const std::string& workspace
   return absl::StrReplaceAll(text, {{kWorkspaceMark, workspace}});
 }
 
-std::string DescribeWorkspaces(const std::map<std::string, int>& units, const OutsideFiles& outside,
-                               bool absolute_paths) {
+std::string DescribeWorkspaces(const std::map<std::string, int>& units, const InputRoots& roots,
+                               const OutsideFiles& outside, bool absolute_paths) {
   std::string most;
   int most_units = -1;
   for (const auto& [root, count] : units) {
@@ -216,6 +348,10 @@ std::string DescribeWorkspaces(const std::map<std::string, int>& units, const Ou
                              : absl::StrCat(" (", kCanonicalWorkspace,
                                             " on the workers: its results serve the same tree in "
                                             "any folder)"));
+  for (const auto& [local, root] : roots) {
+    absl::StrAppend(&text, "\n            ", root.kind, " ", local, " (", root.canonical,
+                    " on the workers: the same files serve from any venv or folder)");
+  }
   if (!outside.empty()) {
     absl::StrAppend(&text, "\n            outside it, keyed by their own paths: ",
                     DescribeOutsideFiles(outside));

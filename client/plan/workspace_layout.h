@@ -3,16 +3,21 @@
 // of this machine a build belongs to: the manifest's, the project's that a
 // launcher call compiles in, the unpacked sdist that pip or uv builds in)
 // appears at one canonical root, the same for every client, folder and
-// user; a file outside it (torch's headers in site-packages, a header named
-// by an absolute -I) at its own path. A unit's paths, and so its result's
+// user; so does each input root, a folder outside it that every user has
+// somewhere of their own (a Python environment's site-packages with torch's
+// and pybind11's headers, Python's own include folder), found by its
+// layout without configuration; any other file outside (a header named by
+// an absolute -I) at its own path. A unit's paths, and so its result's
 // key, its memory history and the object nvcc makes, then do not depend on
-// where the workspace sits here: a pip build in a new temporary folder, a
-// second checkout or a CI workspace finds the first one's results (as
-// Bazel's exec root and ccache's base_dir make it). docs: docs/caching.md, "One
+// where the workspace or the venv sits here: a pip build in a new
+// temporary folder, a second checkout, a teammate's venv or a CI workspace
+// finds the first one's results (as Bazel's exec root and ccache's
+// base_dir make it, for more than one root). docs: docs/caching.md, "One
 // cache for every folder".
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +30,27 @@ namespace distcc_cuda::client {
 // Not under /run or another folder no input may lie in; nobody's real
 // folder.
 inline constexpr char kCanonicalWorkspace[] = "/distcc-cuda/workspace";
+// Where every canonical root lies on the workers: nothing of this machine
+// under it is sent at its own path.
+inline constexpr char kCanonicalArea[] = "/distcc-cuda";
+
+// A folder outside the workspace whose files a compile reads and whose
+// place differs from user to user: it appears on the workers at
+// `canonical`, its files keyed by their place under it and their content.
+struct InputRoot {
+  std::string local;      // this machine's folder (absolute, normal)
+  std::string canonical;  // under kCanonicalArea
+  std::string kind;       // what it is, for the summary: "Python packages"
+};
+
+// The input root that holds `path` (absolute, normal; not a system
+// folder's), by the folders' names alone, with its canonical place before
+// any numbering: the last `site-packages` or `dist-packages` folder above
+// it (a venv's, a conda environment's, a user's or Python's own) at
+// /distcc-cuda/site-packages; Python's headers, `include/pythonX.Y` (and
+// `include/site/pythonX.Y`, where pip puts packages' headers) at
+// /distcc-cuda/include/pythonX.Y. Nothing for any other path.
+std::optional<InputRoot> FindInputRoot(absl::string_view path);
 
 // The nearest folder at or above `folder` (absolute) that holds a project:
 // a `.git` (a checkout or a git worktree), a setup.py or a pyproject.toml;
@@ -57,22 +83,32 @@ class WorkspaceLayout {
   const std::string& root() const { return root_; }
   const std::string& canonical() const { return canonical_; }
   bool relocated() const { return root_ != canonical_; }
+  // The input roots, each outside the workspace and the others.
+  const std::vector<InputRoot>& input_roots() const { return input_roots_; }
+  // Adds `root` (LayoutFor decides which): OnWorker then moves its files.
+  void AddInputRoot(InputRoot root);
+  // What tells two layouts apart: the workspace and every input root, with
+  // where each appears.
+  std::string Key() const;
 
   // Whether the absolute `path` is the workspace root or lies under it.
   bool Contains(absl::string_view path) const;
+  // Whether `path` is the workspace's or an input root's (moves on a worker).
+  bool Moves(absl::string_view path) const;
   // The path that the absolute, normal `path` of this machine has on a
   // worker.
   std::string OnWorker(const std::string& path) const;
   // OnWorker relative to "/", the root every unit's paths are relative to
   // on the wire ("" for "/").
   std::string InTree(const std::string& path) const;
-  // `text` (a worker's nvcc messages) with the canonical root named as the
-  // workspace is here, so that a message names the user's own files.
+  // `text` (a worker's nvcc messages) with each canonical root named as it
+  // is here, so that a message names the user's own files.
   std::string ToLocalText(absl::string_view text) const;
 
  private:
   std::string root_;
   std::string canonical_;
+  std::vector<InputRoot> input_roots_;
 };
 
 // The files of a unit's input closure that lie outside its workspace, by
@@ -92,14 +128,25 @@ void MergeOutsideFiles(const OutsideFiles& from, OutsideFiles& into);
 // is one the sources reach with "../" from inside: nvcc would look for it
 // beside the canonical root, so the workspace widens to the folder above
 // it (the result is then keyed by where those folders sit relative to each
-// other, still not by where they are). With `absolute_paths`, AsIs.
-// `outside` (may be null) receives the files left at their own paths.
-// INVALID_ARGUMENT for a file outside the workspace that lies under
-// kCanonicalWorkspace on this machine: it would be hidden on the workers.
+// other, still not by where they are). Then each input root (FindInputRoot)
+// of an anchor or a file outside the workspace is added, in the order the
+// anchors and then the files name them, a second of one canonical place
+// numbered ("site-packages-2"); but not one inside the workspace, and not
+// one below an anchor outside it (`-I VENV/lib` reaches the root's files
+// by their place under VENV/lib, which must stay as it is). With
+// `absolute_paths`, AsIs and no input root. `outside` (may be null)
+// receives the files left at their own paths. INVALID_ARGUMENT for a file
+// left at its own path under kCanonicalArea on this machine: it would be
+// hidden on the workers.
 absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
                                           const std::vector<std::string>& closure,
                                           const std::vector<std::string>& anchors,
                                           bool absolute_paths, OutsideFiles* outside = nullptr);
+
+// The input roots of a build's units (by their local folder), for the
+// summary.
+using InputRoots = std::map<std::string, InputRoot>;
+void MergeInputRoots(const WorkspaceLayout& layout, InputRoots& into);
 
 // "FOLDER (N files)" for the `limit` folders of most files, then how many
 // more: what a summary says is keyed by its absolute path.
@@ -119,9 +166,10 @@ std::string WorkspaceMarked(absl::string_view text, const std::string& workspace
 
 // The summary's lines (after "  ", without the last newline) that say
 // where a build's units were (`units` by workspace), how the workers saw
-// it, and what of their inputs is keyed by its own path: a rebuild from
-// another folder can tell why a unit missed.
-std::string DescribeWorkspaces(const std::map<std::string, int>& units, const OutsideFiles& outside,
-                               bool absolute_paths);
+// it, each input root in a line of its own, and what of their inputs is
+// keyed by its own path: a rebuild from another folder or venv can tell
+// why a unit missed.
+std::string DescribeWorkspaces(const std::map<std::string, int>& units, const InputRoots& roots,
+                               const OutsideFiles& outside, bool absolute_paths);
 
 }  // namespace distcc_cuda::client

@@ -439,8 +439,9 @@ absl::Status RunBuild(const BuildOptions& options, std::ostream& out) {
   if (followed.finished && !followed.last_part_seen) return OlderCoordinatorError(cluster.address);
   scan_cache.Trim(kScanCacheBytes);
   figures.submission = TraceSubmission(submission.figures(), trace);
-  figures.workspaces = DescribeWorkspaces(submission.figures().workspaces,
-                                          submission.figures().outside, options.absolute_paths);
+  figures.workspaces =
+      DescribeWorkspaces(submission.figures().workspaces, submission.figures().input_roots,
+                         submission.figures().outside, options.absolute_paths);
   RETURN_IF_ERROR(CheckBuildEnded(followed, options, cluster, out));
   figures.compile_time = absl::Now() - compile_start;
   RETURN_IF_ERROR(CheckNoUnitFailed(followed, out));

@@ -36,7 +36,7 @@ absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
   unit->set_name(local.name);
   PlaceUnit(*unit, layout, local.directory);
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(local.flags, local.directory, layout.root(), excluded));
+                   RelativeFlags(local.flags, local.directory, layout, excluded));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   std::string object = fs::path(local.source).filename().string() + ".o";
   for (const std::string& argument :
@@ -58,7 +58,7 @@ absl::Status AddSet(const LocalSet& local, const WorkspaceLayout& layout,
   *set = local.set;
   set->set_directory(layout.InTree(local.directory));
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(local.flags, local.directory, layout.root(), excluded));
+                   RelativeFlags(local.flags, local.directory, layout, excluded));
   for (const std::string& flag : flags) set->add_arguments(flag);
   std::vector<std::string> arguments = flags;
   arguments.insert(arguments.end(), {"-c", "unit.cu", "-o", "unit.o"});
@@ -300,6 +300,7 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
     }
     RootFiles& files = roots_[root];
     MergeOutsideFiles(outside, files.outside);
+    MergeInputRoots(layout, files.input_roots);
     if (!files.files.known_digest && settings_.scan_cache != nullptr) {
       ScanCache* cache = settings_.scan_cache;
       files.files.known_digest = [cache](const std::string& path) {
@@ -358,9 +359,11 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
   for (const auto& [units, root] : by_units) figures_.roots.push_back(root);
   figures_.outside.clear();
   figures_.workspaces.clear();
+  figures_.input_roots.clear();
   for (const auto& [root, files] : roots_) {
     figures_.workspaces[root] = files.units;
     MergeOutsideFiles(files.outside, figures_.outside);
+    figures_.input_roots.insert(files.input_roots.begin(), files.input_roots.end());
   }
   for (auto& part : made) parts_.push_back(std::move(part));
   last_made_ = last;

@@ -99,6 +99,7 @@ class BuildSubmission {
     // What units read outside their workspace, at its own path (the most
     // files one unit read under each folder).
     OutsideFiles outside;
+    InputRoots input_roots;  // the units' input roots, by their folder here
     absl::Time scan_began = absl::InfinitePast();
     absl::Time scan_ended = absl::InfinitePast();
     struct Part {
@@ -142,7 +143,8 @@ class BuildSubmission {
     size_t blobs_sent = 0;
     size_t folders_sent = 0;
     int units = 0;
-    OutsideFiles outside;  // as Figures::outside, for these units
+    OutsideFiles outside;    // as Figures::outside, for these units
+    InputRoots input_roots;  // as Figures::input_roots, for these units
   };
   struct MadePart {
     v1::AddUnitsRequest request;  // without its build id

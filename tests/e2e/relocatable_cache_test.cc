@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "common/base/files.h"
 #include "common/nvcc/fatbin.h"
 #include "common/process/subprocess.h"
@@ -56,14 +59,14 @@ class RelocatableCacheTest : public ::testing::Test {
   }
 
   // A cluster over mutual TLS, as a team runs one: a CA, the coordinator's
-  // certificate for 127.0.0.1, a worker's and two users' (alice, bob).
+  // certificate for 127.0.0.1, a worker's and three users' (alice, bob, carol).
   void StartCluster() {
     certs_ = root_ + "/certs";
     ASSERT_TRUE(InitCertificateAuthority(certs_, "relocatable-test").ok());
     ASSERT_TRUE(
         IssueCertificateFiles(certs_, {PeerRole::kCoordinator, "coordinator", {"127.0.0.1"}}).ok());
     ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kWorker, "rc-worker", {}}).ok());
-    for (const char* user : {"alice", "bob"}) {
+    for (const char* user : {"alice", "bob", "carol"}) {
       ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kClient, user, {}}).ok());
     }
     fs::create_directories(root_ + "/cluster");
@@ -331,20 +334,13 @@ TEST_F(RelocatableCacheTest, AnAbsoluteIncludeOfTheWorkspacesOwnFileCompilesHere
   EXPECT_THAT(as_is.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
 }
 
-// A PyTorch extension as its users install it: pip and uv unpack its sdist
-// into a new temporary folder each time and build there.
-TEST_F(RelocatableCacheTest, PipAndUvBuildAnSdistInTheirOwnTemporaryFoldersCompilingOnce) {
-  const char* python_named = std::getenv("DISTCC_TORCH_PYTHON");
-  const char* uv_named = std::getenv("DISTCC_UV");
-  if (python_named == nullptr || *python_named == '\0' || uv_named == nullptr ||
-      *uv_named == '\0') {
-    GTEST_SKIP() << "needs DISTCC_TORCH_PYTHON (a python with torch: scripts/torch_python) and "
-                    "DISTCC_UV (uv: scripts/uv), as scripts/test sets them";
-  }
-  const std::string python = fs::absolute(python_named).string();
-  const std::string uv = fs::absolute(uv_named).string();
-  const std::string pkg = root_ + "/tiny";
-  ASSERT_TRUE(WriteFileAtomically(pkg + "/setup.py", R"(from setuptools import setup
+// The sdist of a small PyTorch extension in `folder`/dist: a binding of
+// Python's C API (torch's headers would cost a minute of g++), and two
+// kernels, one of which reads a header of torch's (c10's macros). Its
+// archive's path.
+std::string MakeTinySdist(const std::string& python, const std::string& folder) {
+  const std::string pkg = folder;
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/setup.py", R"(from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 setup(name="tiny_ext", version="1.0",
       ext_modules=[CUDAExtension("tiny_ext", ["csrc/binding.cpp", "csrc/scale.cu", "csrc/shift.cu"],
@@ -352,29 +348,62 @@ setup(name="tiny_ext", version="1.0",
       cmdclass={"build_ext": BuildExtension})
 )")
                   .ok());
-  ASSERT_TRUE(WriteFileAtomically(pkg + "/MANIFEST.in", "include csrc/*.cu csrc/*.h\n").ok());
-  ASSERT_TRUE(WriteFileAtomically(pkg + "/csrc/twice.h", kHeader).ok());
-  // Python's C API only: torch's headers would cost a minute of g++.
-  ASSERT_TRUE(WriteFileAtomically(pkg + "/csrc/binding.cpp", R"(#include <Python.h>
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/MANIFEST.in", "include csrc/*.cu csrc/*.h\n").ok());
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/twice.h", kHeader).ok());
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/binding.cpp", R"(#include <Python.h>
 static PyObject* kernels(PyObject*, PyObject*) { return PyLong_FromLong(2); }
 static PyMethodDef methods[] = {{"kernels", kernels, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
 static PyModuleDef module = {PyModuleDef_HEAD_INIT, "tiny_ext", nullptr, -1, methods};
 PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
 )")
                   .ok());
-  for (const char* name : {"scale", "shift"}) {
-    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(pkg, "/csrc/", name, ".cu"),
-                                    absl::StrCat("#include \"twice.h\"\n__global__ void ", name,
-                                                 "(float* x) { x[threadIdx.x] = "
-                                                 "Twice(x[threadIdx.x]); }\n"))
-                    .ok());
-  }
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/scale.cu",
+                                  "#include <c10/macros/Macros.h>\n#include \"twice.h\"\n"
+                                  "__global__ void scale(float* x) { x[threadIdx.x] = "
+                                  "Twice(x[threadIdx.x]); }\n")
+                  .ok());
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/shift.cu",
+                                  "#include \"twice.h\"\n__global__ void shift(float* x) { "
+                                  "x[threadIdx.x] = Twice(x[threadIdx.x]) + 1; }\n")
+                  .ok());
   ProcessSpec sdist;
   sdist.argv = {python, "setup.py", "-q", "sdist"};
   sdist.working_directory = pkg;
   absl::StatusOr<ProcessResult> packed = RunProcess(sdist);
-  ASSERT_TRUE(packed.ok() && packed->exit_code == 0) << (packed.ok() ? packed->stderr_text : "");
-  const std::string archive = pkg + "/dist/tiny_ext-1.0.tar.gz";
+  EXPECT_TRUE(packed.ok() && packed->exit_code == 0) << (packed.ok() ? packed->stderr_text : "");
+  return pkg + "/dist/tiny_ext-1.0.tar.gz";
+}
+
+// DISTCC_TORCH_PYTHON and DISTCC_UV, absolute; "" where either is unset.
+std::pair<std::string, std::string> TorchPythonAndUv() {
+  const char* python = std::getenv("DISTCC_TORCH_PYTHON");
+  const char* uv = std::getenv("DISTCC_UV");
+  if (python == nullptr || *python == '\0' || uv == nullptr || *uv == '\0') return {};
+  return {fs::absolute(python).string(), fs::absolute(uv).string()};
+}
+
+constexpr char kNeedsTorchAndUv[] =
+    "needs DISTCC_TORCH_PYTHON (a python with torch: scripts/torch_python) and DISTCC_UV (uv: "
+    "scripts/uv), as scripts/test sets them";
+
+// Whether `python` imports the extension installed in `target` and it
+// answers.
+void ExpectImports(const std::string& python, const std::string& target) {
+  ProcessSpec imported;
+  imported.argv = {python, "-c",
+                   absl::StrCat("import sys; sys.path.insert(0, '", target,
+                                "'); import torch, tiny_ext; print(tiny_ext.kernels())")};
+  absl::StatusOr<ProcessResult> ran = RunProcess(imported);
+  ASSERT_TRUE(ran.ok());
+  EXPECT_EQ(ran->stdout_text, "2\n") << target << ": " << ran->stderr_text;
+}
+
+// A PyTorch extension as its users install it: pip and uv unpack its sdist
+// into a new temporary folder each time and build there.
+TEST_F(RelocatableCacheTest, PipAndUvBuildAnSdistInTheirOwnTemporaryFoldersCompilingOnce) {
+  const auto [python, uv] = TorchPythonAndUv();
+  if (python.empty()) GTEST_SKIP() << kNeedsTorchAndUv;
+  const std::string archive = MakeTinySdist(python, root_ + "/tiny");
   ASSERT_TRUE(IsRegularFile(archive));
 
   // Their temporary folders under the test's own.
@@ -402,14 +431,162 @@ PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
   ASSERT_EQ(by_uv.exit_code, 0) << by_uv.stdout_text << by_uv.stderr_text;
   EXPECT_THAT(by_uv.stderr_text, HasSubstr("3 on the cluster (0 compiled, 3 cached, 0 failed)"));
   EXPECT_THAT(by_uv.stderr_text, HasSubstr("workspace " + root_ + "/tmp/"));
-  for (const char* target : {"by-pip", "by-uv"}) {
-    ProcessSpec imported;
-    imported.argv = {python, "-c",
-                     absl::StrCat("import sys; sys.path.insert(0, '", root_, "/", target,
-                                  "'); import torch, tiny_ext; print(tiny_ext.kernels())")};
-    absl::StatusOr<ProcessResult> ran = RunProcess(imported);
-    ASSERT_TRUE(ran.ok());
-    EXPECT_EQ(ran->stdout_text, "2\n") << target << ": " << ran->stderr_text;
+  for (const char* target : {"by-pip", "by-uv"}) ExpectImports(python, root_ + "/" + target);
+}
+
+// The absolute paths in `binary`'s strings, a line each: what its debug
+// information names.
+std::string FoldersNamed(const std::string& binary) {
+  std::string folders;
+  std::string run;
+  for (char c : binary + '\0') {
+    if (c >= 0x20 && c < 0x7f) {
+      run.push_back(c);
+      continue;
+    }
+    if (absl::StartsWith(run, "/") && run.size() > 4) absl::StrAppend(&folders, run, "\n");
+    run.clear();
+  }
+  return folders;
+}
+
+// The torch venv's files at `venv` (a venv: pyvenv.cfg names the same
+// Python), each a hard link to the original: a teammate's copy of the
+// same packages, at no cost in disk.
+void LinkVenv(const std::string& original, const std::string& venv) {
+  fs::create_directories(fs::path(venv).parent_path());
+  fs::copy(original, venv,
+           fs::copy_options::recursive | fs::copy_options::create_hard_links |
+               fs::copy_options::copy_symlinks);
+}
+
+// A conda environment's layout at `prefix`, as conda installs one: a
+// Python of its own (the interpreter, its standard library, its headers
+// under PREFIX/include/python3.X, its build data naming PREFIX where it
+// named the original's, as conda rewrites an installed package's
+// prefix), and the torch venv's packages in its site-packages. Hard links
+// and links to the original's files. The environment's python.
+std::string LinkCondaLikeEnvironment(const std::string& python, const std::string& venv,
+                                     const std::string& prefix) {
+  ProcessSpec ask;
+  ask.argv = {python, "-c",
+              "import sys, sysconfig; print(sys.base_prefix); print(sys.version_info[1]); "
+              "print(sysconfig.get_config_var('INCLUDEPY'))"};
+  absl::StatusOr<ProcessResult> asked = RunProcess(ask);
+  EXPECT_TRUE(asked.ok() && asked->exit_code == 0);
+  if (!asked.ok()) return "";
+  const std::vector<std::string> lines = absl::StrSplit(asked->stdout_text, '\n');
+  const std::string base = lines.at(0);
+  const std::string version = absl::StrCat("python3.", lines.at(1));
+  const std::string lib = prefix + "/lib/" + version;
+  fs::create_directories(lib);
+  fs::create_directories(prefix + "/bin");
+  fs::create_directories(prefix + "/include");
+  fs::create_hard_link(base + "/bin/" + version, prefix + "/bin/" + version);
+  fs::copy(fs::path(lines.at(2)), prefix + "/include/" + version,
+           fs::copy_options::recursive | fs::copy_options::create_hard_links);
+  for (const fs::directory_entry& entry : fs::directory_iterator(base + "/lib/" + version)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "site-packages") continue;
+    if (name == "__pycache__") {  // what this Python compiles stays its own
+      fs::create_directories(lib + "/" + name);
+      continue;
+    }
+    if (absl::StartsWith(name, "_sysconfigdata")) {
+      absl::StatusOr<std::string> data = ReadFile(entry.path().string());
+      EXPECT_TRUE(data.ok());
+      EXPECT_TRUE(
+          WriteFileAtomically(lib + "/" + name, absl::StrReplaceAll(*data, {{base, prefix}})).ok());
+      continue;
+    }
+    fs::create_symlink(entry.path(), lib + "/" + name);
+  }
+  fs::copy(venv + "/lib/" + version + "/site-packages", lib + "/site-packages",
+           fs::copy_options::recursive | fs::copy_options::create_hard_links |
+               fs::copy_options::copy_symlinks);
+  return prefix + "/bin/" + version;
+}
+
+// A team on one coordinator over mutual TLS: alice's torch in ~/.venv,
+// bob's in a conda-like environment under /opt/envs with a Python of its
+// own, carol's ~/.venv with one byte of a torch header changed. The same
+// sdist installed by each with pip or uv from their own temporary folders:
+// bob's compiles nothing, carol's only the unit that reads the changed
+// header, and each summary names the user's own roots.
+TEST_F(RelocatableCacheTest, TeammatesVenvsAndPythonsElsewhereShareOneClustersCompiles) {
+  const auto [python, uv] = TorchPythonAndUv();
+  if (python.empty()) GTEST_SKIP() << kNeedsTorchAndUv;
+  const std::string original = fs::path(python).parent_path().parent_path().string();
+  const std::string alice_venv = root_ + "/home-alice/.venv";
+  const std::string carol_venv = root_ + "/home-carol/.venv";
+  std::error_code linked;
+  fs::create_hard_link(original + "/pyvenv.cfg", root_ + "/same-file-system", linked);
+  if (linked) {
+    GTEST_SKIP() << "needs the test's folder on the file system of " << original
+                 << " (its copies are hard links): " << linked.message();
+  }
+  LinkVenv(original, alice_venv);
+  LinkVenv(original, carol_venv);
+  const std::string bob_python = LinkCondaLikeEnvironment(python, original, root_ + "/opt/envs/x");
+  ASSERT_FALSE(bob_python.empty());
+  // Carol's copy of one header differs by a comment: a file of its own.
+  std::string header;
+  for (const fs::directory_entry& entry : fs::directory_iterator(carol_venv + "/lib")) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "python3")) {
+      header = entry.path().string() + "/site-packages/torch/include/c10/macros/Macros.h";
+    }
+  }
+  ASSERT_TRUE(IsRegularFile(header)) << header;
+  absl::StatusOr<std::string> text = ReadFile(header);
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(fs::remove(header));
+  ASSERT_TRUE(WriteFileAtomically(header, *text + "// carol's\n").ok());
+
+  StartCluster();
+  const std::string archive = MakeTinySdist(python, root_ + "/tiny");
+  ASSERT_TRUE(IsRegularFile(archive));
+  auto install = [&](const std::string& user, const std::string& user_python, bool with_uv) {
+    const std::string home = root_ + "/home-" + user;
+    fs::create_directories(home + "/tmp");
+    const std::map<std::string, std::string> environment = {
+        {"HOME", home},
+        {"TMPDIR", home + "/tmp"},
+        {"TORCH_CUDA_ARCH_LIST", "10.0"},
+        {"CUDA_HOME", fs::path(nvcc_).parent_path().parent_path().string()}};
+    const std::string target = home + "/installed";
+    const std::string command =
+        with_uv ? absl::StrCat(uv, " pip install --python ", user_python,
+                               " --no-build-isolation --no-deps --offline --no-cache --target ",
+                               target, " ", archive)
+                : absl::StrCat(user_python,
+                               " -m pip install --no-build-isolation --no-deps --no-index "
+                               "--no-cache-dir --target ",
+                               target, " ", archive);
+    ProcessResult run = Session(AsUser(user), command, home, environment);
+    EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+    ExpectImports(user_python, target);
+    return run.stderr_text;
+  };
+  const std::string alice = install("alice", alice_venv + "/bin/python", false);
+  EXPECT_THAT(alice, HasSubstr("3 on the cluster (3 compiled, 0 cached, 0 failed)"));
+  EXPECT_THAT(alice, HasSubstr("Python packages " + alice_venv + "/lib/python3."));
+  const std::string bob = install("bob", bob_python, true);
+  EXPECT_THAT(bob, HasSubstr("3 on the cluster (0 compiled, 3 cached, 0 failed)"));
+  EXPECT_THAT(bob, HasSubstr("Python packages " + root_ + "/opt/envs/x/lib/python3."));
+  EXPECT_THAT(bob, HasSubstr("Python headers " + root_ + "/opt/envs/x/include/python3."));
+  EXPECT_THAT(bob, Not(HasSubstr("keyed by their own paths"))) << bob;
+  const std::string carol = install("carol", carol_venv + "/bin/python", false);
+  EXPECT_THAT(carol, HasSubstr("3 on the cluster (1 compiled, 2 cached, 0 failed)")) << carol;
+  // Bob's module, of alice's compiles, names none of alice's folders: its
+  // debug information names the canonical places.
+  for (const fs::directory_entry& entry : fs::directory_iterator(root_ + "/home-bob/installed")) {
+    if (entry.path().extension() != ".so") continue;
+    absl::StatusOr<std::string> module = ReadFile(entry.path().string());
+    ASSERT_TRUE(module.ok());
+    const std::string folders = FoldersNamed(*module);
+    EXPECT_THAT(folders, Not(HasSubstr("home-alice"))) << folders;
+    EXPECT_THAT(folders, HasSubstr("/distcc-cuda/workspace")) << folders;
   }
 }
 

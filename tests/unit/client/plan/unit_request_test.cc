@@ -8,8 +8,10 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/files.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/store/cas_client.h"
@@ -307,6 +309,45 @@ TEST(UnitRequestTest, ALargePartTravelsAsAPlanBlob) {
   EXPECT_EQ(plan.units_size(), 20010);
   EXPECT_EQ(plan.units(20009).name(), "gemm_20010");
   EXPECT_EQ(files.AllBlobs().size(), 1u);
+}
+
+// setuptools adds every venv's include folder, empty as a rule: a missing
+// or empty header folder (or one of empty folders) outside the workspace changes no lookup and is
+// dropped, so that two venvs' compiles are one; a folder with a file stays,
+// and --absolute-paths keeps every flag as it was.
+TEST(RelativeFlagsTest, AVacantHeaderFolderOutsideTheWorkspaceIsDropped) {
+  const std::string root = testing::NewTempDir("relative-flags-");
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/proj"));
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/alice/.venv/include/python3.11"));
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/proj/empty"));
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/headers"));
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/headers/sub"));
+  ASSERT_TRUE(WriteFileAtomically(root + "/headers/sub/x.h", "#pragma once\n").ok());
+  const std::vector<std::string> flags = {
+      "-I" + root + "/alice/.venv/include",
+      "-isystem",
+      root + "/missing",
+      "-I" + root + "/headers",
+      "-I" + root + "/proj/empty",
+      "--include-path=" + root + "/missing," + root + "/headers",
+      "-O2"};
+  absl::StatusOr<std::vector<std::string>> moved =
+      RelativeFlags(flags, root + "/proj", WorkspaceLayout::Relocated(root + "/proj"), {},
+                    v1::UNIT_COMPILER_NVCC);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(absl::StrJoin(*moved, " "),
+            absl::StrCat("-I", root, "/headers -Iempty --include-path=", root, "/headers -O2"));
+  absl::StatusOr<std::vector<std::string>> host =
+      RelativeFlags({"-I" + root + "/alice/.venv/include", "-O2"}, root + "/proj",
+                    WorkspaceLayout::Relocated(root + "/proj"), {}, v1::UNIT_COMPILER_HOST_CXX);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(absl::StrJoin(*host, " "), "-O2");
+  absl::StatusOr<std::vector<std::string>> as_is = RelativeFlags(
+      flags, root + "/proj", WorkspaceLayout::AsIs(root + "/proj"), {}, v1::UNIT_COMPILER_NVCC);
+  ASSERT_TRUE(as_is.ok()) << as_is.status();
+  EXPECT_THAT(absl::StrJoin(*as_is, " "), HasSubstr(root + "/alice/.venv/include"));
+  EXPECT_THAT(absl::StrJoin(*as_is, " "), HasSubstr(root + "/missing"));
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

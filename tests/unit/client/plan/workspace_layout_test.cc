@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -124,18 +126,165 @@ TEST(LayoutForTest, FilesNamedByAbsoluteFlagsStayAtTheirOwnPaths) {
       LayoutFor("/tmp/pip-req-build-abc",
                 {"/tmp/pip-req-build-abc/csrc/k.cu", "/tmp/pip-req-build-abc/csrc/k.h",
                  "/venv/torch/include/ATen/ATen.h", "/venv/torch/include/c10/core/Device.h",
-                 "/py/include/python3.11/Python.h", "/opt/pre.h"},
+                 "/py/include/python3.11/Python.h", "/opt/pre.h", "/opt/more/pre2.h"},
                 {"/tmp/pip-req-build-abc/csrc", "/venv/torch/include", "/py/include/python3.11",
-                 "/opt/pre.h"},
+                 "/opt/pre.h", "/opt/more"},
                 /*absolute_paths=*/false, &outside);
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->root(), "/tmp/pip-req-build-abc");
   EXPECT_EQ(layout->canonical(), "/distcc-cuda/workspace");
+  // Python's headers are an input root; the rest is nobody's in particular.
+  EXPECT_EQ(layout->InTree("/py/include/python3.11/Python.h"),
+            "distcc-cuda/include/python3.11/Python.h");
   EXPECT_THAT(outside, ::testing::UnorderedElementsAre(::testing::Pair("/venv/torch/include", 2),
-                                                       ::testing::Pair("/py/include/python3.11", 1),
+                                                       ::testing::Pair("/opt/more", 1),
                                                        ::testing::Pair("/opt/pre.h", 1)));
   EXPECT_EQ(DescribeOutsideFiles(outside, 2),
-            "/venv/torch/include (2 files), /opt/pre.h (1 file) and 1 more");
+            "/venv/torch/include (2 files), /opt/more (1 file) and 1 more");
+}
+
+TEST(FindInputRootTest, PythonEnvironmentsAndPythonsHeadersWhereverTheyAre) {
+  struct Case {
+    const char* path;
+    const char* root;       // "" for none
+    const char* canonical;  // where it appears
+  };
+  for (const Case& c : std::vector<Case>{
+           {"/home/ada/.venv/lib/python3.11/site-packages/torch/include/ATen/ATen.h",
+            "/home/ada/.venv/lib/python3.11/site-packages", "/distcc-cuda/site-packages"},
+           {"/opt/envs/x/lib/python3.12/site-packages/torch/include",
+            "/opt/envs/x/lib/python3.12/site-packages", "/distcc-cuda/site-packages"},
+           {"/home/bob/miniforge3/envs/fa/lib/python3.11/site-packages/pybind11/include/p.h",
+            "/home/bob/miniforge3/envs/fa/lib/python3.11/site-packages",
+            "/distcc-cuda/site-packages"},
+           // A package vendoring an environment: the innermost one holds it.
+           {"/v/lib/site-packages/pkg/site-packages/x.h", "/v/lib/site-packages/pkg/site-packages",
+            "/distcc-cuda/site-packages"},
+           {"/home/eve/.local/lib/python3.11/dist-packages/cutlass/include/cutlass.h",
+            "/home/eve/.local/lib/python3.11/dist-packages", "/distcc-cuda/site-packages"},
+           {"/root/.pyenv/versions/3.11.7/include/python3.11/Python.h",
+            "/root/.pyenv/versions/3.11.7/include/python3.11", "/distcc-cuda/include/python3.11"},
+           {"/home/bob/miniforge3/envs/fa/include/python3.13t",
+            "/home/bob/miniforge3/envs/fa/include/python3.13t", "/distcc-cuda/include/python3.13t"},
+           {"/venv/include/site/python3.11/pybind11/pybind11.h", "/venv/include/site/python3.11",
+            "/distcc-cuda/include/site/python3.11"},
+           // The system's own are the workers' own.
+           {"/usr/include/python3.11/Python.h", "", ""},
+           {"/usr/lib/python3/dist-packages/numpy/core/include/x.h", "", ""},
+           // Names that only look alike.
+           {"/opt/python3.11/include/x.h", "", ""},
+           {"/src/include/python-helpers/x.h", "", ""},
+           {"/src/include/pythonX/x.h", "", ""},
+           {"/src/my-site-packages/x.h", "", ""},
+           {"relative/site-packages/x.h", "", ""},
+       }) {
+    std::optional<InputRoot> root = FindInputRoot(c.path);
+    if (*c.root == '\0') {
+      EXPECT_FALSE(root.has_value()) << c.path << " -> " << root->local;
+      continue;
+    }
+    ASSERT_TRUE(root.has_value()) << c.path;
+    EXPECT_EQ(root->local, c.root) << c.path;
+    EXPECT_EQ(root->canonical, c.canonical) << c.path;
+  }
+}
+
+// torch's extension flags as cpp_extension writes them for one user.
+std::vector<std::string> TorchAnchors(const std::string& venv, const std::string& python) {
+  const std::string torch = venv + "/lib/python3.11/site-packages/torch/include";
+  return {torch, torch + "/torch/csrc/api/include", python + "/include/python3.11"};
+}
+
+std::vector<std::string> TorchClosure(const std::string& workspace, const std::string& venv,
+                                      const std::string& python) {
+  const std::string torch = venv + "/lib/python3.11/site-packages/torch/include";
+  return {workspace + "/csrc/k.cu", torch + "/ATen/ATen.h", torch + "/torch/csrc/api/include/t.h",
+          python + "/include/python3.11/Python.h"};
+}
+
+TEST(LayoutForTest, TwoUsersVenvsAndPythonsAppearAtOnePlace) {
+  std::vector<std::vector<std::string>> trees;
+  for (const auto& [workspace, venv, python] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"/tmp/pip-a", "/home/ada/.venv", "/root/.pyenv/versions/3.11.7"},
+           {"/work/b/proj", "/opt/envs/x", "/opt/envs/x"},
+           {"/tmp/c", "/home/cy/miniforge3/envs/fa", "/home/cy/miniforge3/envs/fa"}}) {
+    OutsideFiles outside;
+    absl::StatusOr<WorkspaceLayout> layout =
+        LayoutFor(workspace, TorchClosure(workspace, venv, python), TorchAnchors(venv, python),
+                  false, &outside);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_THAT(outside, ::testing::IsEmpty()) << workspace;
+    ASSERT_EQ(layout->input_roots().size(), 2u) << layout->Key();
+    EXPECT_EQ(layout->input_roots()[0].kind, "Python packages");
+    EXPECT_EQ(layout->input_roots()[1].kind, "Python headers");
+    std::vector<std::string> tree;
+    for (const std::string& path : TorchClosure(workspace, venv, python)) {
+      tree.push_back(layout->InTree(path));
+    }
+    for (const std::string& anchor : TorchAnchors(venv, python)) {
+      tree.push_back(layout->OnWorker(anchor));
+    }
+    trees.push_back(tree);
+    EXPECT_EQ(layout->ToLocalText("/distcc-cuda/site-packages/torch/include/ATen/ATen.h:3: "
+                                  "error in /distcc-cuda/include/python3.11/Python.h"),
+              absl::StrCat(venv,
+                           "/lib/python3.11/site-packages/torch/include/ATen/ATen.h:3: "
+                           "error in ",
+                           python, "/include/python3.11/Python.h"));
+  }
+  EXPECT_EQ(trees[1], trees[0]);
+  EXPECT_EQ(trees[2], trees[0]);
+  EXPECT_THAT(
+      trees[0],
+      ::testing::ElementsAre(
+          "distcc-cuda/workspace/csrc/k.cu", "distcc-cuda/site-packages/torch/include/ATen/ATen.h",
+          "distcc-cuda/site-packages/torch/include/torch/csrc/api/include/t.h",
+          "distcc-cuda/include/python3.11/Python.h", "/distcc-cuda/site-packages/torch/include",
+          "/distcc-cuda/site-packages/torch/include/torch/csrc/api/include",
+          "/distcc-cuda/include/python3.11"));
+}
+
+TEST(LayoutForTest, ARootBelowAnotherAnchorOutsideStaysWhereItIs) {
+  // -I VENV/lib reaches python3.11/site-packages/x.h by that path: the
+  // root cannot move apart from it.
+  OutsideFiles outside;
+  absl::StatusOr<WorkspaceLayout> layout =
+      LayoutFor("/w", {"/w/k.cu", "/v/lib/python3.11/site-packages/x.h"},
+                {"/v/lib", "/v/lib/python3.11/site-packages"}, false, &outside);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_THAT(layout->input_roots(), ::testing::IsEmpty());
+  EXPECT_EQ(layout->InTree("/v/lib/python3.11/site-packages/x.h"),
+            "v/lib/python3.11/site-packages/x.h");
+  EXPECT_EQ(outside.size(), 1u);
+}
+
+TEST(LayoutForTest, ASecondEnvironmentIsNumberedAndTextsNameEachRightly) {
+  absl::StatusOr<WorkspaceLayout> layout = LayoutFor(
+      "/w",
+      {"/w/k.cu", "/v/lib/python3.11/site-packages/a.h",
+       "/home/u/.local/lib/python3.11/site-packages/b.h"},
+      {"/v/lib/python3.11/site-packages", "/home/u/.local/lib/python3.11/site-packages"}, false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->InTree("/v/lib/python3.11/site-packages/a.h"), "distcc-cuda/site-packages/a.h");
+  EXPECT_EQ(layout->InTree("/home/u/.local/lib/python3.11/site-packages/b.h"),
+            "distcc-cuda/site-packages-2/b.h");
+  EXPECT_EQ(
+      layout->ToLocalText("/distcc-cuda/site-packages-2/b.h and /distcc-cuda/site-packages/a.h"),
+      "/home/u/.local/lib/python3.11/site-packages/b.h and "
+      "/v/lib/python3.11/site-packages/a.h");
+  EXPECT_NE(layout->Key(), WorkspaceLayout::Relocated("/w").Key());
+}
+
+TEST(LayoutForTest, AWorkspaceInsideAnEnvironmentIsTheWorkspaceOnly) {
+  absl::StatusOr<WorkspaceLayout> layout = LayoutFor(
+      "/v/lib/python3.11/site-packages/pkg",
+      {"/v/lib/python3.11/site-packages/pkg/k.cu", "/v/lib/python3.11/site-packages/t/x.h"},
+      {"/v/lib/python3.11/site-packages/t"}, false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_THAT(layout->input_roots(), ::testing::IsEmpty());
+  EXPECT_EQ(layout->InTree("/v/lib/python3.11/site-packages/t/x.h"),
+            "v/lib/python3.11/site-packages/t/x.h");
 }
 
 TEST(LayoutForTest, AFileReachedByDotDotFromInsideWidensTheWorkspace) {
@@ -155,36 +304,57 @@ TEST(LayoutForTest, AFileReachedByDotDotFromInsideWidensTheWorkspace) {
 
 TEST(LayoutForTest, WithAbsolutePathsNothingMoves) {
   absl::StatusOr<WorkspaceLayout> layout =
-      LayoutFor("/home/ada/proj", {"/home/ada/proj/k.cu"}, {}, /*absolute_paths=*/true);
+      LayoutFor("/home/ada/proj", {"/home/ada/proj/k.cu", "/v/lib/python3.11/site-packages/x.h"},
+                {"/v/lib/python3.11/site-packages"}, /*absolute_paths=*/true);
   ASSERT_TRUE(layout.ok());
   EXPECT_FALSE(layout->relocated());
+  EXPECT_THAT(layout->input_roots(), ::testing::IsEmpty());
   EXPECT_EQ(layout->InTree("/home/ada/proj/k.cu"), "home/ada/proj/k.cu");
+  EXPECT_EQ(layout->InTree("/v/lib/python3.11/site-packages/x.h"),
+            "v/lib/python3.11/site-packages/x.h");
 }
 
 TEST(LayoutForTest, AFileOfThisMachineUnderTheCanonicalRootIsRefused) {
-  absl::StatusOr<WorkspaceLayout> layout =
-      LayoutFor("/home/ada/proj", {"/home/ada/proj/k.cu", "/distcc-cuda/workspace/other.h"},
-                {"/distcc-cuda/workspace"}, false);
-  ASSERT_FALSE(layout.ok());
-  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(layout.status().message()),
-              HasSubstr("/distcc-cuda/workspace/other.h lies under /distcc-cuda/workspace"));
-  EXPECT_THAT(std::string(layout.status().message()), HasSubstr("--absolute-paths"));
-  // The workspace itself may lie there: it moves onto itself.
+  for (const char* hidden : {"/distcc-cuda/workspace/other.h", "/distcc-cuda/include/x.h"}) {
+    absl::StatusOr<WorkspaceLayout> layout =
+        LayoutFor("/home/ada/proj", {"/home/ada/proj/k.cu", hidden},
+                  {std::string(hidden).substr(0, std::string(hidden).rfind('/'))}, false);
+    ASSERT_FALSE(layout.ok()) << hidden;
+    EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(layout.status().message()),
+                HasSubstr(absl::StrCat(hidden, " lies under /distcc-cuda,")));
+    EXPECT_THAT(std::string(layout.status().message()), HasSubstr("--absolute-paths"));
+  }
+  // The workspace itself may lie there, and so may an environment: each
+  // moves onto itself.
+  EXPECT_TRUE(LayoutFor("/home/ada/proj",
+                        {"/home/ada/proj/k.cu", "/distcc-cuda/site-packages/torch/x.h"},
+                        {"/distcc-cuda/site-packages/torch"}, false)
+                  .ok());
   EXPECT_TRUE(
       LayoutFor("/distcc-cuda/workspace/proj", {"/distcc-cuda/workspace/proj/k.cu"}, {}, false)
           .ok());
 }
 
 TEST(DescribeWorkspacesTest, SaysWhereTheWorkersSawItAndWhatIsKeyedByItsPath) {
-  EXPECT_EQ(DescribeWorkspaces({{"/tmp/a", 3}}, {}, false),
+  EXPECT_EQ(DescribeWorkspaces({{"/tmp/a", 3}}, {}, {}, false),
             "workspace /tmp/a (/distcc-cuda/workspace on the workers: its results serve the same "
             "tree in any folder)");
   EXPECT_EQ(
-      DescribeWorkspaces({{"/tmp/a", 1}, {"/tmp/b", 4}}, {{"/venv/torch/include", 900}}, true),
+      DescribeWorkspaces({{"/tmp/a", 1}, {"/tmp/b", 4}}, {}, {{"/venv/torch/include", 900}}, true),
       "workspace /tmp/b and 1 more (--absolute-paths: at its own path on the workers; "
       "results are keyed by it)\n"
       "            outside it, keyed by their own paths: /venv/torch/include (900 files)");
+  const InputRoots roots = {
+      {"/v/lib/python3.11/site-packages",
+       {"/v/lib/python3.11/site-packages", "/distcc-cuda/site-packages", "Python packages"}}};
+  EXPECT_EQ(
+      DescribeWorkspaces({{"/tmp/a", 3}}, roots, {{"/opt/x", 2}}, false),
+      "workspace /tmp/a (/distcc-cuda/workspace on the workers: its results serve the same "
+      "tree in any folder)\n"
+      "            Python packages /v/lib/python3.11/site-packages (/distcc-cuda/site-packages "
+      "on the workers: the same files serve from any venv or folder)\n"
+      "            outside it, keyed by their own paths: /opt/x (2 files)");
 }
 
 }  // namespace
