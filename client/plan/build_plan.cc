@@ -2,11 +2,14 @@
 #include "client/plan/build_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/plan/compile_commands.h"
 #include "client/plan/kernel_manifest.h"
 #include "client/plan/unit_request.h"
@@ -16,6 +19,7 @@
 #include "common/nvcc/forwarded_flags.h"
 #include "common/nvcc/gpu_targets.h"
 #include "common/nvcc/nvcc_args.h"
+#include "common/nvcc/toolchain.h"
 
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
@@ -86,6 +90,7 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
       } while (!names.insert(unit.name).second);
     }
     unit.directory = command.directory;
+    unit.compiler = command.arguments[0];
     unit.flags = parsed.FlagArguments();
     unit.source = parsed.sources[0];
     const std::string source = AbsolutePath(unit.source, unit.directory);
@@ -105,7 +110,73 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
   return plan;
 }
 
+// The program `named` (relative to `directory`) stands for here: a path
+// as it is, a bare name through $PATH; "" when there is none.
+std::string ProgramHere(const std::string& named, const std::string& directory) {
+  if (named.find('/') != std::string::npos) {
+    const std::string path = AbsolutePath(named, directory);
+    return IsExecutableFile(path) ? path : "";
+  }
+  const char* search = std::getenv("PATH");
+  for (absl::string_view folder : absl::StrSplit(search ? search : "", ':', absl::SkipEmpty())) {
+    const std::string path = absl::StrCat(folder, "/", named);
+    if (IsExecutableFile(path)) return path;
+  }
+  return "";
+}
+
+bool SameFile(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return fs::equivalent(a, b, error) && !error;
+}
+
 }  // namespace
+
+absl::Status CheckEntriesCompiler(const LocalPlan& plan, const std::string& nvcc_path,
+                                  const v1::ToolchainFingerprint& toolchain, std::ostream& out,
+                                  const ProcessRunner& run) {
+  struct Entries {
+    const LocalUnit* first = nullptr;
+    int count = 0;
+  };
+  std::map<std::string, Entries> by_compiler;  // a CUTLASS database names one
+  for (const LocalUnit& unit : plan.units) {
+    if (unit.compiler.empty()) continue;
+    Entries& entries = by_compiler[unit.compiler];
+    if (entries.first == nullptr) entries.first = &unit;
+    ++entries.count;
+  }
+  const std::string ours = absl::StrCat(nvcc_path, ", nvcc ", toolchain.nvcc_release(), " (",
+                                        toolchain.nvcc_build(), ")");
+  for (const auto& [compiler, entries] : by_compiler) {
+    const std::string which =
+        absl::StrCat(entries.count, entries.count == 1 ? " entry" : " entries", " (",
+                     entries.first->name, entries.count == 1 ? "" : ", ...", ")");
+    const std::string here = ProgramHere(compiler, entries.first->directory);
+    if (here.empty()) {
+      out << "distcc-cuda: note: compile_commands.json names " << compiler << " for " << which
+          << ", which this machine lacks; they compile with " << ours << "\n";
+      continue;
+    }
+    if (SameFile(here, nvcc_path)) continue;
+    absl::StatusOr<NvccRelease> theirs = AskNvccRelease(here, run);
+    if (!theirs.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "compile_commands.json: ", which, " are compiled with ", compiler, ": ",
+          theirs.status().message(), "; build with --nvcc PATH, the nvcc they are for"));
+    }
+    if (theirs->release == toolchain.nvcc_release() && theirs->build == toolchain.nvcc_build()) {
+      continue;  // a copy of the same nvcc
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compile_commands.json: ", which, " are compiled with ", here, ", nvcc ", theirs->release,
+        " (", theirs->build, "), but this build's nvcc is ", ours,
+        "; an entry is never compiled with another nvcc than its command names: build with "
+        "--nvcc ",
+        here, ", or make compile_commands.json again with ", nvcc_path));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<LocalPlan> LoadLocalPlan(const BuildOptions& options, bool is_compdb) {
   return is_compdb ? PlanFromCompileCommands(options) : PlanFromManifest(options);

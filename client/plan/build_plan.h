@@ -5,12 +5,14 @@
 // to a workspace root.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/plan/build_options.h"
 #include "client/plan/link_step.h"
+#include "common/process/subprocess.h"
 #include "distcc_cuda/v1/build.pb.h"
 
 namespace distcc_cuda::client {
@@ -23,6 +25,7 @@ struct LocalUnit {
   std::string source;                // as given (relative to directory, or absolute)
   std::string local_object;          // where the object lands on this machine
   std::vector<std::string> closure;  // absolute input paths
+  std::string compiler;              // a compile_commands.json entry's nvcc, as it names it
 };
 
 // An instantiation set before its paths are made relative.
@@ -51,6 +54,16 @@ struct LocalPlan {
 // unit; --objects-dir, --link-command, --library). INVALID_ARGUMENT or
 // NOT_FOUND naming the file for a bad plan.
 absl::StatusOr<LocalPlan> LoadLocalPlan(const BuildOptions& options, bool is_compdb);
+
+// A compile is what its command asked: every compile_commands.json entry's
+// own nvcc (LocalUnit::compiler, a bare name found through $PATH) is the
+// build's (`nvcc_path`, of `toolchain`), the same file or one that says the
+// same release and build. INVALID_ARGUMENT naming both and --nvcc for
+// another; FAILED_PRECONDITION for one that names no release. An nvcc this
+// machine lacks (a database made elsewhere) is said on `out`, once.
+absl::Status CheckEntriesCompiler(const LocalPlan& plan, const std::string& nvcc_path,
+                                  const v1::ToolchainFingerprint& toolchain, std::ostream& out,
+                                  const ProcessRunner& run = RunProcess);
 
 // CheckBeforeScan for every unit and instantiation set of the plan: nothing
 // runs here, not even a scan, with arguments a worker would refuse.

@@ -126,6 +126,7 @@ absl::StatusOr<PreparedBuild> PrepareBuild(const BuildOptions& options, std::ost
   const bool is_compdb = absl::EndsWith(options.plan_path, ".json");
   RETURN_IF_ERROR(CheckPlanOptions(options, is_compdb));
   ASSIGN_OR_RETURN(prepared.plan, LoadLocalPlan(options, is_compdb));
+  RETURN_IF_ERROR(CheckEntriesCompiler(prepared.plan, options.nvcc_path, prepared.toolchain, out));
   // Nothing runs here (not even the scan) with arguments a worker would refuse.
   RETURN_IF_ERROR(CheckPlanBeforeScan(prepared.plan));
   RETURN_IF_ERROR(CheckTargets(prepared.plan, options, out));

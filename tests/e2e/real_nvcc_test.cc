@@ -13,6 +13,7 @@
 #include <future>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -57,6 +58,29 @@ class RealNvccTest : public ::testing::Test {
     std::vector<std::string> argv = {testing::BinaryPath("distcc-cuda")};
     argv.insert(argv.end(), args.begin(), args.end());
     return testing::RunToEnd(argv);
+  }
+
+  // The second real nvcc (scripts/second_nvcc installs one from PyPI's
+  // wheels; scripts/test exports DISTCC_SECOND_NVCC) and both fingerprints;
+  // nullopt without it.
+  struct SecondRelease {
+    std::string nvcc;
+    v1::ToolchainFingerprint theirs;
+    v1::ToolchainFingerprint ours;
+  };
+  static constexpr char kNeedsSecond[] =
+      "needs a second nvcc release: run ./scripts/second_nvcc and set DISTCC_SECOND_NVCC to the "
+      "path it prints (scripts/test does)";
+  std::optional<SecondRelease> Second() {
+    const char* env = std::getenv("DISTCC_SECOND_NVCC");
+    std::string second = env ? env : "";
+    if (second.empty() || !IsExecutableFile(second)) return std::nullopt;
+    absl::StatusOr<v1::ToolchainFingerprint> theirs = ComputeToolchainFingerprint(second);
+    absl::StatusOr<v1::ToolchainFingerprint> ours = ComputeToolchainFingerprint(nvcc_);
+    EXPECT_TRUE(theirs.ok() && ours.ok());
+    if (!theirs.ok() || !ours.ok()) return std::nullopt;
+    EXPECT_NE(theirs->nvcc_release(), ours->nvcc_release()) << "not a second release";
+    return SecondRelease{second, *theirs, *ours};
   }
 
   std::string nvcc_;
@@ -562,17 +586,11 @@ TEST_F(RealNvccTest, StatusListsBothWorkersWithTheirToolchain) {
 // A second real nvcc of another CUDA release (scripts/second_nvcc installs
 // one from PyPI's wheels; scripts/test exports DISTCC_SECOND_NVCC).
 TEST_F(RealNvccTest, SecondReleaseTakesOnlyBuildsPinnedToIt) {
-  const char* env = std::getenv("DISTCC_SECOND_NVCC");
-  std::string second = env ? env : "";
-  if (second.empty() || !IsExecutableFile(second)) {
-    GTEST_SKIP() << "needs a second nvcc release: run ./scripts/second_nvcc and set "
-                    "DISTCC_SECOND_NVCC to the path it prints (scripts/test does)";
-  }
-  absl::StatusOr<v1::ToolchainFingerprint> theirs = ComputeToolchainFingerprint(second);
-  absl::StatusOr<v1::ToolchainFingerprint> ours = ComputeToolchainFingerprint(nvcc_);
-  ASSERT_TRUE(theirs.ok() && ours.ok());
-  ASSERT_NE(theirs->nvcc_release(), ours->nvcc_release()) << "not a second release";
-  const std::string release = theirs->nvcc_release();
+  std::optional<SecondRelease> pair = Second();
+  if (!pair) GTEST_SKIP() << kNeedsSecond;
+  const std::string& second = pair->nvcc;
+  const v1::ToolchainFingerprint* ours = &pair->ours;
+  const std::string release = pair->theirs.nvcc_release();
 
   // Pinned to this machine's release, the second nvcc's worker refuses to start.
   auto refused = testing::BackgroundProcess::Start(
@@ -632,6 +650,31 @@ n = [1, 2, 3]
   ProcessResult inspect = Client({"inspect", root_ + "/theirs/libpinned.so"});
   ASSERT_EQ(inspect.exit_code, 0) << inspect.stderr_text;
   EXPECT_THAT(inspect.stdout_text, HasSubstr("sm_100 cubin\n"));
+}
+
+// A compile is what its command asked: a compile_commands.json entry made
+// for the second release's nvcc is never compiled with this build's nvcc;
+// the build refuses before anything runs, naming both and --nvcc.
+TEST_F(RealNvccTest, ACompileCommandsEntryOfAnotherReleaseIsRefusedNotSubstituted) {
+  std::optional<SecondRelease> pair = Second();
+  if (!pair) GTEST_SKIP() << kNeedsSecond;
+  const std::string& second = pair->nvcc;
+  const v1::ToolchainFingerprint* theirs = &pair->theirs;
+  const v1::ToolchainFingerprint* ours = &pair->ours;
+  const std::string proj = root_ + "/their-database";
+  ASSERT_TRUE(
+      WriteFileAtomically(proj + "/k.cu", "__global__ void K(float* x) { x[0] = 1; }\n").ok());
+  WriteCompileCommand(second, proj, "k.cu", {"-O3", "-arch=sm_100"}, "k.o");
+  ProcessResult build = Client({"build", proj + "/compile_commands.json", "--coordinator", address_,
+                                "--library", "libk.so", "-o", proj + "/out", "--nvcc", nvcc_});
+  EXPECT_NE(build.exit_code, 0) << build.stdout_text << build.stderr_text;
+  EXPECT_THAT(build.stderr_text, HasSubstr(absl::StrCat("1 entry (k.cu) are compiled with ", second,
+                                                        ", nvcc ", theirs->nvcc_release())));
+  EXPECT_THAT(build.stderr_text, HasSubstr(absl::StrCat("but this build's nvcc is ", nvcc_,
+                                                        ", nvcc ", ours->nvcc_release())));
+  EXPECT_THAT(build.stderr_text, HasSubstr("build with --nvcc " + second));
+  EXPECT_FALSE(fs::exists(proj + "/out/libk.so"));
+  EXPECT_FALSE(fs::exists(proj + "/obj/k.o"));
 }
 
 // Ctrl-C of an embedded build: every process the build started (bwrap,

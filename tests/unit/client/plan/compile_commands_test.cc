@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client/plan/compile_commands.h"
 
+#include <cstdlib>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "client/plan/build_plan.h"
 #include "common/base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -213,6 +217,68 @@ TEST(LoadCompileCommandsFileTest, MissingDatabaseIsNotFound) {
   ASSERT_FALSE(commands.ok());
   EXPECT_EQ(commands.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(commands.status().message()), HasSubstr(path));
+}
+
+LocalPlan PlanOfEntries(const std::string& directory, const std::vector<std::string>& compilers) {
+  LocalPlan plan;
+  for (size_t i = 0; i < compilers.size(); ++i) {
+    LocalUnit unit;
+    unit.name = absl::StrCat("k", i, ".cu");
+    unit.directory = directory;
+    unit.compiler = compilers[i];
+    plan.units.push_back(std::move(unit));
+  }
+  return plan;
+}
+
+// A compile is what its command asked: an entry whose nvcc says another
+// release is refused, naming both and --nvcc; the build's own nvcc, a copy
+// of it (found by path, relative or through $PATH) and an nvcc this
+// machine lacks (said, once) pass; one that names no release is refused.
+TEST(CheckEntriesCompilerTest, AnEntryOfAnotherNvccIsRefusedNamingBoth) {
+  const std::string dir = NewTempDir("entries-compiler-");
+  const std::string ours = testing::FakeNvccWithRelease(dir, "13.0");
+  const std::string copy = testing::FakeNvccWithRelease(dir + "/copy", "13.0");
+  const std::string theirs = testing::FakeNvccWithRelease(dir, "13.2");
+  v1::ToolchainFingerprint toolchain;
+  toolchain.set_nvcc_release("13.0");
+  toolchain.set_nvcc_build("fake_cuda_13.0");
+  std::ostringstream out;
+  EXPECT_TRUE(CheckEntriesCompiler(PlanOfEntries(dir, {ours, copy, "copy/cuda-13.0/bin/nvcc"}),
+                                   ours, toolchain, out)
+                  .ok());
+  EXPECT_EQ(out.str(), "");
+
+  absl::Status refused =
+      CheckEntriesCompiler(PlanOfEntries(dir, {ours, theirs, theirs}), ours, toolchain, out);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr(absl::StrCat("2 entries (k1.cu, ...) are compiled with ", theirs,
+                                     ", nvcc 13.2 (fake_cuda_13.2), but this build's nvcc is ",
+                                     ours, ", nvcc 13.0 (fake_cuda_13.0)")));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("build with --nvcc " + theirs));
+
+  const char* path = std::getenv("PATH");
+  const std::string saved = path == nullptr ? "" : path;
+  setenv("PATH", (dir + "/cuda-13.2/bin:" + saved).c_str(), 1);
+  refused = CheckEntriesCompiler(PlanOfEntries(dir, {"nvcc"}), ours, toolchain, out);
+  setenv("PATH", saved.c_str(), 1);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("1 entry (k0.cu) are compiled with"));
+
+  EXPECT_TRUE(CheckEntriesCompiler(PlanOfEntries(dir, {"/nowhere/bin/nvcc", "/nowhere/bin/nvcc"}),
+                                   ours, toolchain, out)
+                  .ok());
+  EXPECT_EQ(out.str(), absl::StrCat("distcc-cuda: note: compile_commands.json names "
+                                    "/nowhere/bin/nvcc for 2 entries (k0.cu, ...), which this "
+                                    "machine lacks; they compile with ",
+                                    ours, ", nvcc 13.0 (fake_cuda_13.0)\n"));
+
+  const std::string mute = testing::WriteNvccWrapper(dir + "/mute-nvcc", "/bin/echo", "");
+  refused = CheckEntriesCompiler(PlanOfEntries(dir, {mute}), ours, toolchain, out);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("does not name a CUDA release"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("--nvcc PATH"));
 }
 
 }  // namespace
