@@ -301,23 +301,32 @@ bool AfterPath(char c) {
          c == '\'';
 }
 
-}  // namespace
-
 // Whether `workspace` can be found in texts by its name: a folder whose
-// name holds a space or what make or a shell escapes is spelled otherwise
-// in a make rule, so such a workspace keys by its absolute paths.
+// name holds a tab, a newline, a backslash or a quote keys by its absolute
+// paths (make and the shell spell those in more than one way).
 bool Markable(const std::string& workspace) {
   return !workspace.empty() && workspace != "/" &&
-         workspace.find_first_of(" \t\n\\#$:,\"'=%") == std::string::npos;
+         workspace.find_first_of("\t\n\\\"'") == std::string::npos;
 }
 
-std::string MarkWorkspace(absl::string_view text, const std::string& workspace) {
+// `workspace` as a text of `spelling` writes it: make's rules (g++ -M,
+// nvcc -M) escape a space as "\ ", '#' as "\#" and '$' as "$$".
+std::string Spelled(const std::string& workspace, WorkspaceSpelling spelling) {
+  if (spelling == WorkspaceSpelling::kPath) return workspace;
+  return absl::StrReplaceAll(workspace, {{" ", "\\ "}, {"#", "\\#"}, {"$", "$$"}});
+}
+
+}  // namespace
+
+std::string MarkWorkspace(absl::string_view text, const std::string& workspace,
+                          WorkspaceSpelling spelling) {
   if (!Markable(workspace)) return std::string(text);
+  const std::string spelled = Spelled(workspace, spelling);
   std::string out;
   size_t from = 0;
-  for (size_t at = text.find(workspace); at != absl::string_view::npos;
-       at = text.find(workspace, at + 1)) {
-    const size_t end = at + workspace.size();
+  for (size_t at = text.find(spelled); at != absl::string_view::npos;
+       at = text.find(spelled, at + 1)) {
+    const size_t end = at + spelled.size();
     const bool starts = at == 0 || BeforePath(text[at - 1]) || (at == 2 && text[0] == '-');
     const bool ends = end == text.size() || AfterPath(text[end]);
     if (!starts || !ends || at < from) continue;
@@ -328,9 +337,10 @@ std::string MarkWorkspace(absl::string_view text, const std::string& workspace) 
   return out;
 }
 
-std::string WorkspaceMarked(absl::string_view text, const std::string& workspace) {
+std::string WorkspaceMarked(absl::string_view text, const std::string& workspace,
+                            WorkspaceSpelling spelling) {
   if (!Markable(workspace)) return std::string(text);
-  return absl::StrReplaceAll(text, {{kWorkspaceMark, workspace}});
+  return absl::StrReplaceAll(text, {{kWorkspaceMark, Spelled(workspace, spelling)}});
 }
 
 std::string DescribeWorkspaces(const std::map<std::string, int>& units, const InputRoots& roots,

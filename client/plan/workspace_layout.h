@@ -157,12 +157,18 @@ std::string DescribeOutsideFiles(const OutsideFiles& outside, int limit = 3);
 // `workspace` as a whole path (at the text's start or after a space, '=',
 // ',', ':' or a quote, or after a "-X" option letter; followed by '/', a
 // space, ',', ':', a quote or the end) becomes kWorkspaceMark. WorkspaceMarked
-// undoes it for another folder. Both leave the text as it is for "", "/"
-// and a folder whose name make or a shell would spell otherwise (a space,
-// '$', '#'...): such a workspace's entries are keyed by where it is.
+// undoes it for another folder. A make rule (`spelling` kMakeRule) names
+// the folder as make escapes it (a space as "\ ", '#' as "\#", '$' as
+// "$$"), and is given the other folder's name so escaped. Both leave the
+// text as it is for "", "/" and a folder whose name holds a tab, a newline,
+// a backslash or a quote: such a workspace's entries are keyed by where it
+// is.
 inline constexpr char kWorkspaceMark[] = "\x01workspace\x01";
-std::string MarkWorkspace(absl::string_view text, const std::string& workspace);
-std::string WorkspaceMarked(absl::string_view text, const std::string& workspace);
+enum class WorkspaceSpelling { kPath, kMakeRule };
+std::string MarkWorkspace(absl::string_view text, const std::string& workspace,
+                          WorkspaceSpelling spelling = WorkspaceSpelling::kPath);
+std::string WorkspaceMarked(absl::string_view text, const std::string& workspace,
+                            WorkspaceSpelling spelling = WorkspaceSpelling::kPath);
 
 // The summary's lines (after "  ", without the last newline) that say
 // where a build's units were (`units` by workspace), how the workers saw

@@ -103,7 +103,8 @@ v1::ScanCacheEntry Marked(v1::ScanCacheEntry entry, const std::string& workspace
   for (v1::ScanCacheEntry::Folder& folder : *entry.mutable_folders()) {
     folder.set_path(MarkWorkspace(folder.path(), workspace));
   }
-  entry.set_dependency_text(MarkWorkspace(entry.dependency_text(), workspace));
+  entry.set_dependency_text(
+      MarkWorkspace(entry.dependency_text(), workspace, WorkspaceSpelling::kMakeRule));
   return entry;
 }
 
@@ -268,7 +269,8 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
     answer.files.push_back(file.path());
     known_[file.path()] = Vouched{Digest{file.sha256(), file.size()}, StatText(file)};
   }
-  answer.dependency_text = WorkspaceMarked(entry.dependency_text(), workspace);
+  answer.dependency_text =
+      WorkspaceMarked(entry.dependency_text(), workspace, WorkspaceSpelling::kMakeRule);
   return answer;
 }
 

@@ -81,6 +81,8 @@ class ScanCacheTest : public ::testing::Test {
     return ScanCache(dir_ + "/scan", toolchain, std::move(nvcc_variables));
   }
 
+  void ExpectTheTreeMovedToIsAHit(const std::string& moved);
+
   std::string dir_, log_, nvcc_, proj_;
   std::vector<std::string> flags_;
 };
@@ -226,7 +228,7 @@ TEST_F(ScanCacheTest, TheDependencyFileIsWrittenAgainAsNvccWroteIt) {
 // The same tree in another folder (pip's next temporary folder, a second
 // checkout) asks the same question of its workspace: no nvcc runs, the
 // files are those of the new folder, and the dependency file names them.
-TEST_F(ScanCacheTest, TheSameTreeInAnotherFolderIsAHitNamingItsOwnFiles) {
+void ScanCacheTest::ExpectTheTreeMovedToIsAHit(const std::string& moved) {
   ScanCache cache = Cache();
   const std::vector<std::string> arguments = {"-M", "-MT", "obj/k.o", "-MF", "obj/k.d"};
   const std::vector<std::string> absolute_flags = {"-I" + proj_ + "/inc2", "-I" + proj_ + "/inc1",
@@ -240,7 +242,6 @@ TEST_F(ScanCacheTest, TheSameTreeInAnotherFolderIsAHitNamingItsOwnFiles) {
   absl::StatusOr<std::string> first = ReadFile(proj_ + "/obj/k.d");
   ASSERT_TRUE(first.ok());
   EXPECT_THAT(*first, ::testing::HasSubstr(proj_ + "/inc1/a.h"));
-  const std::string moved = dir_ + "/elsewhere/deeper/proj";
   fs::create_directories(fs::path(moved).parent_path());
   fs::copy(proj_, moved, fs::copy_options::recursive);
   fs::remove(moved + "/obj/k.d");
@@ -256,13 +257,28 @@ TEST_F(ScanCacheTest, TheSameTreeInAnotherFolderIsAHitNamingItsOwnFiles) {
   EXPECT_THAT(*again, Not(Contains(proj_ + "/inc1/sub/b.h")));
   absl::StatusOr<std::string> written = ReadFile(moved + "/obj/k.d");
   ASSERT_TRUE(written.ok());
-  EXPECT_EQ(*written, absl::StrReplaceAll(*first, {{proj_, moved}}));
+  // make's spelling of the new folder where nvcc wrote the old one's.
+  EXPECT_EQ(*written,
+            absl::StrReplaceAll(
+                *first, {{proj_, absl::StrReplaceAll(moved, {{" ", "\\ "}, {"#", "\\#"}})}}));
   ASSERT_TRUE(cache.KnownDigest(moved + "/inc1/a.h").has_value());
   // Without the workspace the same folder is another question.
   ASSERT_TRUE(ScanInputClosure(nvcc_, moved, moved_flags, moved + "/src/k.cu",
                                ExcludedPrefixes(nvcc_), &cache)
                   .ok());
   EXPECT_EQ(Scans() - before, 2);
+}
+
+TEST_F(ScanCacheTest, TheSameTreeInAnotherFolderIsAHitNamingItsOwnFiles) {
+  ExpectTheTreeMovedToIsAHit(dir_ + "/elsewhere/deeper/proj");
+}
+
+// A folder named with a space, '#', ':', '=' or '%' (make escapes the
+// first two in the dependency file) is found as well. nvcc itself cannot
+// compile in a folder named with a '$' (its driver expands it), and takes
+// a ',' in -I for two folders (MarkWorkspaceTest has both).
+TEST_F(ScanCacheTest, AFolderNamedWithASpaceOrWhatMakeEscapesIsAHitToo) {
+  ExpectTheTreeMovedToIsAHit(dir_ + "/my checkouts/proj #2 v=1:50%");
 }
 
 TEST(MarkWorkspaceTest, MarksTheFolderOnlyAsAWholePath) {
@@ -277,8 +293,21 @@ TEST(MarkWorkspaceTest, MarksTheFolderOnlyAsAWholePath) {
   EXPECT_EQ(MarkWorkspace("/x/tmp/pip-req-build-ab/k.cu", w), "/x/tmp/pip-req-build-ab/k.cu");
   EXPECT_EQ(WorkspaceMarked(MarkWorkspace("-I/tmp/pip-req-build-ab/csrc", w), "/home/b/proj"),
             "-I/home/b/proj/csrc");
-  // A folder make would spell otherwise keys as it is.
-  EXPECT_EQ(MarkWorkspace("/tmp/my proj/k.cu", "/tmp/my proj"), "/tmp/my proj/k.cu");
+  // A folder make spells otherwise: as it is in paths and flags, escaped
+  // in a make rule, and given back in each spelling.
+  const std::string odd = "/tmp/my proj #2, v=1:50%$";
+  EXPECT_EQ(MarkWorkspace(odd + "/k.cu", odd), "\x01workspace\x01/k.cu");
+  EXPECT_EQ(MarkWorkspace("-I" + odd + "/inc", odd), "-I\x01workspace\x01/inc");
+  const std::string rule = "k.o: /tmp/my\\ proj\\ \\#2,\\ v=1:50%$$/k.cu \\\n /usr/include/a.h\n";
+  EXPECT_EQ(MarkWorkspace(rule, odd, WorkspaceSpelling::kMakeRule),
+            "k.o: \x01workspace\x01/k.cu \\\n /usr/include/a.h\n");
+  EXPECT_EQ(MarkWorkspace(rule, odd), rule) << "a path's spelling is not a rule's";
+  EXPECT_EQ(WorkspaceMarked(MarkWorkspace(rule, odd, WorkspaceSpelling::kMakeRule), "/home/a b",
+                            WorkspaceSpelling::kMakeRule),
+            "k.o: /home/a\\ b/k.cu \\\n /usr/include/a.h\n");
+  // A name with a tab, a newline, a backslash or a quote keys as it is.
+  EXPECT_EQ(MarkWorkspace("/tmp/a'b/k.cu", "/tmp/a'b"), "/tmp/a'b/k.cu");
+  EXPECT_EQ(MarkWorkspace("/tmp/a\\b/k.cu", "/tmp/a\\b"), "/tmp/a\\b/k.cu");
   EXPECT_EQ(MarkWorkspace("/tmp/k.cu", ""), "/tmp/k.cu");
 }
 
