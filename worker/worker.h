@@ -264,6 +264,12 @@ class Worker {
   // RESOURCE_EXHAUSTED is a memory kill, which the coordinator's retry ladder
   // answers with a larger reservation.
   v1::TaskResult RunOnEngine(const v1::Task& task, const CancelToken& cancel);
+  // The result the engine's ActionCache holds for `action` at its own
+  // memory value or at another near the unit's reservation, with its
+  // outputs: nullopt where it holds none, which Execute then makes.
+  std::optional<v1::TaskResult> CachedOnEngine(const UnitAction& action,
+                                               const v1::CompileUnit& unit, const v1::Task& task,
+                                               const CancelToken& cancel);
   // The result of an execution the engine ended with OK: exit 137 as a
   // memory kill, a compile's exit code, and for exit 0 its outputs.
   v1::TaskResult ResultOfEngineAction(const reapi::ExecuteResponse& response,

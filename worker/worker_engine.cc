@@ -7,7 +7,9 @@
 // engine in the memory property it reads, so a memory kill the engine
 // reports (exit 137, RESOURCE_EXHAUSTED) comes back as a kill and the
 // ladder sends the unit again with a larger property.
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -25,6 +27,10 @@
 
 namespace distcc_cuda::worker {
 namespace {
+
+// At most this many memory values asked of the engine's ActionCache before
+// a unit is sent (a lookup each; about 9 within 4 times either way).
+constexpr size_t kMostEngineCacheLookups = 12;
 
 // The peak a distcc-cuda bot measured (its UnitMemoryUsage), within
 // `most`; nullopt from other engines, which report none.
@@ -152,6 +158,10 @@ v1::TaskResult Worker::RunOnEngine(const v1::Task& task, const CancelToken& canc
   absl::StatusOr<UnitAction> action =
       ActionOfUnit(unit, settings, [this](const Digest& digest) { return cache_->PathOf(digest); });
   if (!action.ok()) return FailedToStart(std::string(action.status().message()));
+  if (std::optional<v1::TaskResult> cached = CachedOnEngine(*action, unit, task, cancel)) {
+    return *std::move(cached);
+  }
+  if (cancel.cancelled()) return Cancelled(cancel.reason());
   if (absl::StatusOr<int> sent = engine_store_->UploadMissing(action->blobs); !sent.ok()) {
     if (cancel.cancelled()) return Cancelled(cancel.reason());
     return FailedToStart(
@@ -172,6 +182,54 @@ v1::TaskResult Worker::RunOnEngine(const v1::Task& task, const CancelToken& canc
     result.set_wall_time_ms(absl::ToInt64Milliseconds(absl::Now() - start));
   }
   return result;
+}
+
+std::optional<v1::TaskResult> Worker::CachedOnEngine(const UnitAction& action,
+                                                     const v1::CompileUnit& unit,
+                                                     const v1::Task& task,
+                                                     const CancelToken& cancel) {
+  // The memory value is part of the Action, so of the ActionCache's key;
+  // but it says only where the engine may run the compile, not what the
+  // compile makes. A reservation that moved a step since the result was
+  // made (the history learnt more; a teammate's history is another) must
+  // not compile again what the engine holds: the values within 4 times the
+  // reservation either way are asked too, each a lookup of its digest.
+  std::vector<reapi::Digest> candidates = {action.action_digest};
+  const MemoryProperty& property = options_.memory_property;
+  const int64_t reserved = task.reserved_bytes();
+  if (!property.name.empty() && reserved > 0) {
+    const std::string own = MemoryPropertyValue(property, reserved);
+    const int64_t highest = std::max(reserved, std::min(reserved * 4, options_.memory_cap_bytes));
+    for (const std::string& value :
+         MemoryPropertyValues(property, reserved / 4, highest, kMostEngineCacheLookups)) {
+      if (value != own)
+        candidates.push_back(ActionDigestWithProperty(action, property.name, value));
+    }
+  }
+  for (const reapi::Digest& digest : candidates) {
+    if (cancel.cancelled()) return std::nullopt;
+    absl::StatusOr<std::optional<reapi::ActionResult>> cached =
+        engine_execution_->CachedResult(digest, cancel);
+    if (!cached.ok()) {
+      // Execute looks up the reservation's own value again, and runs it.
+      spdlog::debug("{}: no lookup in the engine's ActionCache: {}", unit.name(),
+                    cached.status().ToString());
+      return std::nullopt;
+    }
+    if (!cached->has_value() || (*cached)->exit_code() != 0) continue;
+    reapi::ExecuteResponse response;
+    *response.mutable_result() = **std::move(cached);
+    response.set_cached_result(true);
+    v1::TaskResult result = ResultOfEngineAction(response, unit, task);
+    // An entry whose outputs the engine no longer holds is no result.
+    if (result.outcome() == v1::TASK_COMPLETED && result.exit_code() == 0) {
+      if (digest.hash() != action.action_digest.hash()) {
+        spdlog::info("{}: the engine's ActionCache holds it at another memory value", unit.name());
+      }
+      return result;
+    }
+  }
+  return std::nullopt;
 }
 
 v1::TaskResult Worker::ResultOfEngineAction(const reapi::ExecuteResponse& response,

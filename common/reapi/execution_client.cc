@@ -126,6 +126,7 @@ ReapiExecutionClient::ReapiExecutionClient(const std::shared_ptr<grpc::Channel>&
                                            std::string instance)
     : instance_(std::move(instance)),
       stub_(reapi::Execution::NewStub(channel)),
+      action_cache_(reapi::ActionCache::NewStub(channel)),
       operations_(google::longrunning::Operations::NewStub(channel)) {}
 
 void ReapiExecutionClient::CancelOperation(const std::string& name) {
@@ -178,6 +179,24 @@ absl::StatusOr<reapi::ExecuteResponse> ReapiExecutionClient::Execute(const reapi
     return Annotate(FromGrpcStatus(end.status), "the engine's Execute");
   }
   return absl::UnavailableError("the engine ended the execution's stream without its result");
+}
+
+absl::StatusOr<std::optional<reapi::ActionResult>> ReapiExecutionClient::CachedResult(
+    const reapi::Digest& action, const CancelToken& cancel) {
+  reapi::GetActionResultRequest request;
+  request.set_instance_name(instance_);
+  *request.mutable_action_digest() = action;
+  request.set_inline_stdout(true);
+  request.set_inline_stderr(true);
+  reapi::ActionResult result;
+  CancellableCall call(cancel);
+  call.context().set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  const grpc::Status status = action_cache_->GetActionResult(&call.context(), request, &result);
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) return std::nullopt;
+  if (!status.ok()) {
+    return Annotate(FromGrpcStatus(status), "the engine's ActionCache");
+  }
+  return result;
 }
 
 }  // namespace distcc_cuda

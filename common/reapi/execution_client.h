@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,12 +38,19 @@ class ReapiExecutionClient {
   absl::StatusOr<reapi::ExecuteResponse> Execute(const reapi::Digest& action,
                                                  const CancelToken& cancel);
 
+  // The engine's ActionCache entry for `action`, its outputs as the engine
+  // lists them: nullopt where it has none (NOT_FOUND); other errors as they
+  // are. Within 10 s.
+  absl::StatusOr<std::optional<reapi::ActionResult>> CachedResult(const reapi::Digest& action,
+                                                                  const CancelToken& cancel);
+
  private:
   // Operations.CancelOperation(name), within 2 s, whatever the answer.
   void CancelOperation(const std::string& name);
 
   std::string instance_;
   std::unique_ptr<reapi::Execution::Stub> stub_;
+  std::unique_ptr<reapi::ActionCache::Stub> action_cache_;
   std::unique_ptr<google::longrunning::Operations::Stub> operations_;
 };
 

@@ -114,6 +114,27 @@ std::string MemoryPropertyValue(const MemoryProperty& property, int64_t bytes) {
   return absl::StrCat(units);
 }
 
+std::vector<std::string> MemoryPropertyValues(const MemoryProperty& property, int64_t lowest,
+                                              int64_t highest, size_t most) {
+  std::vector<std::string> values;
+  int64_t first = 0;
+  int64_t last = 0;
+  if (!absl::SimpleAtoi(MemoryPropertyValue(property, lowest), &first) ||
+      !absl::SimpleAtoi(MemoryPropertyValue(property, highest), &last)) {
+    return values;
+  }
+  // The steps MemoryPropertyValue rounds to, in order: 1, 2, 3, 4, 6, 8, ...
+  for (int64_t step = 1; step > 0 && step < (int64_t{1} << 61) && values.size() < most; step *= 2) {
+    for (const int64_t value : {step, step >= 2 ? step / 2 * 3 : int64_t{0}}) {
+      if (value >= first && value <= last && value > 0 && values.size() < most) {
+        values.push_back(absl::StrCat(value));
+      }
+    }
+  }
+  if (values.empty() && first == 0) values.push_back("0");
+  return values;
+}
+
 absl::StatusOr<UnitAction> ActionOfUnit(const v1::CompileUnit& unit, const ActionSettings& settings,
                                         const std::function<std::string(const Digest&)>& path_of) {
   UnitAction out;
@@ -147,12 +168,30 @@ absl::StatusOr<UnitAction> ActionOfUnit(const v1::CompileUnit& unit, const Actio
   // read it first.
   *out.action.mutable_platform() = command.platform();
   *out.action.mutable_command_digest() = AddMessage(command, out.blobs);
+  out.command = std::move(command);
   *out.action.mutable_input_root_digest() = WriteFolder(root, out.blobs);
   if (settings.timeout > absl::ZeroDuration()) {
     out.action.mutable_timeout()->set_seconds(absl::ToInt64Seconds(settings.timeout));
   }
   out.action_digest = AddMessage(out.action, out.blobs);
   return out;
+}
+
+reapi::Digest ActionDigestWithProperty(const UnitAction& action, const std::string& name,
+                                       const std::string& value) {
+  reapi::Command command = action.command;
+  bool found = false;
+  for (reapi::Platform::Property& property : *command.mutable_platform()->mutable_properties()) {
+    if (property.name() != name) continue;
+    property.set_value(value);
+    found = true;
+  }
+  if (!found) return action.action_digest;
+  std::vector<BlobSource> unused;
+  reapi::Action changed = action.action;
+  *changed.mutable_platform() = command.platform();
+  *changed.mutable_command_digest() = AddMessage(command, unused);
+  return AddMessage(changed, unused);
 }
 
 }  // namespace distcc_cuda

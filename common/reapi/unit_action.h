@@ -40,6 +40,11 @@ absl::StatusOr<MemoryProperty> ParseMemoryProperty(const std::string& text);
 // at the price of reserving up to half as much again.
 std::string MemoryPropertyValue(const MemoryProperty& property, int64_t bytes);
 
+// The values MemoryPropertyValue gives for `lowest` to `highest` bytes,
+// each once, the smallest first; at most `most` of them.
+std::vector<std::string> MemoryPropertyValues(const MemoryProperty& property, int64_t lowest,
+                                              int64_t highest, size_t most);
+
 // What goes into every Action besides the unit.
 struct ActionSettings {
   // argv[0]: the compiler the unit names, as the engine's workers find it.
@@ -53,6 +58,7 @@ struct ActionSettings {
 struct UnitAction {
   reapi::Digest action_digest;
   reapi::Action action;
+  reapi::Command command;
   // The Action, its Command and its folders (bytes), and its files (read
   // from the local store at the paths `path_of` gave, or the bytes a
   // generated source carries).
@@ -65,5 +71,12 @@ struct UnitAction {
 // or a name that is a file in one input and a folder in another.
 absl::StatusOr<UnitAction> ActionOfUnit(const v1::CompileUnit& unit, const ActionSettings& settings,
                                         const std::function<std::string(const Digest&)>& path_of);
+
+// The digest `action`'s Action would have with its platform property
+// `name` at `value` instead (in its Command and in the Action): the same
+// compile scheduled otherwise. `action`'s own digest where it has no such
+// property.
+reapi::Digest ActionDigestWithProperty(const UnitAction& action, const std::string& name,
+                                       const std::string& value);
 
 }  // namespace distcc_cuda

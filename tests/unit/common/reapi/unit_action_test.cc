@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -89,6 +90,32 @@ TEST(MemoryPropertyTest, ValueIsWholeUnitsRoundedUp) {
   EXPECT_EQ(MemoryPropertyValue(mb, int64_t{1} << 40), "1572864");
   // A unit of zero bytes (never parsed, but a struct may be built so) counts bytes.
   EXPECT_EQ(MemoryPropertyValue(MemoryProperty{"m", 0}, 3), "3");
+}
+
+// The values a lookup tries: every step between two sizes, each once,
+// smallest first, at most as many as asked.
+TEST(MemoryPropertyTest, ValuesAreTheStepsBetweenTwoSizes) {
+  const MemoryProperty gib{"memory", int64_t{1} << 30};
+  EXPECT_THAT(MemoryPropertyValues(gib, int64_t{1} << 30, int64_t{16} << 30, 100),
+              ::testing::ElementsAre("1", "2", "3", "4", "6", "8", "12", "16"));
+  // Each end rounded as MemoryPropertyValue rounds it.
+  EXPECT_THAT(MemoryPropertyValues(gib, (int64_t{2} << 30) + 1, (int64_t{7} << 30), 100),
+              ::testing::ElementsAre("3", "4", "6", "8"));
+  EXPECT_THAT(MemoryPropertyValues(gib, int64_t{1} << 30, int64_t{16} << 30, 3),
+              ::testing::ElementsAre("1", "2", "3"));
+  const MemoryProperty bytes{"memory", 1};
+  EXPECT_THAT(MemoryPropertyValues(bytes, 600 << 20, int64_t{1} << 30, 100),
+              ::testing::ElementsAre(absl::StrCat(768 << 20), absl::StrCat(int64_t{1} << 30)));
+  // A value from either end alone; nothing the wrong way round.
+  EXPECT_THAT(MemoryPropertyValues(gib, int64_t{5} << 30, int64_t{5} << 30, 100),
+              ::testing::ElementsAre("6"));
+  EXPECT_THAT(MemoryPropertyValues(gib, int64_t{8} << 30, int64_t{1} << 30, 100),
+              ::testing::IsEmpty());
+  EXPECT_THAT(MemoryPropertyValues(gib, 0, 0, 100), ::testing::ElementsAre("0"));
+  for (const std::string& value :
+       MemoryPropertyValues(bytes, 1, std::numeric_limits<int64_t>::max() / 2, 200)) {
+    EXPECT_EQ(MemoryPropertyValue(bytes, std::stoll(value)), value);
+  }
 }
 
 v1::InputFile* AddInput(v1::CompileUnit& unit, const std::string& path, const std::string& bytes,
@@ -294,6 +321,26 @@ TEST_F(UnitActionTest, SameUnitSameActionDigest) {
   absl::StatusOr<UnitAction> fifth = Make(changed);
   ASSERT_TRUE(fifth.ok()) << fifth.status();
   EXPECT_NE(FromReapi(first->action_digest), FromReapi(fifth->action_digest));
+}
+
+// The same compile at another memory value is another Action, whose digest
+// is known without building it again.
+TEST_F(UnitActionTest, TheDigestAtAnotherMemoryValueIsThatActionsDigest) {
+  absl::StatusOr<UnitAction> at_2048 = Make(unit_);
+  ASSERT_TRUE(at_2048.ok()) << at_2048.status();
+  settings_.platform[2].second = "3072";
+  absl::StatusOr<UnitAction> at_3072 = Make(unit_);
+  ASSERT_TRUE(at_3072.ok()) << at_3072.status();
+  ASSERT_NE(FromReapi(at_2048->action_digest), FromReapi(at_3072->action_digest));
+  EXPECT_EQ(FromReapi(ActionDigestWithProperty(*at_2048, "memory", "3072")),
+            FromReapi(at_3072->action_digest));
+  EXPECT_EQ(FromReapi(ActionDigestWithProperty(*at_3072, "memory", "2048")),
+            FromReapi(at_2048->action_digest));
+  EXPECT_EQ(FromReapi(ActionDigestWithProperty(*at_2048, "memory", "2048")),
+            FromReapi(at_2048->action_digest));
+  // A property the Action does not have changes nothing.
+  EXPECT_EQ(FromReapi(ActionDigestWithProperty(*at_2048, "gpu", "1")),
+            FromReapi(at_2048->action_digest));
 }
 
 TEST_F(UnitActionTest, NoTimeoutLeavesItToTheEngine) {
