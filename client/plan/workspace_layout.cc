@@ -319,7 +319,7 @@ std::string Spelled(const std::string& workspace, WorkspaceSpelling spelling) {
 }  // namespace
 
 std::string MarkWorkspace(absl::string_view text, const std::string& workspace,
-                          WorkspaceSpelling spelling) {
+                          WorkspaceSpelling spelling, absl::string_view mark) {
   if (!Markable(workspace)) return std::string(text);
   const std::string spelled = Spelled(workspace, spelling);
   std::string out;
@@ -330,7 +330,7 @@ std::string MarkWorkspace(absl::string_view text, const std::string& workspace,
     const bool starts = at == 0 || BeforePath(text[at - 1]) || (at == 2 && text[0] == '-');
     const bool ends = end == text.size() || AfterPath(text[end]);
     if (!starts || !ends || at < from) continue;
-    absl::StrAppend(&out, text.substr(from, at - from), kWorkspaceMark);
+    absl::StrAppend(&out, text.substr(from, at - from), mark);
     from = end;
   }
   absl::StrAppend(&out, text.substr(from));
@@ -338,9 +338,9 @@ std::string MarkWorkspace(absl::string_view text, const std::string& workspace,
 }
 
 std::string WorkspaceMarked(absl::string_view text, const std::string& workspace,
-                            WorkspaceSpelling spelling) {
+                            WorkspaceSpelling spelling, absl::string_view mark) {
   if (!Markable(workspace)) return std::string(text);
-  return absl::StrReplaceAll(text, {{kWorkspaceMark, Spelled(workspace, spelling)}});
+  return absl::StrReplaceAll(text, {{mark, Spelled(workspace, spelling)}});
 }
 
 std::string DescribeWorkspaces(const std::map<std::string, int>& units, const InputRoots& roots,

@@ -163,12 +163,15 @@ std::string DescribeOutsideFiles(const OutsideFiles& outside, int limit = 3);
 // text as it is for "", "/" and a folder whose name holds a tab, a newline,
 // a backslash or a quote: such a workspace's entries are keyed by where it
 // is.
+// `mark` names another folder so keyed (an input root's).
 inline constexpr char kWorkspaceMark[] = "\x01workspace\x01";
 enum class WorkspaceSpelling { kPath, kMakeRule };
 std::string MarkWorkspace(absl::string_view text, const std::string& workspace,
-                          WorkspaceSpelling spelling = WorkspaceSpelling::kPath);
+                          WorkspaceSpelling spelling = WorkspaceSpelling::kPath,
+                          absl::string_view mark = kWorkspaceMark);
 std::string WorkspaceMarked(absl::string_view text, const std::string& workspace,
-                            WorkspaceSpelling spelling = WorkspaceSpelling::kPath);
+                            WorkspaceSpelling spelling = WorkspaceSpelling::kPath,
+                            absl::string_view mark = kWorkspaceMark);
 
 // The summary's lines (after "  ", without the last newline) that say
 // where a build's units were (`units` by workspace), how the workers saw

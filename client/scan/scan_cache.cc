@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/plan/unit_request.h"
@@ -94,17 +97,119 @@ std::optional<std::string> Unpacked(const std::string& packed) {
   return bytes;
 }
 
+// A folder whose mentions an entry keeps as a mark, not by where it is.
+struct PathMark {
+  std::string folder;
+  std::string mark;
+};
+
+// The absolute paths `flag` names: the flag itself ("/x"), or a path after
+// '=', ',', ':' or a one-letter option ("-I/x", "-isystem=/x").
+std::vector<std::string> PathsNamedIn(const std::string& flag) {
+  std::vector<std::string> paths;
+  for (size_t at = flag.find('/'); at != std::string::npos; at = flag.find('/', at + 1)) {
+    const char before = at == 0 ? '\0' : flag[at - 1];
+    if (at != 0 && before != '=' && before != ',' && before != ':' &&
+        !(at == 2 && flag[0] == '-')) {
+      continue;
+    }
+    const size_t end = flag.find_first_of(",: '\"", at);
+    std::string path =
+        fs::path(flag.substr(at, end == std::string::npos ? std::string::npos : end - at))
+            .lexically_normal()
+            .string();
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    paths.push_back(std::move(path));
+    if (end == std::string::npos) break;
+    at = end;
+  }
+  return paths;
+}
+
+bool Within(const std::string& path, const std::string& folder) {
+  return path == folder || absl::StartsWith(path, folder + "/");
+}
+
+// The prefix of the Python environment whose packages are at `site`
+// (PREFIX/lib/pythonX.Y/site-packages): its own include folder is in
+// setuptools' flags (every venv's, empty). None for another layout or a
+// prefix of the system's.
+std::optional<std::string> EnvironmentPrefix(const std::string& site) {
+  const fs::path packages(site);
+  const fs::path python = packages.parent_path();
+  const fs::path lib = python.parent_path();
+  const std::string prefix = lib.parent_path().string();
+  if ((packages.filename() != "site-packages" && packages.filename() != "dist-packages") ||
+      !absl::StartsWith(python.filename().string(), "python") ||
+      (lib.filename() != "lib" && lib.filename() != "lib64") || prefix.size() <= 1 ||
+      Within(prefix, "/usr")) {
+    return std::nullopt;
+  }
+  return prefix;
+}
+
+// The folders `question`'s entry is keyed relative to: each input root
+// (FindInputRoot: a venv's site-packages, Python's headers) its flags name
+// outside its workspace, and the prefix of each environment, the longest
+// first, by its canonical place (and how many such came before it), then
+// the workspace. The same tree in another
+// folder, with torch in another venv, asks the same question; what its
+// files hold is checked as ever. None without a workspace.
+std::vector<PathMark> MarksOf(const ScanQuestion& question) {
+  std::vector<PathMark> marks;
+  const std::string& workspace = question.workspace;
+  if (workspace.empty()) return marks;
+  std::map<std::string, int> uses;
+  for (const std::string& flag : question.flags) {
+    for (const std::string& path : PathsNamedIn(flag)) {
+      std::optional<InputRoot> root = FindInputRoot(path);
+      if (!root || Within(root->local, workspace) || Within(workspace, root->local) ||
+          std::any_of(marks.begin(), marks.end(),
+                      [&](const PathMark& mark) { return mark.folder == root->local; })) {
+        continue;
+      }
+      const int n = ++uses[root->canonical];
+      const std::string place = absl::StrCat(root->canonical, n > 1 ? absl::StrCat("#", n) : "");
+      marks.push_back({root->local, absl::StrCat("\x01", place, "\x01")});
+      std::optional<std::string> prefix = EnvironmentPrefix(root->local);
+      if (prefix && !Within(*prefix, workspace) && !Within(workspace, *prefix)) {
+        marks.push_back({*prefix, absl::StrCat("\x01prefix of ", place, "\x01")});
+      }
+    }
+  }
+  std::stable_sort(marks.begin(), marks.end(), [](const PathMark& a, const PathMark& b) {
+    return a.folder.size() > b.folder.size();
+  });
+  marks.push_back({workspace, kWorkspaceMark});
+  return marks;
+}
+
+// `text` with each folder of `marks` as its mark.
+std::string Marked(std::string text, const std::vector<PathMark>& marks,
+                   WorkspaceSpelling spelling = WorkspaceSpelling::kPath) {
+  for (const PathMark& mark : marks) text = MarkWorkspace(text, mark.folder, spelling, mark.mark);
+  return text;
+}
+
+// `text` with each mark of `marks` as its folder here.
+std::string Unmarked(std::string text, const std::vector<PathMark>& marks,
+                     WorkspaceSpelling spelling = WorkspaceSpelling::kPath) {
+  for (const PathMark& mark : marks) {
+    text = WorkspaceMarked(text, mark.folder, spelling, mark.mark);
+  }
+  return text;
+}
+
 // `entry` (its paths as they are here) as it is stored: paths inside
-// `workspace` relative to it.
-v1::ScanCacheEntry Marked(v1::ScanCacheEntry entry, const std::string& workspace) {
+// the folders of `marks` relative to them.
+v1::ScanCacheEntry Marked(v1::ScanCacheEntry entry, const std::vector<PathMark>& marks) {
   for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
-    file.set_path(MarkWorkspace(file.path(), workspace));
+    file.set_path(Marked(file.path(), marks));
   }
   for (v1::ScanCacheEntry::Folder& folder : *entry.mutable_folders()) {
-    folder.set_path(MarkWorkspace(folder.path(), workspace));
+    folder.set_path(Marked(folder.path(), marks));
   }
-  entry.set_dependency_text(
-      MarkWorkspace(entry.dependency_text(), workspace, WorkspaceSpelling::kMakeRule));
+  entry.set_dependency_text(Marked(entry.dependency_text(), marks, WorkspaceSpelling::kMakeRule));
   return entry;
 }
 
@@ -183,8 +288,10 @@ std::string ScanCache::FolderFor(const std::string& state_dir,
 }
 
 std::string ScanCache::QuestionText(const ScanQuestion& question) const {
-  auto marked = [&](const std::string& text) { return MarkWorkspace(text, question.workspace); };
-  // v2: paths inside the workspace are relative to it.
+  const std::vector<PathMark> marks = MarksOf(question);
+  auto marked = [&](const std::string& text) { return Marked(text, marks); };
+  // v2: paths inside the workspace are relative to it, and inside an
+  // input root to its mark (a question that names none is as it was).
   std::string text = absl::StrCat("distcc-cuda scan 2\ntoolchain ", toolchain_digest_, "\nnvcc ",
                                   question.nvcc, "\ndirectory ", marked(question.directory),
                                   "\nsource ", marked(question.source), "\n");
@@ -217,12 +324,12 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
     return std::nullopt;
   }
   // The entry as this workspace's: its paths where the workspace is now.
-  const std::string& workspace = question.workspace;
+  const std::vector<PathMark> marks = MarksOf(question);
   for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
-    file.set_path(WorkspaceMarked(file.path(), workspace));
+    file.set_path(Unmarked(file.path(), marks));
   }
   for (v1::ScanCacheEntry::Folder& folder : *entry.mutable_folders()) {
-    folder.set_path(WorkspaceMarked(folder.path(), workspace));
+    folder.set_path(Unmarked(folder.path(), marks));
   }
   bool restat = false;
   for (v1::ScanCacheEntry::File& file : *entry.mutable_files()) {
@@ -258,7 +365,7 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
     restat = true;
   }
   if (restat) {
-    (void)WriteFileAtomically(path, Packed(Marked(entry, workspace).SerializeAsString()));
+    (void)WriteFileAtomically(path, Packed(Marked(entry, marks).SerializeAsString()));
   } else {
     utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used, for Trim
   }
@@ -269,8 +376,7 @@ std::optional<ScanAnswer> ScanCache::Find(const ScanQuestion& question) {
     answer.files.push_back(file.path());
     known_[file.path()] = Vouched{Digest{file.sha256(), file.size()}, StatText(file)};
   }
-  answer.dependency_text =
-      WorkspaceMarked(entry.dependency_text(), workspace, WorkspaceSpelling::kMakeRule);
+  answer.dependency_text = Unmarked(entry.dependency_text(), marks, WorkspaceSpelling::kMakeRule);
   return answer;
 }
 
@@ -307,7 +413,7 @@ void ScanCache::Remember(const ScanQuestion& question, const ScanAnswer& answer,
   }
   const std::string path = EntryPath(entry.question());
   if (!MakeDirectories(fs::path(path).parent_path().string()).ok()) return;
-  (void)WriteFileAtomically(path, Packed(Marked(entry, question.workspace).SerializeAsString()));
+  (void)WriteFileAtomically(path, Packed(Marked(entry, MarksOf(question)).SerializeAsString()));
 }
 
 std::optional<Digest> ScanCache::KnownDigest(const std::string& path) const {

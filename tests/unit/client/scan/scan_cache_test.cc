@@ -281,6 +281,67 @@ TEST_F(ScanCacheTest, AFolderNamedWithASpaceOrWhatMakeEscapesIsAHitToo) {
   ExpectTheTreeMovedToIsAHit(dir_ + "/my checkouts/proj #2 v=1:50%");
 }
 
+// A teammate's torch is in another venv: the headers a scan found through
+// -I into a Python environment's site-packages are keyed by their place in
+// it, so the same tree in another folder with its torch elsewhere is a hit
+// naming the teammate's own files; one changed byte in such a header is a
+// miss.
+TEST_F(ScanCacheTest, HeadersOfATeammatesVenvElsewhereAreAHitAndAChangedOneIsNot) {
+  const std::string alice = dir_ + "/home-alice/.venv/lib/python3.11/site-packages";
+  const std::string bob = dir_ + "/opt/envs/x/lib/python3.11/site-packages";
+  fs::create_directories(dir_ + "/home-alice/.venv/include/python3.11");
+  fs::create_directories(dir_ + "/opt/envs/x/include/python3.11");
+  ASSERT_TRUE(WriteFileAtomically(alice + "/torch/include/t.h",
+                                  "#pragma once\n__device__ inline int t() { return 1; }\n")
+                  .ok());
+  Write("src/k.cu", "#include \"a.h\"\n#include <t.h>\n__global__ void k() { a(); t(); }\n");
+  Settle();
+  ScanCache cache = Cache();
+  const std::vector<std::string> arguments = {"-M", "-MT", "obj/k.o", "-MF", "obj/k.d"};
+  auto flags = [](const std::string& proj, const std::string& site) {
+    // As setuptools gives them: the venv's own include folder (empty) too.
+    const std::string venv = fs::path(site).parent_path().parent_path().parent_path().string();
+    return std::vector<std::string>{"-I" + proj + "/inc1", "-isystem", site + "/torch/include",
+                                    "-I" + venv + "/include", "-std=c++17"};
+  };
+  fs::create_directories(proj_ + "/obj");
+  const int before = Scans();
+  ASSERT_TRUE(ScanWritingDependencyFile(nvcc_, proj_, flags(proj_, alice), proj_ + "/src/k.cu",
+                                        arguments, "obj/k.d", ExcludedPrefixes(nvcc_), &cache,
+                                        proj_)
+                  .ok());
+  absl::StatusOr<std::string> first = ReadFile(proj_ + "/obj/k.d");
+  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(*first, ::testing::HasSubstr(alice + "/torch/include/t.h"));
+  const std::string moved = dir_ + "/bob/src/proj";
+  fs::create_directories(fs::path(moved).parent_path());
+  fs::copy(proj_, moved, fs::copy_options::recursive);
+  fs::remove(moved + "/obj/k.d");
+  fs::create_directories(fs::path(bob).parent_path());
+  fs::copy(alice, bob, fs::copy_options::recursive);
+  Settle();
+  absl::StatusOr<std::vector<std::string>> again =
+      ScanWritingDependencyFile(nvcc_, moved, flags(moved, bob), moved + "/src/k.cu", arguments,
+                                "obj/k.d", ExcludedPrefixes(nvcc_), &cache, moved);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Scans() - before, 1) << "the teammate's tree and venv were scanned again";
+  EXPECT_THAT(*again, Contains(bob + "/torch/include/t.h"));
+  EXPECT_THAT(*again, Not(Contains(alice + "/torch/include/t.h")));
+  EXPECT_EQ(ReadFile(moved + "/obj/k.d").value_or("missing"),
+            absl::StrReplaceAll(*first, {{proj_, moved}, {alice, bob}}));
+  ASSERT_TRUE(cache.KnownDigest(bob + "/torch/include/t.h").has_value());
+  // One byte of the teammate's header changed, same size: scanned again.
+  ASSERT_TRUE(WriteFileAtomically(bob + "/torch/include/t.h",
+                                  "#pragma once\n__device__ inline int t() { return 2; }\n")
+                  .ok());
+  Settle();
+  ASSERT_TRUE(ScanWritingDependencyFile(nvcc_, moved, flags(moved, bob), moved + "/src/k.cu",
+                                        arguments, "obj/k.d", ExcludedPrefixes(nvcc_), &cache,
+                                        moved)
+                  .ok());
+  EXPECT_EQ(Scans() - before, 2) << "a changed header in the teammate's venv was not noticed";
+}
+
 TEST(MarkWorkspaceTest, MarksTheFolderOnlyAsAWholePath) {
   const std::string w = "/tmp/pip-req-build-ab";
   EXPECT_EQ(MarkWorkspace("/tmp/pip-req-build-ab/csrc/k.cu", w), "\x01workspace\x01/csrc/k.cu");
