@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <iostream>
@@ -90,6 +91,16 @@ class HostileEngineTest : public ::testing::Test {
     std::smatch line;
     std::regex pattern(R"(\[1/1\] kern_1 [^\n]*)");
     return std::regex_search(output, line, pattern) ? line.str() : "";
+  }
+
+  // An ActionCache entry of the unit: exit `exit_code`, its object `object`.
+  static reapi::ActionResult ObjectResult(const reapi::Digest& object, int exit_code) {
+    reapi::ActionResult result;
+    result.set_exit_code(exit_code);
+    reapi::OutputFile* file = result.add_output_files();
+    file->set_path("kern_1.o");
+    *file->mutable_digest() = object;
+    return result;
   }
 
   // Whether anybody read the blob of `digest` from the engine.
@@ -185,6 +196,52 @@ TEST_F(HostileEngineTest, AnOutputFileOfMoreThan4GiBIsRefusedUnread) {
       << output;
   EXPECT_FALSE(Read(giant));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/out/libhostile.so"));
+}
+
+// Before a unit is sent, the engine's ActionCache is asked at its memory
+// value and at those near it. An entry is checked as an Execute's result
+// is: one whose output is above 4 GiB, one whose output the engine does not
+// hold, one that failed, are not the unit's result, and the unit runs.
+TEST_F(HostileEngineTest, ActionCacheEntriesAreCheckedAsResultsAndABadOneIsNotTaken) {
+  reapi::Digest giant;
+  giant.set_hash(std::string(64, 'a'));
+  giant.set_size_bytes(5 * kGiB);
+  reapi::Digest absent;
+  absent.set_hash(std::string(64, 'b'));
+  absent.set_size_bytes(1000);
+  std::atomic<int> asked{0};
+  engine_->AnswerLookups([&](const reapi::Digest&) -> std::optional<reapi::ActionResult> {
+    const int n = asked++;
+    return ObjectResult(n % 3 == 0 ? giant : absent, n % 3 == 2 ? 1 : 0);
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  ASSERT_TRUE(built.ok()) << built << output;
+  // Asked at several values, at most 12, then executed once.
+  EXPECT_GE(engine_->lookups().size(), 3u) << output;
+  EXPECT_LE(engine_->lookups().size(), 12u) << output;
+  EXPECT_EQ(engine_->calls().size(), 1u) << output;
+  EXPECT_FALSE(Read(giant));
+  EXPECT_THAT(UnitLine(output), Not(HasSubstr("cached"))) << output;
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/out/libhostile.so"));
+}
+
+// An entry at another memory value than the unit's own, whose output the
+// engine holds, is the unit's result: nothing is executed.
+TEST_F(HostileEngineTest, AnActionCacheEntryAtAnotherMemoryValueIsTheUnitsResult) {
+  const reapi::Digest object = engine_->Put(testing::EngineObjectBytes());
+  std::atomic<int> asked{0};
+  engine_->AnswerLookups([&](const reapi::Digest&) -> std::optional<reapi::ActionResult> {
+    if (asked++ == 0) return std::nullopt;  // the unit's own value
+    return ObjectResult(object, 0);
+  });
+  std::string output;
+  absl::Status built = Build(&output);
+  ASSERT_TRUE(built.ok()) << built << output;
+  EXPECT_EQ(engine_->lookups().size(), 2u) << output;
+  EXPECT_TRUE(engine_->calls().empty()) << output;
+  EXPECT_THAT(UnitLine(output), HasSubstr("cached (the engine's ActionCache)")) << output;
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/out/libhostile.so"));
 }
 
 TEST_F(HostileEngineTest, AQuotaRefusalIsNotAMemoryKillAndItsPropertyNeverGrows) {

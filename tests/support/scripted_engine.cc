@@ -57,13 +57,18 @@ const std::string& EngineObject() {
 class ScriptedEngine::Services {
  public:
   explicit Services(ScriptedEngine* engine)
-      : capabilities_(engine), store_(engine), bytestream_(engine), execution_(engine) {}
+      : capabilities_(engine),
+        store_(engine),
+        bytestream_(engine),
+        execution_(engine),
+        action_cache_(engine) {}
 
   void RegisterWith(grpc::ServerBuilder& builder) {
     builder.RegisterService(&capabilities_);
     builder.RegisterService(&store_);
     builder.RegisterService(&bytestream_);
     builder.RegisterService(&execution_);
+    builder.RegisterService(&action_cache_);
   }
 
  private:
@@ -233,10 +238,33 @@ class ScriptedEngine::Services {
     ScriptedEngine* engine_;
   };
 
+  class ActionCache final : public reapi::ActionCache::Service {
+   public:
+    explicit ActionCache(ScriptedEngine* engine) : engine_(engine) {}
+    grpc::Status GetActionResult(grpc::ServerContext*, const reapi::GetActionResultRequest* request,
+                                 reapi::ActionResult* result) override {
+      Lookup lookup;
+      {
+        absl::MutexLock lock(&engine_->mu_);
+        engine_->lookups_.push_back(KeyOf(request->action_digest()));
+        lookup = engine_->lookup_;
+      }
+      std::optional<reapi::ActionResult> found =
+          lookup ? lookup(request->action_digest()) : std::nullopt;
+      if (!found.has_value()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "not cached");
+      *result = *std::move(found);
+      return grpc::Status::OK;
+    }
+
+   private:
+    ScriptedEngine* engine_;
+  };
+
   Capabilities capabilities_;
   Store store_;
   ByteStream bytestream_;
   Execution execution_;
+  ActionCache action_cache_;
 };
 
 std::unique_ptr<ScriptedEngine> ScriptedEngine::Start(
@@ -258,6 +286,18 @@ std::unique_ptr<ScriptedEngine> ScriptedEngine::Start(
 
 ScriptedEngine::~ScriptedEngine() {
   if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+}
+
+const std::string& EngineObjectBytes() { return EngineObject(); }
+
+void ScriptedEngine::AnswerLookups(Lookup lookup) {
+  absl::MutexLock lock(&mu_);
+  lookup_ = std::move(lookup);
+}
+
+std::vector<std::string> ScriptedEngine::lookups() {
+  absl::MutexLock lock(&mu_);
+  return lookups_;
 }
 
 void ScriptedEngine::Answer(Script script) {

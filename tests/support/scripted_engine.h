@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Another Remote Execution API engine, scripted by a test, on 127.0.0.1:0:
 // Capabilities (SHA-256, execution enabled), a content store in memory
-// (FindMissingBlobs, the batch calls, ByteStream) and an Execution service
+// (FindMissingBlobs, the batch calls, ByteStream), an ActionCache that holds
+// nothing unless scripted, and an Execution service
 // that runs nothing: each Execute reads the Action and its Command from the
 // store, as an engine does, and answers what the test's script makes of
 // them. What a worker in engine mode (`distcc-cuda build
@@ -15,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,13 @@ class ScriptedEngine {
   // relocatable ELF file a link takes).
   static reapi::ExecuteResponse CompiledAnswer(const EngineCall& call, ScriptedEngine& engine);
 
+  // What GetActionResult answers for an Action's digest: an entry, or
+  // nullopt for NOT_FOUND (the default, for every digest).
+  using Lookup = std::function<std::optional<reapi::ActionResult>(const reapi::Digest&)>;
+  void AnswerLookups(Lookup lookup);
+  // The digests looked up so far ("HASH/SIZE"), in order.
+  std::vector<std::string> lookups();
+
   // Stores `bytes`; their digest.
   reapi::Digest Put(const std::string& bytes);
   // The Executes so far, in order.
@@ -85,6 +94,8 @@ class ScriptedEngine {
   absl::Mutex mu_;
   std::map<std::string, std::string> blobs_ ABSL_GUARDED_BY(mu_);  // "HASH/SIZE" -> bytes
   Script script_ ABSL_GUARDED_BY(mu_);
+  Lookup lookup_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> lookups_ ABSL_GUARDED_BY(mu_);
   std::vector<EngineCall> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> reads_ ABSL_GUARDED_BY(mu_);
   std::string held_needle_ ABSL_GUARDED_BY(mu_);
@@ -92,6 +103,9 @@ class ScriptedEngine {
   int held_running_ ABSL_GUARDED_BY(mu_) = 0;    // and not ended
   int held_cancelled_ ABSL_GUARDED_BY(mu_) = 0;  // ended by their callers
 };
+
+// The object the engine's compiles return (CompiledAnswer's).
+const std::string& EngineObjectBytes();
 
 // Writes ROOT/src/kernels.toml, a manifest of `units` instantiations of one
 // tiny kernel (kern_1, kern_2...; no sources) linked as `library`, and its
