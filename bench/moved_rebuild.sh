@@ -7,17 +7,25 @@
 # plus flash_api.cpp, sm_100, built by its own `setup.py build_ext --inplace`,
 # side by side in one run:
 #   first           distcc-cuda build -- ... in folder A, empty state (cold)
+#   in_place        A unpacked again where it was (a clean rebuild), warm
 #   moved           the same sdist unpacked in folder B, at another depth,
 #                   with A's state: answered from the cache
+#   teammate        in folder E, at another depth, with torch in another
+#                   venv (a hard-linked copy of the torch venv at
+#                   home-bob/.venv), with the same state: a teammate on
+#                   the same cluster
 #   ccache_first    ccache 4.7 (Debian) in front (torch puts it there when it
-#                   is on PATH), CCACHE_BASEDIR above both folders and
-#                   CCACHE_NOHASHDIR=1, an empty cache, in folder C
+#                   is on PATH), CCACHE_BASEDIR above every folder and venv
+#                   and CCACHE_NOHASHDIR=1, an empty cache, in folder C
 #   ccache_moved    the same in folder D, at another depth, warm
-# Then the moved build's objects against the first's (device code) and
-# whether both modules import. Its last line:
-#   units= first_s= moved_s= moved_vs_first= ccache_first_s= ccache_moved_s=
-#   moved_vs_ccache_moved= moved_compiled= device_code_same=
-# UNITS=1: about 8 minutes on 2 cores. Results: build/bench-moved-rebuild/.
+#   ccache_teammate the same in folder F with the other venv, warm
+# Then the moved and the teammate's objects against the first's (device
+# code) and whether every module imports. Its last line:
+#   units= first_s= in_place_s= moved_s= teammate_s= moved_vs_first=
+#   teammate_vs_in_place= ccache_first_s= ccache_moved_s= ccache_teammate_s=
+#   moved_vs_ccache_moved= teammate_vs_ccache_teammate= moved_compiled=
+#   teammate_compiled= ccache_teammate_hits= device_code_same=
+# UNITS=1: about 8 minutes alone on 2 cores (three cold builds). Results: build/bench-moved-rebuild/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -42,11 +50,20 @@ mkdir -p "$WORK"
 RESULTS=$WORK/results.txt
 : > "$RESULTS"
 
-# run_way NAME FOLDER [PREFIX...]: the trimmed sdist unpacked in FOLDER,
-# built with PREFIX in front of setup.py; its wall time to $WORK/NAME.wall.
+# The teammate's venv: the torch venv's files, each a hard link, elsewhere.
+BOB_VENV=$WORK/home-bob/.venv
+mkdir -p "$(dirname "$BOB_VENV")"
+cp -al "$(dirname "$(dirname "$PY")")" "$BOB_VENV"
+BOB_PY=$BOB_VENV/bin/$(basename "$PY")
+
+# run_way NAME FOLDER [PREFIX...]: the trimmed sdist unpacked in FOLDER
+# (emptied first), built by $WAY_PY (default $PY) with PREFIX in front of
+# setup.py; its wall time to $WORK/NAME.wall.
 run_way() {
   local name=$1 folder=$2; shift 2
   local log=$WORK/$name.log
+  local PY=${WAY_PY:-$PY}
+  rm -rf "$folder"
   mkdir -p "$folder"
   tar xzf "$SDIST" -C "$folder"
   local src=$folder/flash_attn-$VERSION
@@ -66,26 +83,36 @@ run_way() {
 
 EMBEDDED=("$BIN/distcc-cuda" build --state-dir "$WORK/state" --nvcc "$NVCC" --)
 run_way first "$WORK/a" env TORCH_NO_COMPILER_WRAPPER=1 "${EMBEDDED[@]}"
+cp -a "$WORK/a" "$WORK/a.first"
+run_way in_place "$WORK/a" env TORCH_NO_COMPILER_WRAPPER=1 "${EMBEDDED[@]}"
 run_way moved "$WORK/b/at/another/depth" env TORCH_NO_COMPILER_WRAPPER=1 "${EMBEDDED[@]}"
+WAY_PY=$BOB_PY run_way teammate "$WORK/e/home-bob/src/x" env TORCH_NO_COMPILER_WRAPPER=1 \
+  "${EMBEDDED[@]}"
 # base_dir with hash_dir off, as ccache advises for sharing across folders
 # (Python's CFLAGS give flash_api.cpp -g, and with -g ccache hashes the
 # folder it runs in).
 CCACHE=(env CCACHE_DIR="$WORK/ccache" CCACHE_BASEDIR="$WORK" CCACHE_NOHASHDIR=1)
 run_way ccache_first "$WORK/c" "${CCACHE[@]}"
 run_way ccache_moved "$WORK/d/at/another/depth" "${CCACHE[@]}"
-CCACHE_DIR="$WORK/ccache" ccache -s | grep -iE '^ *(direct|hits|misses)' | sed 's/^/  ccache: /' |
-  tee -a "$RESULTS"
+CCACHE_DIR="$WORK/ccache" ccache -z >/dev/null
+WAY_PY=$BOB_PY run_way ccache_teammate "$WORK/f/home-bob/src/x" "${CCACHE[@]}"
+CCACHE_DIR="$WORK/ccache" ccache -s | tee "$WORK/ccache_teammate.stats" |
+  grep -iE '^ *(direct|hits|misses)' | sed 's/^/  ccache (teammate): /' | tee -a "$RESULTS"
 
 python3 - "$WORK" "$VERSION" "$UNITS" "$REPO" <<'PY' | tee -a "$RESULTS"
 import glob, os, re, subprocess, sys
 work, version, units, repo = sys.argv[1:]
 wall = {w: float(open(f"{work}/{w}.wall").read())
-        for w in ("first", "moved", "ccache_first", "ccache_moved")}
-moved_log = open(f"{work}/moved.log").read()
-m = re.findall(r"on the cluster \((\d+) compiled", moved_log)
-compiled = m[-1] if m else "?"
-# The device code (.nv_fatbin) of every object of the moved build against
-# the first's.
+        for w in ("first", "in_place", "moved", "teammate", "ccache_first", "ccache_moved",
+                  "ccache_teammate")}
+def compiled(way):
+    m = re.findall(r"on the cluster \((\d+) compiled", open(f"{work}/{way}.log").read())
+    return m[-1] if m else "?"
+stats = open(f"{work}/ccache_teammate.stats").read()
+m = re.search(r"^\s*Hits:\s*(\d+)\s*/\s*(\d+)", stats, re.M)
+ccache_hits = f"{m.group(1)}/{m.group(2)}" if m else "?"
+# The device code (.nv_fatbin) of every object of a build against the
+# first's.
 def images(tree):
     out = {}
     for obj in sorted(glob.glob(f"{tree}/flash_attn-{version}/build/temp*/**/*.o", recursive=True)):
@@ -94,11 +121,22 @@ def images(tree):
                         f"{work}/fatbin.bin"], check=True)
         out[rel] = open(f"{work}/fatbin.bin", "rb").read()
     return out
-a, b = images(f"{work}/a"), images(f"{work}/b/at/another/depth")
-same = "yes" if a and a == b else f"no ({sorted(k for k in a if a.get(k) != b.get(k))})"
-print(f"units={units} first_s={wall['first']} moved_s={wall['moved']} "
-      f"moved_vs_first={wall['moved'] / wall['first']:.3f} ccache_first_s={wall['ccache_first']} "
-      f"ccache_moved_s={wall['ccache_moved']} "
+first = images(f"{work}/a.first")
+def same(tree):
+    other = images(tree)
+    if first and first == other:
+        return "yes"
+    return f"no({','.join(sorted(k for k in first if first.get(k) != other.get(k)))})"
+print(f"units={units} first_s={wall['first']} in_place_s={wall['in_place']} "
+      f"moved_s={wall['moved']} teammate_s={wall['teammate']} "
+      f"moved_vs_first={wall['moved'] / wall['first']:.3f} "
+      f"teammate_vs_in_place={wall['teammate'] / wall['in_place']:.2f} "
+      f"ccache_first_s={wall['ccache_first']} ccache_moved_s={wall['ccache_moved']} "
+      f"ccache_teammate_s={wall['ccache_teammate']} "
       f"moved_vs_ccache_moved={wall['moved'] / wall['ccache_moved']:.2f} "
-      f"moved_compiled={compiled} device_code_same={same}")
+      f"teammate_vs_ccache_teammate={wall['teammate'] / wall['ccache_teammate']:.2f} "
+      f"moved_compiled={compiled('moved')} teammate_compiled={compiled('teammate')} "
+      f"ccache_teammate_hits={ccache_hits} "
+      f"device_code_same=moved:{same(work + '/b/at/another/depth')},"
+      f"teammate:{same(work + '/e/home-bob/src/x')}")
 PY
