@@ -152,9 +152,9 @@ std::optional<std::string> EnvironmentPrefix(const std::string& site) {
 // (FindInputRoot: a venv's site-packages, Python's headers) its flags name
 // outside its workspace, and the prefix of each environment, the longest
 // first, by its canonical place (and how many such came before it), then
-// the workspace. The same tree in another
-// folder, with torch in another venv, asks the same question; what its
-// files hold is checked as ever. None without a workspace.
+// the workspace. The same tree in another folder, with torch in another
+// venv, asks the same question; what its files hold is checked as ever.
+// None without a workspace.
 std::vector<PathMark> MarksOf(const ScanQuestion& question) {
   std::vector<PathMark> marks;
   const std::string& workspace = question.workspace;
