@@ -18,6 +18,7 @@
 #include "common/base/byte_size.h"
 #include "common/base/status.h"
 #include "common/base/terminal_text.h"
+#include "common/nvcc/canonical_paths.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/reapi/action_unit.h"
 #include "common/store/input_tree.h"
@@ -155,6 +156,13 @@ v1::TaskResult Worker::RunOnEngine(const v1::Task& task, const CancelToken& canc
          MemoryPropertyValue(options_.memory_property, task.reserved_bytes())});
   }
   settings.timeout = absl::Milliseconds(task.timeout_ms());
+  // The engine's workers run this machine's toolkit at its own place, and
+  // the Action's input root in a folder of their own: the canonical places
+  // (the workspace, a venv's site-packages) go relative to its working
+  // directory.
+  const std::vector<std::string> arguments =
+      CanonicalPathsRelativeTo(ArgumentsInToolkit(unit, toolkit_root_), unit.working_directory());
+  unit.mutable_arguments()->Assign(arguments.begin(), arguments.end());
   absl::StatusOr<UnitAction> action =
       ActionOfUnit(unit, settings, [this](const Digest& digest) { return cache_->PathOf(digest); });
   if (!action.ok()) return FailedToStart(std::string(action.status().message()));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/nvcc/canonical_paths.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/nvcc/toolchain.h"
 #include "common/process/subprocess.h"
@@ -159,8 +160,9 @@ std::variant<Worker::CompileRun, v1::TaskResult> Worker::RunCompile(
   // The unit runs under the node's cap from its first instruction.
   (*scope)->PrepareProcess(spec);
   spec.argv.push_back(*compiler);
-  spec.argv.insert(spec.argv.end(), materialized.unit.arguments().begin(),
-                   materialized.unit.arguments().end());
+  for (std::string& argument : ArgumentsInToolkit(materialized.unit, materialized.toolkit.root)) {
+    spec.argv.push_back(std::move(argument));
+  }
   spec.timeout = task.timeout_ms() > 0 ? absl::Milliseconds(task.timeout_ms()) : absl::Hours(1);
   spec.output_limit_bytes = static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0));
   // Kills the unit's process group at once; the cgroup's leftovers go when

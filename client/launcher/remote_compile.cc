@@ -145,8 +145,9 @@ absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& 
   unit->set_name(plan.name);
   unit->set_compiler(compiler);
   PlaceUnit(*unit, layout, directory);
-  ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(plan.flags, directory, layout, excluded, compiler));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> flags,
+      RelativeFlags(plan.flags, directory, layout, ToolkitRoots(call.nvcc()), compiler));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   // The worker writes the object beside the source's folder under the
   // output's own file name; it lands at -o here.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <unordered_set>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/nvcc/canonical_paths.h"
 #include "common/nvcc/forwarded_flags.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/store/digest.h"
@@ -154,6 +156,33 @@ bool Vacant(const std::string& folder) {
   return !error;
 }
 
+// The toolkit roots (ToolkitRoots) whose folders a unit names by the
+// canonical root: not a folder of the whole system (nvcc in /usr/bin), nor
+// a Python environment's prefix (conda's nvcc), whose include folder holds
+// more than the toolkit's headers.
+std::vector<std::string> RelocatableToolkitRoots(const std::vector<std::string>& toolkit) {
+  std::vector<std::string> roots;
+  for (const std::string& root : toolkit) {
+    if (root == "/" || root == "/usr/" || root == "/usr/local/" || root == "/opt/") continue;
+    std::error_code error;
+    if (fs::exists(root + "conda-meta", error) || fs::exists(root + "pyvenv.cfg", error)) continue;
+    roots.push_back(root);
+  }
+  return roots;
+}
+
+// `path` at the canonical toolkit root when it lies in one of `roots`.
+std::optional<std::string> OnCanonicalToolkit(const std::string& path,
+                                              const std::vector<std::string>& roots) {
+  for (const std::string& root : roots) {
+    if (path + "/" == root) return std::string(kCanonicalToolkitRoot);
+    if (absl::StartsWith(path, root)) {
+      return absl::StrCat(kCanonicalToolkitRoot, "/", path.substr(root.size()));
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
@@ -169,6 +198,10 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
       return absl::StartsWith(path + "/", prefix);
     });
   };
+  // Relocated, the toolkit's folders go by its canonical root whatever its
+  // place; as is (--absolute-paths), those at a standard place keep theirs.
+  const std::vector<std::string> roots =
+      layout.relocated() ? RelocatableToolkitRoots(toolkit) : std::vector<std::string>();
   std::vector<NvccArgument> kept;
   for (NvccArgument& flag : parsed.flags) {
     if (flag.kind == NvccValueKind::kInputPath) {
@@ -179,13 +212,17 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
       std::vector<std::string> pieces;
       for (const std::string& path : PathsOf(flag, compiler)) {
         std::string absolute = AbsolutePath(path, directory);
-        if (search_folder && under(absolute, toolkit) && !under(absolute, system)) continue;
+        const bool in_toolkit =
+            under(absolute, roots) || (under(absolute, toolkit) && !under(absolute, system));
+        if (search_folder && in_toolkit) continue;
         const bool system_path = under(absolute, system);
         const bool inside = layout.Contains(absolute) && !system_path;
         // A venv's empty include folder changes no lookup; dropped, it
         // keys nothing by the venv's path.
         if (header_folder && layout.relocated() && !inside && Vacant(absolute)) continue;
+        const std::optional<std::string> canonical = OnCanonicalToolkit(absolute, roots);
         std::string piece = inside                                   ? Relative(absolute, directory)
+                            : canonical                              ? *canonical
                             : !system_path && layout.Moves(absolute) ? layout.OnWorker(absolute)
                                                                      : absolute;
         pieces.push_back(host ? piece : absl::StrReplaceAll(piece, {{",", "\\,"}}));

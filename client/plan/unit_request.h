@@ -67,9 +67,13 @@ std::string Relative(const std::string& path, const std::string& base);
 // that they reach the same files wherever the workspace is mounted, those
 // in one of its input roots at the root's canonical place, others
 // absolute as they are. Include
-// folders of this machine's own toolkit (`toolkit`) at a non-standard place
-// are dropped: nvcc searches its own toolkit's folders anyway, and the
-// worker's toolkit lies elsewhere (a host compiler's flags keep them). So
+// folders of this machine's own toolkit (`toolkit`, its ToolkitRoots) are
+// dropped from nvcc's flags: nvcc searches its own toolkit's folders
+// anyway, and the worker's toolkit lies elsewhere. A host compiler's flags
+// (and nvcc's -include) name them at kCanonicalToolkitRoot, which the
+// worker places in the unit's toolkit: /usr/local/cuda, /usr/local/cuda-13.0
+// and ~/cuda are one toolkit's compile. As is (--absolute-paths), only
+// nvcc's at a non-standard place are dropped and the rest kept. So
 // is a header folder outside the workspace that is missing or empty (the
 // include folder of every venv, which setuptools adds) when the layout is
 // relocated: it changes no lookup, and kept it would key the results by

@@ -16,17 +16,22 @@
 namespace distcc_cuda::client {
 namespace fs = std::filesystem;
 
-std::vector<std::string> ExcludedPrefixes(const std::string& nvcc) {
-  std::vector<std::string> prefixes = {"/usr/include/", "/usr/lib/", "/usr/local/include/",
-                                       "/usr/lib64/"};
+std::vector<std::string> ToolkitRoots(const std::string& nvcc) {
   // The toolkit as named (/usr/local/cuda) and as it is on disk
   // (/usr/local/cuda-13.0). A wrapper script's own folder is not a toolkit:
   // only the toolkit it runs is left out.
   fs::path root = fs::path(ToolkitNvccOf(nvcc)).parent_path().parent_path();
-  prefixes.push_back(root.string() + "/");
+  std::vector<std::string> roots = {root.string() + "/"};
   std::error_code error;
   fs::path real = fs::canonical(root, error);
-  if (!error) prefixes.push_back(real.string() + "/");
+  if (!error && real != root) roots.push_back(real.string() + "/");
+  return roots;
+}
+
+std::vector<std::string> ExcludedPrefixes(const std::string& nvcc) {
+  std::vector<std::string> prefixes = {"/usr/include/", "/usr/lib/", "/usr/local/include/",
+                                       "/usr/lib64/"};
+  for (std::string& root : ToolkitRoots(nvcc)) prefixes.push_back(std::move(root));
   return prefixes;
 }
 

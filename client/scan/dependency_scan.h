@@ -12,8 +12,12 @@
 
 namespace distcc_cuda::client {
 
-// Folders whose headers are never shipped: the toolkit of `nvcc` and the
-// system's include and compiler folders.
+// The root of the toolkit that `nvcc` runs (the folder above its bin/), as
+// named and, where that is a link, as it is on disk; each ends with '/'.
+std::vector<std::string> ToolkitRoots(const std::string& nvcc);
+
+// Folders whose headers are never shipped: the toolkit of `nvcc`
+// (ToolkitRoots) and the system's include and compiler folders.
 std::vector<std::string> ExcludedPrefixes(const std::string& nvcc);
 
 // Parses make-style dependency output ("obj: a.cu b.h \\\n c.h") into the

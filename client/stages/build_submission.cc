@@ -29,14 +29,14 @@ bool CoordinatorLost(const absl::Status& status) {
 
 // `local` as a unit of the protocol in `layout`, its inputs in a tree.
 absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
-                     const std::vector<std::string>& excluded,
+                     const std::vector<std::string>& toolkit,
                      const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
                      v1::AddUnitsRequest& part) {
   v1::CompileUnit* unit = part.add_units();
   unit->set_name(local.name);
   PlaceUnit(*unit, layout, local.directory);
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(local.flags, local.directory, layout, excluded));
+                   RelativeFlags(local.flags, local.directory, layout, toolkit));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   std::string object = fs::path(local.source).filename().string() + ".o";
   for (const std::string& argument :
@@ -51,14 +51,14 @@ absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
 
 // `local` as an instantiation set of the protocol in `layout`.
 absl::Status AddSet(const LocalSet& local, const WorkspaceLayout& layout,
-                    const std::vector<std::string>& excluded,
+                    const std::vector<std::string>& toolkit,
                     const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
                     v1::AddUnitsRequest& part) {
   v1::InstantiationSet* set = part.add_instantiation_sets();
   *set = local.set;
   set->set_directory(layout.InTree(local.directory));
   ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                   RelativeFlags(local.flags, local.directory, layout, excluded));
+                   RelativeFlags(local.flags, local.directory, layout, toolkit));
   for (const std::string& flag : flags) set->add_arguments(flag);
   std::vector<std::string> arguments = flags;
   arguments.insert(arguments.end(), {"-c", "unit.cu", "-o", "unit.o"});
@@ -103,6 +103,7 @@ BuildSubmission::BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
       cas_(v1::ContentStore::NewStub(channel_)),
       on_error_(std::move(on_error)),
       excluded_(ExcludedPrefixes(settings_.nvcc)),
+      toolkit_roots_(ToolkitRoots(settings_.nvcc)),
       system_prefixes_(SystemIncludePrefixes()) {
   system_prefixes_.insert(system_prefixes_.end(), excluded_.begin(), excluded_.end());
   const size_t jobs = plan_.units.size() + plan_.sets.size();
@@ -307,10 +308,10 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
         return cache->KnownDigest(path);
       };
     }
-    RETURN_IF_ERROR(
-        is_unit ? AddUnit(plan_.units[job], layout, excluded_, system_prefixes_, files.files,
-                          part->second)
-                : AddSet(*set, layout, excluded_, system_prefixes_, files.files, part->second));
+    RETURN_IF_ERROR(is_unit ? AddUnit(plan_.units[job], layout, toolkit_roots_, system_prefixes_,
+                                      files.files, part->second)
+                            : AddSet(*set, layout, toolkit_roots_, system_prefixes_, files.files,
+                                     part->second));
     ++files.units;
   }
   if (order.empty()) {  // the last part, after every unit went

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/nvcc/canonical_paths.h"
 #include "common/nvcc/fatbin.h"
 #include "common/nvcc/nvcc_args.h"
 #include "common/process/sandbox.h"
@@ -125,7 +126,9 @@ absl::Status VerifyUnits(const std::vector<UnitToVerify>& units, CasClient& cas,
     }
     ProcessSpec compile;
     compile.argv = {nvcc};
-    compile.argv.insert(compile.argv.end(), unit.arguments().begin(), unit.arguments().end());
+    for (std::string& argument : ArgumentsInToolkit(unit, options.toolkit_root)) {
+      compile.argv.push_back(std::move(argument));
+    }
     compile.timeout = absl::Hours(1);
     absl::StatusOr<ProcessSpec> wrapped = (*sandbox)->Wrap(compile, task->ForSandbox());
     absl::StatusOr<ProcessResult> ran =

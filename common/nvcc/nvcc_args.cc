@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "common/base/files.h"
 #include "common/base/status.h"
+#include "common/nvcc/canonical_paths.h"
 #include "common/nvcc/forwarded_flags.h"
 #include "common/nvcc/host_compiler_args.h"
 
@@ -118,9 +119,13 @@ absl::StatusOr<NvccCommand> ParseNvccCommand(const std::vector<std::string>& arg
 }
 
 std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root) {
-  std::vector<std::string> prefixes = {"/usr/include/",    "/usr/lib/",
-                                       "/usr/lib64/",      "/usr/local/include/",
-                                       "/usr/local/cuda/", "/usr/local/cuda-"};
+  std::vector<std::string> prefixes = {"/usr/include/",
+                                       "/usr/lib/",
+                                       "/usr/lib64/",
+                                       "/usr/local/include/",
+                                       "/usr/local/cuda/",
+                                       "/usr/local/cuda-",
+                                       std::string(kCanonicalToolkitRoot) + "/"};
   if (!toolkit_root.empty()) {
     std::string root = toolkit_root;
     if (root.back() != '/') root += '/';
@@ -130,11 +135,26 @@ std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root) 
 }
 
 std::vector<std::string> ToolchainFolders(const std::string& toolkit_root) {
-  std::vector<std::string> folders = {
-      "/usr/bin/",        "/usr/sbin/",       "/usr/lib/",     "/usr/lib32/", "/usr/lib64/",
-      "/usr/libx32/",     "/usr/libexec/",    "/usr/include/", "/usr/share/", "/usr/local/include/",
-      "/usr/local/cuda/", "/usr/local/cuda-", "/bin/",         "/sbin/",      "/lib/",
-      "/lib32/",          "/lib64/",          "/libx32/",      "/etc/"};
+  std::vector<std::string> folders = {"/usr/bin/",
+                                      "/usr/sbin/",
+                                      "/usr/lib/",
+                                      "/usr/lib32/",
+                                      "/usr/lib64/",
+                                      "/usr/libx32/",
+                                      "/usr/libexec/",
+                                      "/usr/include/",
+                                      "/usr/share/",
+                                      "/usr/local/include/",
+                                      "/usr/local/cuda/",
+                                      "/usr/local/cuda-",
+                                      "/bin/",
+                                      "/sbin/",
+                                      "/lib/",
+                                      "/lib32/",
+                                      "/lib64/",
+                                      "/libx32/",
+                                      "/etc/",
+                                      std::string(kCanonicalToolkitRoot) + "/"};
   if (!toolkit_root.empty()) {
     folders.push_back(toolkit_root.back() == '/' ? toolkit_root : toolkit_root + "/");
   }

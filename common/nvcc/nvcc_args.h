@@ -44,14 +44,16 @@ struct PathPolicy {
   std::vector<std::string> system_prefixes;
 };
 
-// /usr/include, /usr/lib, /usr/lib64, /usr/local/include and the CUDA
-// toolkits' folders under /usr/local (what the client never ships), plus `toolkit_root` (the folder
-// above nvcc's bin/) if given; each ends with '/'.
+// /usr/include, /usr/lib, /usr/lib64, /usr/local/include, the CUDA
+// toolkits' folders under /usr/local (what the client never ships) and the
+// compiling toolkit's canonical root (kCanonicalToolkitRoot), plus
+// `toolkit_root` (the folder above nvcc's bin/) if given; each ends with '/'.
 std::vector<std::string> SystemIncludePrefixes(const std::string& toolkit_root = "");
 
 // The folders a worker takes from its own system, read-only, to compile
 // with: programs, libraries, headers and the toolkits (/usr/bin, /usr/lib,
-// /lib*, /usr/include, /usr/local/cuda*, ... and `toolkit_root` if given).
+// /lib*, /usr/include, /usr/local/cuda*, ..., the toolkit's canonical root
+// and `toolkit_root` if given).
 // A unit's inputs, working directory and outputs never lie in them: an input
 // there would replace or add to the toolchain (a gcc, a libc, a specs file).
 // Entries ending in '/' are folders; "/usr/local/cuda-" is a string prefix.

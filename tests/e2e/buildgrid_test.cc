@@ -414,29 +414,34 @@ TEST_F(BuildGridTest, AUnitTheEngineKilledForMemoryIsSentAgainWithALargerPropert
 // The memory property is part of the Action, so of BuildGrid's ActionCache
 // key. A team's second build whose reservations moved a step (its history
 // learnt the units' peaks; a teammate's has none) asks the cache at the
-// values near its own and compiles nothing; so does a build of the same
-// tree from another folder.
+// values near its own and compiles nothing; so does a teammate's build of
+// the same tree from another folder, with the torch-like headers it reads
+// in a venv elsewhere: the venv's site-packages reach the engine at their
+// canonical root.
 TEST_F(BuildGridTest, AReservationThatMovedAStepOrAnotherFolderStillHitsTheEnginesActionCache) {
   const std::string nvcc = testing::FakeNvccWithRelease(*root_ + "/fake-toolkit", "13.0");
   ASSERT_NE(StartBot("bg-bot-steps", "4GiB", {"--nvcc", nvcc, "--memory-mechanism", "auto"}),
             nullptr);
-  auto write_project = [&](const std::string& project, int two_returns) {
+  auto write_project = [&](const std::string& project, const std::string& venv, int two_returns) {
+    const std::string torch = venv + "/lib/python3.11/site-packages/torch/include";
+    ASSERT_TRUE(
+        WriteFileAtomically(torch + "/torch_api.h", "inline int Api() { return 7; }\n").ok());
     for (const char* name : {"one", "two"}) {
       ASSERT_TRUE(
-          WriteFileAtomically(
-              absl::StrCat(project, "/", name, ".cu"),
-              absl::StrCat("// FAKE_TOUCH_MIB=400 FAKE_SLEEP_MS=200 ", dir_, "\nint ", name,
-                           "() { return ", name == std::string("two") ? two_returns : 1, "; }\n"))
+          WriteFileAtomically(absl::StrCat(project, "/", name, ".cu"),
+                              absl::StrCat("// FAKE_TOUCH_MIB=400 FAKE_SLEEP_MS=200 ", dir_,
+                                           "\n#include \"torch_api.h\"\nint ", name, "() { return ",
+                                           name == std::string("two") ? two_returns : 1, "; }\n"))
               .ok());
     }
-    ASSERT_TRUE(
-        WriteFileAtomically(project + "/build/compile_commands.json",
-                            absl::StrCat(R"([{"directory": ")", project,
-                                         R"(/build", "file": "../one.cu", "command": ")", nvcc,
-                                         R"( -c ../one.cu -o one.o"}, {"directory": ")", project,
-                                         R"(/build", "file": "../two.cu", "command": ")", nvcc,
-                                         R"( -c ../two.cu -o two.o"}])"))
-            .ok());
+    auto entry = [&](const char* name) {
+      return absl::StrCat(R"({"directory": ")", project, R"(/build", "file": "../)", name,
+                          R"(.cu", "command": ")", nvcc, " -I", torch, " -c ../", name, ".cu -o ",
+                          name, R"(.o"})");
+    };
+    ASSERT_TRUE(WriteFileAtomically(project + "/build/compile_commands.json",
+                                    absl::StrCat("[", entry("one"), ", ", entry("two"), "]"))
+                    .ok());
   };
   auto build = [&](const std::string& project, const std::string& name) {
     ProcessResult built = testing::RunToEnd(
@@ -444,7 +449,7 @@ TEST_F(BuildGridTest, AReservationThatMovedAStepOrAnotherFolderStillHitsTheEngin
                     dir_ + "/state-" + name, {"--nvcc", nvcc, "--library", "libsteps.so"}));
     return built.stdout_text + built.stderr_text;
   };
-  write_project(dir_ + "/steps", 2);
+  write_project(dir_ + "/steps", dir_ + "/alice/.venv", 2);
   const std::string first = build(dir_ + "/steps", "first");
   ASSERT_THAT(first, HasSubstr("units     2 (2 compiled, 0 cached, 0 failed)")) << first;
   // Never seen, each unit was predicted at the 2 GiB default; the history
@@ -454,19 +459,21 @@ TEST_F(BuildGridTest, AReservationThatMovedAStepOrAnotherFolderStillHitsTheEngin
   fs::create_directories(dir_ + "/state-learnt/coordinator");
   fs::copy_file(dir_ + "/state-first/coordinator/history.tsv",
                 dir_ + "/state-learnt/coordinator/history.tsv");
-  write_project(dir_ + "/steps", 3);
+  write_project(dir_ + "/steps", dir_ + "/alice/.venv", 3);
   const std::string learnt = build(dir_ + "/steps", "learnt");
   EXPECT_THAT(learnt, HasSubstr("units     2 (1 compiled, 1 cached, 0 failed)")) << learnt;
   EXPECT_THAT(learnt, ContainsRegex("one.cu +cached \\(the engine's ActionCache\\)")) << learnt;
   EXPECT_THAT(learnt, ContainsRegex("two.cu +engine/bg-bot-steps .*peak 4[0-9][0-9] MiB "
                                     "\\(predicted 4[0-9][0-9] MiB, history\\)"))
       << learnt;
-  // The same tree in another folder, with no history and no cache of its
-  // own: the workspace is at its canonical root in every Action.
-  write_project(dir_ + "/elsewhere/steps-copy", 2);
+  // The same tree in another folder, its torch in a conda-like environment
+  // elsewhere, with no history and no cache of its own: the workspace and
+  // the site-packages are at their canonical roots in every Action.
+  write_project(dir_ + "/elsewhere/steps-copy", dir_ + "/opt/envs/x", 2);
   const std::string moved = build(dir_ + "/elsewhere/steps-copy", "moved");
   EXPECT_THAT(moved, HasSubstr("units     2 (0 compiled, 2 cached, 0 failed)")) << moved;
   EXPECT_THAT(moved, HasSubstr("cached (the engine's ActionCache)")) << moved;
+  EXPECT_THAT(moved, HasSubstr("/distcc-cuda/site-packages on the workers")) << moved;
 }
 
 // An Action whose input file the engine lacks (a client that skipped an

@@ -189,6 +189,48 @@ TEST_F(HostCompileTest, AHeaderThatPragmaOnceTookForAnotherReachesTheWorker) {
   EXPECT_THAT(*dependencies, Not(HasSubstr("c10/python_stub.h")));
 }
 
+// A teammate's CUDA_HOME is another path to the same toolkit (here a link
+// in their home to the toolkit's folder): flash_api.cpp's
+// -I$CUDA_HOME/include goes by the toolkit's canonical root, so the second
+// build takes the first's result, and the object names neither toolkit
+// path (-ffile-prefix-map on the worker), only the canonical root.
+TEST_F(HostCompileTest, OneToolkitAtAnotherPlaceIsTheSameCompile) {
+  const std::string real = fs::canonical(fs::path(nvcc_).parent_path().parent_path()).string();
+  const std::string home = root_ + "/home/bob/cuda";
+  fs::create_directories(root_ + "/home/bob");
+  fs::create_directory_symlink(real, home);
+  ASSERT_TRUE(
+      WriteFileAtomically(proj_ + "/src/cuda_api.cpp",
+                          "#include <cuda_runtime_api.h>\n"
+                          "int Devices() { int n = 0; cudaGetDeviceCount(&n); return n; }\n")
+          .ok());
+  auto compile = [](const std::string& cuda_home) {
+    return absl::StrCat("$CXX -g -O2 -fPIC -I", cuda_home,
+                        "/include -c src/cuda_api.cpp -o obj/cuda_api.o");
+  };
+  ProcessResult first = Build({"--state-dir", root_ + "/state"}, compile("/usr/local/cuda"));
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  EXPECT_THAT(first.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+  absl::StatusOr<std::string> object = ReadFile(proj_ + "/obj/cuda_api.o");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_TRUE(object->find("/distcc-cuda/toolkit/include") != std::string::npos)
+      << "the debug information names the toolkit's headers at the canonical root";
+  EXPECT_TRUE(object->find("/usr/local/cuda") == std::string::npos)
+      << "the debug information names the worker's toolkit";
+  fs::remove(proj_ + "/obj/cuda_api.o");
+  nvcc_ = home + "/bin/nvcc";
+  ProcessResult second = Build({"--state-dir", root_ + "/state"}, compile(home));
+  ASSERT_EQ(second.exit_code, 0) << second.stderr_text;
+  EXPECT_THAT(second.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached, 0 failed)"));
+  EXPECT_TRUE(ReadFile(proj_ + "/obj/cuda_api.o").value_or("") == *object)
+      << "the teammate's object differs from the first build's";
+  // As is, the flag keeps the teammate's path, and so the result is another.
+  fs::remove(proj_ + "/obj/cuda_api.o");
+  ProcessResult as_is = Build({"--state-dir", root_ + "/state", "--absolute-paths"}, compile(home));
+  ASSERT_EQ(as_is.exit_code, 0) << as_is.stderr_text;
+  EXPECT_THAT(as_is.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached, 0 failed)"));
+}
+
 TEST_F(HostCompileTest, AnotherCompilerThanTheToolchainsRunsHereSayingWhich) {
   auto cluster = testing::LoopbackCluster::Start(root_, nvcc_, {{"h-a"}});
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -23,6 +23,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/stages/build_command.h"
 #include "common/base/byte_size.h"
@@ -126,6 +127,39 @@ TEST_F(HostileEngineTest, AnHonestEngineBuildsTheLibrary) {
   ASSERT_TRUE(library.ok()) << library.status();
   EXPECT_THAT(*library, HasSubstr("compiled by the scripted engine"))
       << "the engine's object was linked";
+}
+
+// A flag that names a file of the build's toolkit travels at the toolkit's
+// canonical root; the Action the engine runs names it in this machine's
+// toolkit, where the engine's workers (with the same toolchain) have it.
+TEST_F(HostileEngineTest, AToolkitFileAFlagNamesReachesTheEngineInThisMachinesToolkit) {
+  const std::string nvcc = testing::FakeNvccWithRelease(root_ + "/toolkits", "13.0");
+  const std::string toolkit = root_ + "/toolkits/cuda-13.0";
+  ASSERT_TRUE(WriteFileAtomically(toolkit + "/include/marker.h", "#pragma once\n").ok());
+  absl::StatusOr<std::string> plan = ReadFile(plan_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string flags = R"(flags = ["-O3"])";
+  ASSERT_NE(plan->find(flags), std::string::npos);
+  plan->replace(
+      plan->find(flags), flags.size(),
+      absl::StrCat(R"(flags = ["-O3", "-include", ")", toolkit, R"(/include/marker.h"])"));
+  ASSERT_TRUE(WriteFileAtomically(plan_, *plan).ok());
+  client::BuildOptions options = OptionsOfBuild();
+  options.nvcc_path = nvcc;
+  client::RemoteEngineSettings remote;
+  remote.address = EngineAddress{engine_->address(), false};
+  remote.instance = "main";
+  remote.jobs = 1;
+  remote.memory_bytes = 8 * kGiB;
+  options.remote = remote;
+  std::string output;
+  absl::Status built = RunBuild(options, &output);
+  ASSERT_TRUE(built.ok()) << built << output;
+  ASSERT_EQ(engine_->calls().size(), 1u);
+  const reapi::Command command = engine_->calls()[0].command;
+  const std::vector<std::string> arguments(command.arguments().begin(), command.arguments().end());
+  EXPECT_THAT(arguments, ::testing::Contains(toolkit + "/include/marker.h"));
+  EXPECT_THAT(absl::StrJoin(arguments, " "), Not(HasSubstr("/distcc-cuda/toolkit")));
 }
 
 TEST_F(HostileEngineTest, APeakAboveTheEnginesMemoryCountsAsItsLargestWorkersAtMost) {

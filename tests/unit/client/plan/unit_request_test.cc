@@ -350,5 +350,46 @@ TEST(RelativeFlagsTest, AVacantHeaderFolderOutsideTheWorkspaceIsDropped) {
   std::filesystem::remove_all(root);
 }
 
+// One toolkit at two names (a link and its folder, /usr/local/cuda and
+// /usr/local/cuda-13.0, or anyone's ~/cuda) is one compile: nvcc's search
+// folders in it are dropped, a host compiler's named at the canonical root;
+// a conda environment's prefix is not relocated (its include folder holds
+// more than the toolkit), and --absolute-paths keeps the host's flags.
+TEST(RelativeFlagsTest, TheToolkitAtAnyPlaceIsNamedAtItsCanonicalRoot) {
+  const std::string root = testing::NewTempDir("relative-toolkit-");
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/proj"));
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/cuda-13.0/include/crt"));
+  ASSERT_TRUE(WriteFileAtomically(root + "/cuda-13.0/include/cuda.h", "#pragma once\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/cuda-13.0/include/crt/host.h", "#pragma once\n").ok());
+  std::filesystem::create_directory_symlink(root + "/cuda-13.0", root + "/cuda");
+  const std::vector<std::string> toolkit = {root + "/cuda/", root + "/cuda-13.0/"};
+  const WorkspaceLayout layout = WorkspaceLayout::Relocated(root + "/proj");
+  for (const std::string& named : {root + "/cuda", root + "/cuda-13.0"}) {
+    absl::StatusOr<std::vector<std::string>> host =
+        RelativeFlags({"-I" + named + "/include", "-isystem", named + "/include/crt", "-O2"},
+                      root + "/proj", layout, toolkit, v1::UNIT_COMPILER_HOST_CXX);
+    ASSERT_TRUE(host.ok()) << host.status();
+    EXPECT_EQ(absl::StrJoin(*host, " "),
+              "-I/distcc-cuda/toolkit/include -isystem /distcc-cuda/toolkit/include/crt -O2");
+    absl::StatusOr<std::vector<std::string>> nvcc =
+        RelativeFlags({"-I" + named + "/include", "-include", named + "/include/cuda.h", "-O2"},
+                      root + "/proj", layout, toolkit, v1::UNIT_COMPILER_NVCC);
+    ASSERT_TRUE(nvcc.ok()) << nvcc.status();
+    EXPECT_EQ(absl::StrJoin(*nvcc, " "), "-include /distcc-cuda/toolkit/include/cuda.h -O2");
+  }
+  absl::StatusOr<std::vector<std::string>> as_is =
+      RelativeFlags({"-I" + root + "/cuda/include", "-O2"}, root + "/proj",
+                    WorkspaceLayout::AsIs(root + "/proj"), toolkit, v1::UNIT_COMPILER_HOST_CXX);
+  ASSERT_TRUE(as_is.ok()) << as_is.status();
+  EXPECT_EQ(absl::StrJoin(*as_is, " "), "-I" + root + "/cuda/include -O2");
+  ASSERT_TRUE(std::filesystem::create_directories(root + "/cuda-13.0/conda-meta"));
+  absl::StatusOr<std::vector<std::string>> conda =
+      RelativeFlags({"-I" + root + "/cuda-13.0/include", "-O2"}, root + "/proj", layout,
+                    {root + "/cuda-13.0/"}, v1::UNIT_COMPILER_HOST_CXX);
+  ASSERT_TRUE(conda.ok()) << conda.status();
+  EXPECT_EQ(absl::StrJoin(*conda, " "), "-I" + root + "/cuda-13.0/include -O2");
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace distcc_cuda::client
