@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/nvcc/nvcc_args.h"
+
 namespace distcc_cuda {
 namespace {
 
@@ -81,6 +83,33 @@ TEST(CanonicalPathsTest, AnActionNamesTheCanonicalPlacesFromItsWorkingDirectory)
                   "--include-path=../inc,/usr/x", "-includepre.h", "-I/distcc-cuda-other/include",
                   "-ffile-prefix-map=/opt/cuda=/distcc-cuda/toolkit", "-I/usr/local/cuda/include",
                   "-c", "../one.cu"));
+}
+
+// The canonical toolkit root arrives over the network like any path: a unit
+// may name files under it, never leave it with "..", and no input may lie
+// in it (it would stand in for the toolkit's own files).
+TEST(CanonicalPathsTest, AUnitNamesTheCanonicalToolkitButCannotLeaveItOrPutInputsThere) {
+  auto unit = [](const std::string& flag, const std::string& input) {
+    v1::CompileUnit out;
+    out.set_name("u");
+    out.set_compiler(v1::UNIT_COMPILER_HOST_CXX);
+    for (const std::string& argument :
+         {flag, std::string("-c"), std::string("a.cpp"), std::string("-o"), std::string("a.o")}) {
+      out.add_arguments(argument);
+    }
+    out.add_output_paths("a.o");
+    out.add_inputs()->set_path("a.cpp");
+    if (!input.empty()) out.add_inputs()->set_path(input);
+    return out;
+  };
+  const std::vector<std::string> prefixes = SystemIncludePrefixes("/opt/cuda-12.8");
+  EXPECT_TRUE(ValidateCompileUnit(unit("-I/distcc-cuda/toolkit/include", ""), prefixes).ok());
+  EXPECT_FALSE(
+      ValidateCompileUnit(unit("-include/distcc-cuda/toolkit/../../etc/passwd", ""), prefixes)
+          .ok());
+  EXPECT_FALSE(
+      ValidateCompileUnit(unit("-O2", "distcc-cuda/toolkit/include/cuda_runtime.h"), prefixes)
+          .ok());
 }
 
 }  // namespace
