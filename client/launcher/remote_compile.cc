@@ -117,23 +117,31 @@ struct LauncherUnit {
   std::string layout_key() const { return layout.Key(); }
 };
 
+// Where a launcher call's files lie here: its workspace (CompileWorkspace),
+// its out-of-tree build folder (or ""), and its toolkit's roots.
+struct CallPlaces {
+  std::string workspace;
+  std::string build_folder;
+  ToolkitPlaces toolkit;
+};
+
 // The request for `plan`'s unit, whose inputs are `closure` (found by a
-// scan of `scan_time`), in the layout of its `workspace` (LayoutFor), with
+// scan of `scan_time`), in the layout of its `places` (LayoutFor), with
 // the paths of the unit's flags, source and object made relative to its
 // folder where they lie in the workspace. `outside` receives what it reads
 // outside the workspace.
 absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& plan,
                              const v1::ToolchainFingerprint& toolchain,
                              const std::vector<std::string>& excluded, absl::Duration scan_time,
-                             const std::string& workspace, bool absolute_paths,
-                             LauncherUnit& launched, OutsideFiles& outside) {
+                             const CallPlaces& places, bool absolute_paths, LauncherUnit& launched,
+                             OutsideFiles& outside) {
   const std::string& directory = call.working_directory;
   const v1::UnitCompiler compiler = CompilerOf(plan);
   const std::string source = AbsolutePath(plan.source, directory);
   ASSIGN_OR_RETURN(launched.layout,
-                   LayoutFor(workspace, launched.closure,
+                   LayoutFor(places.workspace, launched.closure,
                              NamedInputPaths(directory, plan.flags, excluded, compiler),
-                             absolute_paths, &outside));
+                             absolute_paths, &outside, places.build_folder));
   const WorkspaceLayout& layout = launched.layout;
   v1::SubmitBuildRequest& request = launched.request;
   request.add_scan_micros(absl::ToInt64Microseconds(scan_time));
@@ -145,15 +153,14 @@ absl::Status FillUnitRequest(const LauncherCall& call, const RemoteCompilePlan& 
   unit->set_name(plan.name);
   unit->set_compiler(compiler);
   PlaceUnit(*unit, layout, directory);
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> flags,
-      RelativeFlags(plan.flags, directory, layout, ToolkitRoots(call.nvcc()), compiler));
+  ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                   RelativeFlags(plan.flags, directory, layout, places.toolkit, compiler));
   for (const std::string& flag : flags) unit->add_arguments(flag);
   // The worker writes the object beside the source's folder under the
   // output's own file name; it lands at -o here.
   const std::string object = fs::path(plan.output).filename().string();
   for (const std::string& argument :
-       {plan.action, Relative(source, directory), std::string("-o"), object}) {
+       {plan.action, NamedFrom(source, directory, layout), std::string("-o"), object}) {
     unit->add_arguments(argument);
   }
   unit->add_output_paths(object);
@@ -374,10 +381,14 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
                    ScanClosure(call, plan, excluded, workspace, scan_cache, scan_time));
   compiled.scanned = absl::Now();
   compiled.scan_cached = scan_cache.hits() > 0 && scan_cache.misses() == 0;
-  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, workspace,
+  const CallPlaces places{
+      workspace, OutOfTreeBuildFolder(directory, workspace, layout_settings_.session_folder),
+      PlacesOfToolkit(ToolkitRoots(call.nvcc()))};
+  RETURN_IF_ERROR(FillUnitRequest(call, plan, toolchain, excluded, scan_time, places,
                                   layout_settings_.absolute_paths, launched, compiled.outside));
   compiled.workspace = launched.layout.root();
   MergeInputRoots(launched.layout, compiled.input_roots);
+  if (launched.layout.relocated()) MergeToolkitRoot(places.toolkit, compiled.input_roots);
   launched.files.known_digest = [&](const std::string& path) {
     return scan_cache.KnownDigest(path);
   };
@@ -426,8 +437,8 @@ absl::StatusOr<RemoteCompileResult> RemoteCompiler::Compile(const LauncherCall& 
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(submitted.status), "compiling " + plan.source));
   RETURN_IF_ERROR(TakeResult(submitted, plan, toolchain, address_, compiled));
   // nvcc's messages name the workspace's files as they are here.
-  compiled.stdout_text = launched.layout.ToLocalText(compiled.stdout_text);
-  compiled.stderr_text = launched.layout.ToLocalText(compiled.stderr_text);
+  compiled.stdout_text = launched.layout.ToLocalText(compiled.stdout_text, directory);
+  compiled.stderr_text = launched.layout.ToLocalText(compiled.stderr_text, directory);
   if (compiled.exit_code != 0) return compiled;
   absl::Status got = cas.DownloadToFile(FromProto(submitted.finished->result().outputs(0).digest()),
                                         AbsolutePath(plan.output, directory));

@@ -107,6 +107,12 @@ absl::StatusOr<LocalPlan> PlanFromCompileCommands(const BuildOptions& options) {
   }
   plan.workspace = roots.empty() ? AbsolutePath(fs::path(options.plan_path).parent_path().string())
                                  : CommonAncestor(roots);
+  std::map<std::string, std::string> build_folders;  // by directory: one look per folder
+  for (LocalUnit& unit : plan.units) {
+    auto [folder, added] = build_folders.try_emplace(unit.directory);
+    if (added) folder->second = OutOfTreeBuildFolder(unit.directory, plan.workspace);
+    unit.build_folder = folder->second;
+  }
   return plan;
 }
 

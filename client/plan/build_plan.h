@@ -26,6 +26,7 @@ struct LocalUnit {
   std::string local_object;          // where the object lands on this machine
   std::vector<std::string> closure;  // absolute input paths
   std::string compiler;              // a compile_commands.json entry's nvcc, as it names it
+  std::string build_folder;          // the out-of-tree build folder `directory` lies in, or ""
 };
 
 // An instantiation set before its paths are made relative.

@@ -130,6 +130,11 @@ std::string CommonAncestor(const std::vector<std::string>& paths) {
   return out.empty() ? "/" : out;
 }
 
+std::string NamedFrom(const std::string& path, const std::string& directory,
+                      const WorkspaceLayout& layout) {
+  return Relative(layout.OnWorker(path), layout.OnWorker(directory));
+}
+
 std::string Relative(const std::string& path, const std::string& base) {
   std::string relative = fs::path(path).lexically_relative(base).string();
   return relative.empty() ? "." : relative;
@@ -156,21 +161,6 @@ bool Vacant(const std::string& folder) {
   return !error;
 }
 
-// The toolkit roots (ToolkitRoots) whose folders a unit names by the
-// canonical root: not a folder of the whole system (nvcc in /usr/bin), nor
-// a Python environment's prefix (conda's nvcc), whose include folder holds
-// more than the toolkit's headers.
-std::vector<std::string> RelocatableToolkitRoots(const std::vector<std::string>& toolkit) {
-  std::vector<std::string> roots;
-  for (const std::string& root : toolkit) {
-    if (root == "/" || root == "/usr/" || root == "/usr/local/" || root == "/opt/") continue;
-    std::error_code error;
-    if (fs::exists(root + "conda-meta", error) || fs::exists(root + "pyvenv.cfg", error)) continue;
-    roots.push_back(root);
-  }
-  return roots;
-}
-
 // `path` at the canonical toolkit root when it lies in one of `roots`.
 std::optional<std::string> OnCanonicalToolkit(const std::string& path,
                                               const std::vector<std::string>& roots) {
@@ -185,10 +175,29 @@ std::optional<std::string> OnCanonicalToolkit(const std::string& path,
 
 }  // namespace
 
+ToolkitPlaces PlacesOfToolkit(std::vector<std::string> roots) {
+  ToolkitPlaces places;
+  for (const std::string& root : roots) {
+    if (root == "/" || root == "/usr/" || root == "/usr/local/" || root == "/opt/") continue;
+    std::error_code error;
+    if (fs::exists(root + "conda-meta", error) || fs::exists(root + "pyvenv.cfg", error)) continue;
+    places.relocatable.push_back(root);
+  }
+  places.roots = std::move(roots);
+  return places;
+}
+
+void MergeToolkitRoot(const ToolkitPlaces& toolkit, InputRoots& roots) {
+  if (toolkit.relocatable.empty()) return;
+  std::string local = toolkit.relocatable.front();
+  if (local.size() > 1 && local.back() == '/') local.pop_back();
+  roots.try_emplace(local, InputRoot{local, kCanonicalToolkitRoot, "CUDA toolkit"});
+}
+
 absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::string>& flags,
                                                        const std::string& directory,
                                                        const WorkspaceLayout& layout,
-                                                       const std::vector<std::string>& toolkit,
+                                                       const ToolkitPlaces& toolkit,
                                                        v1::UnitCompiler compiler) {
   ASSIGN_OR_RETURN(NvccCommand parsed, ParseCompileArguments(compiler, flags));
   const bool host = compiler == v1::UNIT_COMPILER_HOST_CXX;
@@ -200,8 +209,8 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
   };
   // Relocated, the toolkit's folders go by its canonical root whatever its
   // place; as is (--absolute-paths), those at a standard place keep theirs.
-  const std::vector<std::string> roots =
-      layout.relocated() ? RelocatableToolkitRoots(toolkit) : std::vector<std::string>();
+  static const std::vector<std::string> kNone;
+  const std::vector<std::string>& roots = layout.relocated() ? toolkit.relocatable : kNone;
   std::vector<NvccArgument> kept;
   for (NvccArgument& flag : parsed.flags) {
     if (flag.kind == NvccValueKind::kInputPath) {
@@ -213,15 +222,19 @@ absl::StatusOr<std::vector<std::string>> RelativeFlags(const std::vector<std::st
       for (const std::string& path : PathsOf(flag, compiler)) {
         std::string absolute = AbsolutePath(path, directory);
         const bool in_toolkit =
-            under(absolute, roots) || (under(absolute, toolkit) && !under(absolute, system));
+            under(absolute, roots) || (under(absolute, toolkit.roots) && !under(absolute, system));
         if (search_folder && in_toolkit) continue;
         const bool system_path = under(absolute, system);
         const bool inside = layout.Contains(absolute) && !system_path;
+        // Run outside the workspace (an out-of-tree build folder), a unit
+        // names the workspace's folders at their canonical place, which
+        // its messages' paths are then named back from.
+        const bool relative = inside && layout.Contains(directory);
         // A venv's empty include folder changes no lookup; dropped, it
         // keys nothing by the venv's path.
         if (header_folder && layout.relocated() && !inside && Vacant(absolute)) continue;
         const std::optional<std::string> canonical = OnCanonicalToolkit(absolute, roots);
-        std::string piece = inside                                   ? Relative(absolute, directory)
+        std::string piece = relative                                 ? Relative(absolute, directory)
                             : canonical                              ? *canonical
                             : !system_path && layout.Moves(absolute) ? layout.OnWorker(absolute)
                                                                      : absolute;

@@ -62,8 +62,31 @@ std::string CommonAncestor(const std::vector<std::string>& paths);
 // `path` relative to `base`, "." for the same folder.
 std::string Relative(const std::string& path, const std::string& base);
 
+// How a unit run in `directory` names its source `path` (both absolute,
+// each in the layout's workspace or one of its roots) on a worker:
+// relative to where `directory` is there (a worker takes no other), so
+// "../workspace/src/k.cu" from an out-of-tree build folder.
+std::string NamedFrom(const std::string& path, const std::string& directory,
+                      const WorkspaceLayout& layout);
+
+// The build's own CUDA toolkit as flags may name it: its roots
+// (ToolkitRoots: as named and on disk, each ending in '/') and those of them
+// whose folders a relocated unit names at kCanonicalToolkitRoot: not a
+// folder of the whole system (nvcc in /usr/bin), nor a Python environment's
+// prefix (conda's nvcc), whose include folder holds more than the
+// toolkit's headers. Found once per build, not per unit.
+struct ToolkitPlaces {
+  std::vector<std::string> roots;
+  std::vector<std::string> relocatable;
+};
+ToolkitPlaces PlacesOfToolkit(std::vector<std::string> roots);
+// Adds the toolkit's first relocatable root, as named, to `roots` (the
+// summary's lines) at kCanonicalToolkitRoot; nothing if none relocates.
+void MergeToolkitRoot(const ToolkitPlaces& toolkit, InputRoots& roots);
+
 // Rewrites the include paths of `flags` for a worker: paths inside the
-// layout's workspace (`directory` lies in it) relative to `directory`, so
+// layout's workspace relative to `directory` where it lies in the
+// workspace (else at their canonical place), so
 // that they reach the same files wherever the workspace is mounted, those
 // in one of its input roots at the root's canonical place, others
 // absolute as they are. Include
@@ -81,7 +104,7 @@ std::string Relative(const std::string& path, const std::string& base);
 // `flags` are `compiler`'s.
 absl::StatusOr<std::vector<std::string>> RelativeFlags(
     const std::vector<std::string>& flags, const std::string& directory,
-    const WorkspaceLayout& layout, const std::vector<std::string>& toolkit,
+    const WorkspaceLayout& layout, const ToolkitPlaces& toolkit,
     v1::UnitCompiler compiler = v1::UNIT_COMPILER_NVCC);
 
 // The distinct input files of a build in one workspace layout, each hashed

@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/base/files.h"
+#include "common/nvcc/canonical_paths.h"
 #include "common/nvcc/nvcc_args.h"
 
 namespace distcc_cuda::client {
@@ -69,11 +70,35 @@ std::string FindProjectRoot(const std::string& folder, const std::string& bound)
   }
 }
 
+namespace {
+
+// Whether neither of two (absolute, normal) folders holds the other.
+bool Apart(const std::string& a, const std::string& b) { return !IsUnder(a, b) && !IsUnder(b, a); }
+
+}  // namespace
+
 std::string CompileWorkspace(const std::string& directory, const std::string& source,
                              const std::string& bound) {
   const std::string folder = AbsolutePath(directory);
   const std::string source_folder = fs::path(AbsolutePath(source, folder)).parent_path().string();
-  return Above(FindProjectRoot(folder, bound), FindProjectRoot(source_folder, bound));
+  const std::string directory_project = FindProjectRoot(folder, bound);
+  const std::string source_project = FindProjectRoot(source_folder, bound);
+  // An out-of-tree build folder is a root of its own (OutOfTreeBuildFolder).
+  if (Apart(directory_project, source_project)) return source_project;
+  return Above(directory_project, source_project);
+}
+
+std::string OutOfTreeBuildFolder(const std::string& directory, const std::string& workspace,
+                                 const std::string& bound) {
+  const std::string folder = AbsolutePath(directory);
+  if (IsUnder(folder, workspace)) return "";
+  const bool bounded = !bound.empty() && IsUnder(folder, AbsolutePath(bound));
+  for (std::string at = folder;; at = Parent(at)) {
+    if (Holds(at, "CMakeCache.txt")) return Apart(at, workspace) ? at : "";
+    if (at == "/" || (bounded && at == AbsolutePath(bound))) break;
+  }
+  const std::string project = FindProjectRoot(folder, bound);
+  return Apart(project, workspace) ? project : "";
 }
 
 namespace {
@@ -188,13 +213,20 @@ std::string WorkspaceLayout::InTree(const std::string& path) const {
   return on_worker == "/" ? "" : on_worker.substr(1);
 }
 
-std::string WorkspaceLayout::ToLocalText(absl::string_view text) const {
+std::string WorkspaceLayout::ToLocalText(absl::string_view text,
+                                         const std::string& directory) const {
   // At one place, the longer canonical name is taken ("site-packages-2").
   std::vector<std::pair<std::string, std::string>> names;
   if (relocated()) names.emplace_back(canonical_, root_ == "/" ? "" : root_);
   for (const InputRoot& root : input_roots_) names.emplace_back(root.canonical, root.local);
   if (names.empty()) return std::string(text);
-  return absl::StrReplaceAll(text, names);
+  std::string local = absl::StrReplaceAll(text, names);
+  if (!directory.empty() && !Contains(directory) && Moves(directory)) {
+    // "../workspace/src/k.cu(3): error" from an out-of-tree build folder.
+    const std::string from = fs::path(canonical_).lexically_relative(OnWorker(directory)).string();
+    local = MarkWorkspace(local, from, WorkspaceSpelling::kPath, root_ == "/" ? "" : root_);
+  }
+  return local;
 }
 
 namespace {
@@ -233,9 +265,15 @@ void AddInputRoots(const std::vector<std::string>& anchors, WorkspaceLayout& lay
 absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
                                           const std::vector<std::string>& closure,
                                           const std::vector<std::string>& anchors,
-                                          bool absolute_paths, OutsideFiles* outside) {
+                                          bool absolute_paths, OutsideFiles* outside,
+                                          const std::string& build_folder) {
   std::string root = workspace;
+  const bool own_build_folder = !build_folder.empty() && Apart(build_folder, root);
+  // As is, the compile's folder lies in the workspace, as a local nvcc sees it.
+  if (own_build_folder && absolute_paths) root = Above(root, build_folder);
+  const bool build_root = own_build_folder && !absolute_paths;
   auto anchor_of = [&](const std::string& path) -> const std::string* {
+    if (build_root && IsUnder(path, build_folder)) return &build_folder;
     for (const std::string& anchor : anchors) {
       if (!IsUnder(anchor, root) && IsUnder(path, anchor)) return &anchor;
     }
@@ -246,6 +284,9 @@ absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
   }
   WorkspaceLayout layout =
       absolute_paths ? WorkspaceLayout::AsIs(root) : WorkspaceLayout::Relocated(root);
+  if (build_root && !IsUnder(build_folder, root)) {
+    layout.AddInputRoot(InputRoot{build_folder, kCanonicalBuildFolder, "build folder"});
+  }
   if (!absolute_paths) AddInputRoots(anchors, layout);
   for (const std::string& path : closure) {
     if (layout.Contains(path) || layout.Moves(path)) continue;
@@ -360,7 +401,10 @@ std::string DescribeWorkspaces(const std::map<std::string, int>& units, const In
                                             "any folder)"));
   for (const auto& [local, root] : roots) {
     absl::StrAppend(&text, "\n            ", root.kind, " ", local, " (", root.canonical,
-                    " on the workers: the same files serve from any venv or folder)");
+                    root.canonical == kCanonicalToolkitRoot
+                        ? " on the workers, each its own of this release: results are keyed by "
+                          "the release, not the folder)"
+                        : " on the workers: the same files serve from any venv or folder)");
   }
   if (!outside.empty()) {
     absl::StrAppend(&text, "\n            outside it, keyed by their own paths: ",

@@ -33,6 +33,8 @@ inline constexpr char kCanonicalWorkspace[] = "/distcc-cuda/workspace";
 // Where every canonical root lies on the workers: nothing of this machine
 // under it is sent at its own path.
 inline constexpr char kCanonicalArea[] = "/distcc-cuda";
+// Where an out-of-tree build folder appears on the workers.
+inline constexpr char kCanonicalBuildFolder[] = "/distcc-cuda/build";
 
 // A folder outside the workspace whose files a compile reads and whose
 // place differs from user to user: it appears on the workers at
@@ -65,10 +67,21 @@ std::string FindProjectRoot(const std::string& folder, const std::string& bound 
 
 // The workspace of a launcher call (or a compile_commands.json entry) run
 // in `directory` on `source` (both absolute): the folder above both of
-// their projects (FindProjectRoot, within `bound`), so that an out-of-tree
-// build folder and its sources are one workspace.
+// their projects (FindProjectRoot, within `bound`); the source's project
+// alone when neither project holds the other (an out-of-tree build folder
+// such as `cmake -B /tmp/build`, which OutOfTreeBuildFolder finds).
 std::string CompileWorkspace(const std::string& directory, const std::string& source,
                              const std::string& bound = "");
+
+// The build folder of a compile run in `directory` outside its
+// `workspace` (CompileWorkspace): the nearest folder at or above it that
+// holds a CMakeCache.txt (within `bound`, as FindProjectRoot), else its
+// project; "" when it lies in the workspace, or holds it. Relocated, it
+// appears on the workers at kCanonicalBuildFolder (LayoutFor), so that a
+// teammate's build folder elsewhere, beside a checkout elsewhere, is the
+// same compile.
+std::string OutOfTreeBuildFolder(const std::string& directory, const std::string& workspace,
+                                 const std::string& bound = "");
 
 class WorkspaceLayout {
  public:
@@ -102,8 +115,10 @@ class WorkspaceLayout {
   // on the wire ("" for "/").
   std::string InTree(const std::string& path) const;
   // `text` (a worker's nvcc messages) with each canonical root named as it
-  // is here, so that a message names the user's own files.
-  std::string ToLocalText(absl::string_view text) const;
+  // is here, so that a message names the user's own files; for a unit run
+  // in `directory` (absolute; "" for none) outside the workspace, also the
+  // workspace as that unit's source names it ("../workspace", NamedFrom).
+  std::string ToLocalText(absl::string_view text, const std::string& directory = "") const;
 
  private:
   std::string root_;
@@ -133,15 +148,19 @@ void MergeOutsideFiles(const OutsideFiles& from, OutsideFiles& into);
 // anchors and then the files name them, a second of one canonical place
 // numbered ("site-packages-2"); but not one inside the workspace, and not
 // one below an anchor outside it (`-I VENV/lib` reaches the root's files
-// by their place under VENV/lib, which must stay as it is). With
-// `absolute_paths`, AsIs and no input root. `outside` (may be null)
+// by their place under VENV/lib, which must stay as it is). The unit's
+// `build_folder` (OutOfTreeBuildFolder; "" for none) is the first input
+// root, at kCanonicalBuildFolder, unless the workspace widened over it. With
+// `absolute_paths`, AsIs and no input root, the workspace widened over the
+// build folder (as nvcc sees it here). `outside` (may be null)
 // receives the files left at their own paths. INVALID_ARGUMENT for a file
 // left at its own path under kCanonicalArea on this machine: it would be
 // hidden on the workers.
 absl::StatusOr<WorkspaceLayout> LayoutFor(const std::string& workspace,
                                           const std::vector<std::string>& closure,
                                           const std::vector<std::string>& anchors,
-                                          bool absolute_paths, OutsideFiles* outside = nullptr);
+                                          bool absolute_paths, OutsideFiles* outside = nullptr,
+                                          const std::string& build_folder = "");
 
 // The input roots of a build's units (by their local folder), for the
 // summary.

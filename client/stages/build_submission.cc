@@ -29,9 +29,8 @@ bool CoordinatorLost(const absl::Status& status) {
 
 // `local` as a unit of the protocol in `layout`, its inputs in a tree.
 absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
-                     const std::vector<std::string>& toolkit,
-                     const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
-                     v1::AddUnitsRequest& part) {
+                     const ToolkitPlaces& toolkit, const std::vector<std::string>& system_prefixes,
+                     WorkspaceFiles& files, v1::AddUnitsRequest& part) {
   v1::CompileUnit* unit = part.add_units();
   unit->set_name(local.name);
   PlaceUnit(*unit, layout, local.directory);
@@ -40,7 +39,8 @@ absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
   for (const std::string& flag : flags) unit->add_arguments(flag);
   std::string object = fs::path(local.source).filename().string() + ".o";
   for (const std::string& argument :
-       {std::string("-c"), Relative(AbsolutePath(local.source, local.directory), local.directory),
+       {std::string("-c"),
+        NamedFrom(AbsolutePath(local.source, local.directory), local.directory, layout),
         std::string("-o"), object}) {
     unit->add_arguments(argument);
   }
@@ -51,9 +51,8 @@ absl::Status AddUnit(const LocalUnit& local, const WorkspaceLayout& layout,
 
 // `local` as an instantiation set of the protocol in `layout`.
 absl::Status AddSet(const LocalSet& local, const WorkspaceLayout& layout,
-                    const std::vector<std::string>& toolkit,
-                    const std::vector<std::string>& system_prefixes, WorkspaceFiles& files,
-                    v1::AddUnitsRequest& part) {
+                    const ToolkitPlaces& toolkit, const std::vector<std::string>& system_prefixes,
+                    WorkspaceFiles& files, v1::AddUnitsRequest& part) {
   v1::InstantiationSet* set = part.add_instantiation_sets();
   *set = local.set;
   set->set_directory(layout.InTree(local.directory));
@@ -103,7 +102,7 @@ BuildSubmission::BuildSubmission(LocalPlan& plan, SubmissionSettings settings,
       cas_(v1::ContentStore::NewStub(channel_)),
       on_error_(std::move(on_error)),
       excluded_(ExcludedPrefixes(settings_.nvcc)),
-      toolkit_roots_(ToolkitRoots(settings_.nvcc)),
+      toolkit_(PlacesOfToolkit(ToolkitRoots(settings_.nvcc))),
       system_prefixes_(SystemIncludePrefixes()) {
   system_prefixes_.insert(system_prefixes_.end(), excluded_.begin(), excluded_.end());
   const size_t jobs = plan_.units.size() + plan_.sets.size();
@@ -126,7 +125,8 @@ absl::StatusOr<WorkspaceLayout> BuildSubmission::LayoutOf(size_t job, OutsideFil
   auto [anchors, added] = anchors_.try_emplace({directory, flags});
   if (added) anchors->second = NamedInputPaths(directory, flags, excluded_);
   return LayoutFor(plan_.workspace, is_unit ? plan_.units[job].closure : set->closure,
-                   anchors->second, settings_.absolute_paths, outside);
+                   anchors->second, settings_.absolute_paths, outside,
+                   is_unit ? plan_.units[job].build_folder : "");
 }
 
 absl::Status BuildSubmission::Scan(size_t job) {
@@ -308,10 +308,10 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
         return cache->KnownDigest(path);
       };
     }
-    RETURN_IF_ERROR(is_unit ? AddUnit(plan_.units[job], layout, toolkit_roots_, system_prefixes_,
-                                      files.files, part->second)
-                            : AddSet(*set, layout, toolkit_roots_, system_prefixes_, files.files,
-                                     part->second));
+    RETURN_IF_ERROR(
+        is_unit ? AddUnit(plan_.units[job], layout, toolkit_, system_prefixes_, files.files,
+                          part->second)
+                : AddSet(*set, layout, toolkit_, system_prefixes_, files.files, part->second));
     ++files.units;
   }
   if (order.empty()) {  // the last part, after every unit went
@@ -366,6 +366,7 @@ absl::Status BuildSubmission::MakePart(const std::vector<size_t>& jobs, bool las
     MergeOutsideFiles(files.outside, figures_.outside);
     figures_.input_roots.insert(files.input_roots.begin(), files.input_roots.end());
   }
+  if (!settings_.absolute_paths) MergeToolkitRoot(toolkit_, figures_.input_roots);
   for (auto& part : made) parts_.push_back(std::move(part));
   last_made_ = last;
   return absl::OkStatus();

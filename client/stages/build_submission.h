@@ -158,7 +158,7 @@ class BuildSubmission {
   CasClient cas_;
   const std::function<void(const absl::Status&)> on_error_;
   std::vector<std::string> excluded_;         // the toolkit's own folders
-  std::vector<std::string> toolkit_roots_;    // its roots alone
+  ToolkitPlaces toolkit_;                     // its roots, and which relocate
   std::vector<std::string> system_prefixes_;  // and the system's
 
   mutable absl::Mutex mu_;

@@ -27,13 +27,21 @@
 #include "tests/support/cuda_sources.h"
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/torch_projects.h"
 
 namespace distcc_cuda {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ExpectImports;
+using testing::FoldersNamed;
 using ::testing::HasSubstr;
+using testing::kNeedsTorchAndUv;
+using testing::LinkCondaLikeEnvironment;
+using testing::LinkVenv;
+using testing::MakeTinySdist;
 using ::testing::Not;
+using testing::TorchPythonAndUv;
 
 constexpr const char* kHeader = testing::kTwiceHeader;
 // Internal device entities (an anonymous namespace, a static kernel),
@@ -59,14 +67,14 @@ class RelocatableCacheTest : public ::testing::Test {
   }
 
   // A cluster over mutual TLS, as a team runs one: a CA, the coordinator's
-  // certificate for 127.0.0.1, a worker's and three users' (alice, bob, carol).
+  // certificate for 127.0.0.1, a worker's and four users' (alice, bob, carol, dave).
   void StartCluster() {
     certs_ = root_ + "/certs";
     ASSERT_TRUE(InitCertificateAuthority(certs_, "relocatable-test").ok());
     ASSERT_TRUE(
         IssueCertificateFiles(certs_, {PeerRole::kCoordinator, "coordinator", {"127.0.0.1"}}).ok());
     ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kWorker, "rc-worker", {}}).ok());
-    for (const char* user : {"alice", "bob", "carol"}) {
+    for (const char* user : {"alice", "bob", "carol", "dave"}) {
       ASSERT_TRUE(IssueCertificateFiles(certs_, {PeerRole::kClient, user, {}}).ok());
     }
     fs::create_directories(root_ + "/cluster");
@@ -334,70 +342,6 @@ TEST_F(RelocatableCacheTest, AnAbsoluteIncludeOfTheWorkspacesOwnFileCompilesHere
   EXPECT_THAT(as_is.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
 }
 
-// The sdist of a small PyTorch extension in `folder`/dist: a binding of
-// Python's C API (torch's headers would cost a minute of g++), and two
-// kernels, one of which reads a header of torch's (c10's macros). Its
-// archive's path.
-std::string MakeTinySdist(const std::string& python, const std::string& folder) {
-  const std::string pkg = folder;
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/setup.py", R"(from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CUDAExtension
-setup(name="tiny_ext", version="1.0",
-      ext_modules=[CUDAExtension("tiny_ext", ["csrc/binding.cpp", "csrc/scale.cu", "csrc/shift.cu"],
-                                 extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O3"]})],
-      cmdclass={"build_ext": BuildExtension})
-)")
-                  .ok());
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/MANIFEST.in", "include csrc/*.cu csrc/*.h\n").ok());
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/twice.h", kHeader).ok());
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/binding.cpp", R"(#include <Python.h>
-static PyObject* kernels(PyObject*, PyObject*) { return PyLong_FromLong(2); }
-static PyMethodDef methods[] = {{"kernels", kernels, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
-static PyModuleDef module = {PyModuleDef_HEAD_INIT, "tiny_ext", nullptr, -1, methods};
-PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
-)")
-                  .ok());
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/scale.cu",
-                                  "#include <c10/macros/Macros.h>\n#include \"twice.h\"\n"
-                                  "__global__ void scale(float* x) { x[threadIdx.x] = "
-                                  "Twice(x[threadIdx.x]); }\n")
-                  .ok());
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/shift.cu",
-                                  "#include \"twice.h\"\n__global__ void shift(float* x) { "
-                                  "x[threadIdx.x] = Twice(x[threadIdx.x]) + 1; }\n")
-                  .ok());
-  ProcessSpec sdist;
-  sdist.argv = {python, "setup.py", "-q", "sdist"};
-  sdist.working_directory = pkg;
-  absl::StatusOr<ProcessResult> packed = RunProcess(sdist);
-  EXPECT_TRUE(packed.ok() && packed->exit_code == 0) << (packed.ok() ? packed->stderr_text : "");
-  return pkg + "/dist/tiny_ext-1.0.tar.gz";
-}
-
-// DISTCC_TORCH_PYTHON and DISTCC_UV, absolute; "" where either is unset.
-std::pair<std::string, std::string> TorchPythonAndUv() {
-  const char* python = std::getenv("DISTCC_TORCH_PYTHON");
-  const char* uv = std::getenv("DISTCC_UV");
-  if (python == nullptr || *python == '\0' || uv == nullptr || *uv == '\0') return {};
-  return {fs::absolute(python).string(), fs::absolute(uv).string()};
-}
-
-constexpr char kNeedsTorchAndUv[] =
-    "needs DISTCC_TORCH_PYTHON (a python with torch: scripts/torch_python) and DISTCC_UV (uv: "
-    "scripts/uv), as scripts/test sets them";
-
-// Whether `python` imports the extension installed in `target` and it
-// answers.
-void ExpectImports(const std::string& python, const std::string& target) {
-  ProcessSpec imported;
-  imported.argv = {python, "-c",
-                   absl::StrCat("import sys; sys.path.insert(0, '", target,
-                                "'); import torch, tiny_ext; print(tiny_ext.kernels())")};
-  absl::StatusOr<ProcessResult> ran = RunProcess(imported);
-  ASSERT_TRUE(ran.ok());
-  EXPECT_EQ(ran->stdout_text, "2\n") << target << ": " << ran->stderr_text;
-}
-
 // A PyTorch extension as its users install it: pip and uv unpack its sdist
 // into a new temporary folder each time and build there.
 TEST_F(RelocatableCacheTest, PipAndUvBuildAnSdistInTheirOwnTemporaryFoldersCompilingOnce) {
@@ -434,114 +378,143 @@ TEST_F(RelocatableCacheTest, PipAndUvBuildAnSdistInTheirOwnTemporaryFoldersCompi
   for (const char* target : {"by-pip", "by-uv"}) ExpectImports(python, root_ + "/" + target);
 }
 
-// The absolute paths in `binary`'s strings, a line each: what its debug
-// information names.
-std::string FoldersNamed(const std::string& binary) {
-  std::string folders;
-  std::string run;
-  for (char c : binary + '\0') {
-    if (c >= 0x20 && c < 0x7f) {
-      run.push_back(c);
-      continue;
-    }
-    if (absl::StartsWith(run, "/") && run.size() > 4) absl::StrAppend(&folders, run, "\n");
-    run.clear();
-  }
-  return folders;
+// Whether `program` is on PATH.
+bool Have(const std::string& program) {
+  ProcessSpec which;
+  which.argv = {"sh", "-c", "command -v " + program};
+  absl::StatusOr<ProcessResult> ran = RunProcess(which);
+  return ran.ok() && ran->exit_code == 0;
 }
 
-// The torch venv's files at `venv` (a venv: pyvenv.cfg names the same
-// Python), each a hard link to the original: a teammate's copy of the
-// same packages, at no cost in disk.
-void LinkVenv(const std::string& original, const std::string& venv) {
-  fs::create_directories(fs::path(venv).parent_path());
-  fs::copy(original, venv,
-           fs::copy_options::recursive | fs::copy_options::create_hard_links |
-               fs::copy_options::copy_symlinks);
-}
+// CMake's out-of-tree build folders (`cmake -B` elsewhere, a generated
+// header in each) beside checkouts elsewhere: a root of their own, so the
+// teammate's ninja and then compile_commands.json build take the first's
+// results, ninja's dependencies name the teammate's own files and the
+// object neither user's folders.
+TEST_F(RelocatableCacheTest, OutOfTreeCMakeBuildFoldersElsewhereShareTheirCompiles) {
+  if (!Have("cmake") || !Have("ninja")) GTEST_SKIP() << "needs cmake and ninja on PATH";
+  const std::string state = root_ + "/state";
+  auto configure = [&](const std::string& checkout, const std::string& folder) {
+    WriteKernelProject(checkout);
+    EXPECT_TRUE(WriteFileAtomically(checkout + "/src/k.cu",
+                                    absl::StrCat("#include \"config.h\"\n", kKernel))
+                    .ok());
+    EXPECT_TRUE(WriteFileAtomically(checkout + "/config.h.in", "#define SCALE 2\n").ok());
+    EXPECT_TRUE(WriteFileAtomically(
+                    checkout + "/CMakeLists.txt",
+                    "cmake_minimum_required(VERSION 3.18)\nproject(k LANGUAGES CUDA)\n"
+                    "configure_file(config.h.in ${CMAKE_BINARY_DIR}/gen/config.h)\n"
+                    "add_library(k SHARED src/k.cu)\n"
+                    "target_include_directories(k PRIVATE include ${CMAKE_BINARY_DIR}/gen)\n")
+                    .ok());
+    ProcessSpec spec;
+    spec.argv = {"cmake",
+                 "-S",
+                 checkout,
+                 "-B",
+                 folder,
+                 "-G",
+                 "Ninja",
+                 "-DCMAKE_CUDA_COMPILER=" + nvcc_,
+                 "-DCMAKE_CUDA_ARCHITECTURES=100",
+                 "-DCMAKE_CUDA_COMPILER_LAUNCHER=" + testing::BinaryPath("distcc-cuda"),
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"};
+    ProcessResult ran = testing::RunToEnd(spec);
+    EXPECT_EQ(ran.exit_code, 0) << ran.stdout_text << ran.stderr_text;
+  };
+  const std::string alice = root_ + "/home-alice/src/proj", alice_build = root_ + "/scratch/ab";
+  const std::string bob = root_ + "/b/work/proj", bob_build = root_ + "/tmp-bob/out/build-x";
+  configure(alice, alice_build);
+  configure(bob, bob_build);
+  const std::string object = "/CMakeFiles/k.dir/src/k.cu.o";
 
-// A conda environment's layout at `prefix`, as conda installs one: a
-// Python of its own (the interpreter, its standard library, its headers
-// under PREFIX/include/python3.X, its build data naming PREFIX where it
-// named the original's, as conda rewrites an installed package's
-// prefix), and the torch venv's packages in its site-packages. Hard links
-// and links to the original's files. The environment's python.
-std::string LinkCondaLikeEnvironment(const std::string& python, const std::string& venv,
-                                     const std::string& prefix) {
-  ProcessSpec ask;
-  ask.argv = {python, "-c",
-              "import sys, sysconfig; print(sys.base_prefix); print(sys.version_info[1]); "
-              "print(sysconfig.get_config_var('INCLUDEPY'))"};
-  absl::StatusOr<ProcessResult> asked = RunProcess(ask);
-  EXPECT_TRUE(asked.ok() && asked->exit_code == 0);
-  if (!asked.ok()) return "";
-  const std::vector<std::string> lines = absl::StrSplit(asked->stdout_text, '\n');
-  const std::string base = lines.at(0);
-  const std::string version = absl::StrCat("python3.", lines.at(1));
-  const std::string lib = prefix + "/lib/" + version;
-  fs::create_directories(lib);
-  fs::create_directories(prefix + "/bin");
-  fs::create_directories(prefix + "/include");
-  fs::create_hard_link(base + "/bin/" + version, prefix + "/bin/" + version);
-  fs::copy(fs::path(lines.at(2)), prefix + "/include/" + version,
-           fs::copy_options::recursive | fs::copy_options::create_hard_links);
-  for (const fs::directory_entry& entry : fs::directory_iterator(base + "/lib/" + version)) {
-    const std::string name = entry.path().filename().string();
-    if (name == "site-packages") continue;
-    if (name == "__pycache__") {  // what this Python compiles stays its own
-      fs::create_directories(lib + "/" + name);
-      continue;
-    }
-    if (absl::StartsWith(name, "_sysconfigdata")) {
-      absl::StatusOr<std::string> data = ReadFile(entry.path().string());
-      EXPECT_TRUE(data.ok());
-      EXPECT_TRUE(
-          WriteFileAtomically(lib + "/" + name, absl::StrReplaceAll(*data, {{base, prefix}})).ok());
-      continue;
-    }
-    fs::create_symlink(entry.path(), lib + "/" + name);
-  }
-  fs::copy(venv + "/lib/" + version + "/site-packages", lib + "/site-packages",
-           fs::copy_options::recursive | fs::copy_options::create_hard_links |
-               fs::copy_options::copy_symlinks);
-  return prefix + "/bin/" + version;
+  ProcessResult first = Session({"--state-dir", state}, "ninja -C " + alice_build, alice);
+  ASSERT_EQ(first.exit_code, 0) << first.stderr_text;
+  EXPECT_THAT(first.stderr_text, HasSubstr("1 on the cluster (1 compiled, 0 cached"));
+  EXPECT_THAT(first.stderr_text, HasSubstr("workspace " + alice + " ("));
+  EXPECT_THAT(first.stderr_text,
+              HasSubstr("build folder " + alice_build + " (/distcc-cuda/build on the workers"));
+  ProcessResult second = Session({"--state-dir", state}, "ninja -C " + bob_build, bob);
+  ASSERT_EQ(second.exit_code, 0) << second.stderr_text;
+  EXPECT_THAT(second.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached"));
+  EXPECT_THAT(second.stderr_text, HasSubstr("build folder " + bob_build + " ("));
+  absl::StatusOr<std::string> a = ReadFile(alice_build + object);
+  absl::StatusOr<std::string> b = ReadFile(bob_build + object);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(*a == *b) << "bob's object is not alice's result";
+  EXPECT_EQ(FoldersNamed(*b).find(root_), std::string::npos) << FoldersNamed(*b);
+  ProcessSpec deps;
+  deps.argv = {"ninja", "-C", bob_build, "-t", "deps"};
+  ProcessResult listed = testing::RunToEnd(deps);
+  EXPECT_THAT(listed.stdout_text, HasSubstr(bob + "/include/twice.h"));
+  EXPECT_THAT(listed.stdout_text, HasSubstr(bob_build + "/gen/config.h"));
+  EXPECT_THAT(listed.stdout_text, Not(HasSubstr(alice)));
+
+  // The same through each build folder's compile_commands.json (alice's
+  // may take the launcher's result: the unit is the same).
+  auto plan = [&](const std::string& checkout, const std::string& folder) {
+    return Client({"build", folder + "/compile_commands.json", "-o", folder + "/plan-out", "--nvcc",
+                   nvcc_, "--library", "libk.so", "--state-dir", state},
+                  checkout);
+  };
+  ProcessResult alice_plan = plan(alice, alice_build);
+  ASSERT_EQ(alice_plan.exit_code, 0) << alice_plan.stdout_text << alice_plan.stderr_text;
+  EXPECT_EQ(PlanCounts(alice_plan.stdout_text).units, 1) << alice_plan.stdout_text;
+  ProcessResult bob_plan = plan(bob, bob_build);
+  ASSERT_EQ(bob_plan.exit_code, 0) << bob_plan.stdout_text << bob_plan.stderr_text;
+  EXPECT_EQ(PlanCounts(bob_plan.stdout_text).compiled, 0) << bob_plan.stdout_text;
+  EXPECT_EQ(PlanCounts(bob_plan.stdout_text).cached, 1) << bob_plan.stdout_text;
 }
 
 // A team on one coordinator over mutual TLS: alice's torch in ~/.venv,
 // bob's in a conda-like environment under /opt/envs with a Python of its
-// own, carol's ~/.venv with one byte of a torch header changed. The same
-// sdist installed by each with pip or uv from their own temporary folders:
-// bob's compiles nothing, carol's only the unit that reads the changed
-// header, and each summary names the user's own roots.
+// own, carol's ~/.venv with one byte of a torch header changed, dave's
+// ~/.venv with another torch release's headers (scripts/torch_headers).
+// The same sdist installed by each with pip or uv from their own temporary
+// folders: bob's compiles nothing, carol's and dave's only the unit that
+// reads torch's headers, and each summary names the user's own roots.
 TEST_F(RelocatableCacheTest, TeammatesVenvsAndPythonsElsewhereShareOneClustersCompiles) {
   const auto [python, uv] = TorchPythonAndUv();
   if (python.empty()) GTEST_SKIP() << kNeedsTorchAndUv;
+  const char* other_torch = std::getenv("DISTCC_OTHER_TORCH_INCLUDE");
+  if (other_torch == nullptr || *other_torch == '\0') {
+    GTEST_SKIP() << "needs DISTCC_OTHER_TORCH_INCLUDE (another torch release's torch/include: "
+                    "scripts/torch_headers), as scripts/test sets it";
+  }
   const std::string original = fs::path(python).parent_path().parent_path().string();
   const std::string alice_venv = root_ + "/home-alice/.venv";
   const std::string carol_venv = root_ + "/home-carol/.venv";
+  const std::string dave_venv = root_ + "/home-dave/.venv";
   std::error_code linked;
   fs::create_hard_link(original + "/pyvenv.cfg", root_ + "/same-file-system", linked);
   if (linked) {
     GTEST_SKIP() << "needs the test's folder on the file system of " << original
                  << " (its copies are hard links): " << linked.message();
   }
-  LinkVenv(original, alice_venv);
-  LinkVenv(original, carol_venv);
+  for (const std::string& venv : {alice_venv, carol_venv, dave_venv}) LinkVenv(original, venv);
   const std::string bob_python = LinkCondaLikeEnvironment(python, original, root_ + "/opt/envs/x");
   ASSERT_FALSE(bob_python.empty());
-  // Carol's copy of one header differs by a comment: a file of its own.
-  std::string header;
-  for (const fs::directory_entry& entry : fs::directory_iterator(carol_venv + "/lib")) {
-    const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, "python3")) {
-      header = entry.path().string() + "/site-packages/torch/include/c10/macros/Macros.h";
+  auto torch_include = [](const std::string& venv) {
+    std::string include;
+    for (const fs::directory_entry& entry : fs::directory_iterator(venv + "/lib")) {
+      const std::string name = entry.path().filename().string();
+      if (absl::StartsWith(name, "python3")) {
+        include = entry.path().string() + "/site-packages/torch/include";
+      }
     }
-  }
+    return include;
+  };
+  // Carol's copy of one header differs by a comment: a file of its own.
+  const std::string header = torch_include(carol_venv) + "/c10/macros/Macros.h";
   ASSERT_TRUE(IsRegularFile(header)) << header;
   absl::StatusOr<std::string> text = ReadFile(header);
   ASSERT_TRUE(text.ok());
   ASSERT_TRUE(fs::remove(header));
   ASSERT_TRUE(WriteFileAtomically(header, *text + "// carol's\n").ok());
+  // Dave's torch is another release: its headers are those of the other
+  // release's wheel.
+  ASSERT_GT(fs::remove_all(torch_include(dave_venv)), 0u);
+  fs::copy(other_torch, torch_include(dave_venv), fs::copy_options::recursive);
 
   StartCluster();
   const std::string archive = MakeTinySdist(python, root_ + "/tiny");
@@ -578,6 +551,8 @@ TEST_F(RelocatableCacheTest, TeammatesVenvsAndPythonsElsewhereShareOneClustersCo
   EXPECT_THAT(bob, Not(HasSubstr("keyed by their own paths"))) << bob;
   const std::string carol = install("carol", carol_venv + "/bin/python", false);
   EXPECT_THAT(carol, HasSubstr("3 on the cluster (1 compiled, 2 cached, 0 failed)")) << carol;
+  const std::string dave = install("dave", dave_venv + "/bin/python", true);
+  EXPECT_THAT(dave, HasSubstr("3 on the cluster (1 compiled, 2 cached, 0 failed)")) << dave;
   // Bob's module, of alice's compiles, names none of alice's folders: its
   // debug information names the canonical places.
   for (const fs::directory_entry& entry : fs::directory_iterator(root_ + "/home-bob/installed")) {

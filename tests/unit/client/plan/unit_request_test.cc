@@ -362,7 +362,7 @@ TEST(RelativeFlagsTest, TheToolkitAtAnyPlaceIsNamedAtItsCanonicalRoot) {
   ASSERT_TRUE(WriteFileAtomically(root + "/cuda-13.0/include/cuda.h", "#pragma once\n").ok());
   ASSERT_TRUE(WriteFileAtomically(root + "/cuda-13.0/include/crt/host.h", "#pragma once\n").ok());
   std::filesystem::create_directory_symlink(root + "/cuda-13.0", root + "/cuda");
-  const std::vector<std::string> toolkit = {root + "/cuda/", root + "/cuda-13.0/"};
+  const ToolkitPlaces toolkit = PlacesOfToolkit({root + "/cuda/", root + "/cuda-13.0/"});
   const WorkspaceLayout layout = WorkspaceLayout::Relocated(root + "/proj");
   for (const std::string& named : {root + "/cuda", root + "/cuda-13.0"}) {
     absl::StatusOr<std::vector<std::string>> host =
@@ -385,9 +385,32 @@ TEST(RelativeFlagsTest, TheToolkitAtAnyPlaceIsNamedAtItsCanonicalRoot) {
   ASSERT_TRUE(std::filesystem::create_directories(root + "/cuda-13.0/conda-meta"));
   absl::StatusOr<std::vector<std::string>> conda =
       RelativeFlags({"-I" + root + "/cuda-13.0/include", "-O2"}, root + "/proj", layout,
-                    {root + "/cuda-13.0/"}, v1::UNIT_COMPILER_HOST_CXX);
+                    PlacesOfToolkit({root + "/cuda-13.0/"}), v1::UNIT_COMPILER_HOST_CXX);
   ASSERT_TRUE(conda.ok()) << conda.status();
   EXPECT_EQ(absl::StrJoin(*conda, " "), "-I" + root + "/cuda-13.0/include -O2");
+  std::filesystem::remove_all(root);
+}
+
+// A unit compiled in an out-of-tree build folder names the workspace's
+// include folders at their canonical place and the build folder's at its
+// own; its source relative to where the folder is on the workers (the only
+// way a worker takes it); in the workspace, relative as before.
+TEST(RelativeFlagsTest, AnOutOfTreeBuildFoldersUnitNamesTheWorkspaceAtItsCanonicalRoot) {
+  const std::string root = testing::NewTempDir("relative-build-");
+  ASSERT_TRUE(WriteFileAtomically(root + "/proj/include/k.h", "#pragma once\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/build/gen/config.h", "#pragma once\n").ok());
+  WorkspaceLayout layout = WorkspaceLayout::Relocated(root + "/proj");
+  layout.AddInputRoot({root + "/build", "/distcc-cuda/build", "build folder"});
+  absl::StatusOr<std::vector<std::string>> flags =
+      RelativeFlags({"-I" + root + "/proj/include", "-I" + root + "/build/gen", "-O2"},
+                    root + "/build", layout, {}, v1::UNIT_COMPILER_NVCC);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(absl::StrJoin(*flags, " "),
+            "-I/distcc-cuda/workspace/include -I/distcc-cuda/build/gen -O2");
+  EXPECT_EQ(NamedFrom(root + "/proj/src/k.cu", root + "/build", layout), "../workspace/src/k.cu");
+  EXPECT_EQ(NamedFrom(root + "/proj/src/k.cu", root + "/build/sub", layout),
+            "../../workspace/src/k.cu");
+  EXPECT_EQ(NamedFrom(root + "/proj/src/k.cu", root + "/proj/sub", layout), "../src/k.cu");
   std::filesystem::remove_all(root);
 }
 

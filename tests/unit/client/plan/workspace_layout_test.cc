@@ -81,12 +81,30 @@ TEST_F(FindProjectRootTest, TheSessionFolderBoundsTheSearchFromInsideIt) {
   EXPECT_EQ(FindProjectRoot(At("work/run")), root_);
 }
 
-TEST_F(FindProjectRootTest, AnOutOfTreeBuildFolderAndItsSourcesAreOneWorkspace) {
+// `cmake -B` elsewhere: the sources' project is the workspace, and the
+// build folder (its CMakeCache.txt's, from any folder CMake compiles in
+// below it) a root of its own; a build folder inside the project is the
+// project's, as is one that holds the sources.
+TEST_F(FindProjectRootTest, AnOutOfTreeBuildFolderIsARootBesideTheSourcesProject) {
   Make("proj/CMakeLists.txt");
   Make("proj/src/k.cu");
   Make("build-proj/CMakeCache.txt");
-  EXPECT_EQ(CompileWorkspace(At("build-proj/src"), At("proj/src/k.cu")), root_);
+  Make("build-proj/src/CMakeFiles/k.dir/flags.make");
+  Make("proj/build/CMakeCache.txt");
+  Make("loose/run/x.o");
+  EXPECT_EQ(CompileWorkspace(At("build-proj/src"), At("proj/src/k.cu")), At("proj"));
+  EXPECT_EQ(OutOfTreeBuildFolder(At("build-proj/src"), At("proj")), At("build-proj"));
+  EXPECT_EQ(OutOfTreeBuildFolder(At("build-proj"), At("proj")), At("build-proj"));
   EXPECT_EQ(CompileWorkspace(At("proj/build"), At("proj/src/k.cu")), At("proj"));
+  EXPECT_EQ(OutOfTreeBuildFolder(At("proj/build"), At("proj")), "");
+  // No CMake: the compile's folder's own project.
+  EXPECT_EQ(CompileWorkspace(At("loose/run"), At("proj/src/k.cu")), At("proj"));
+  EXPECT_EQ(OutOfTreeBuildFolder(At("loose/run"), At("proj")), At("loose/run"));
+  // Sources inside the build folder's project: one workspace, as before.
+  Make("gen/.git/HEAD");
+  Make("gen/out/CMakeCache.txt");
+  EXPECT_EQ(CompileWorkspace(At("gen/out"), At("gen/src/k.cu")), At("gen"));
+  EXPECT_EQ(OutOfTreeBuildFolder(At("gen/out"), At("gen")), "");
 }
 
 TEST(WorkspaceLayoutTest, TheWorkspaceMovesToTheCanonicalRootAndNothingElseMoves) {
@@ -245,6 +263,44 @@ TEST(LayoutForTest, TwoUsersVenvsAndPythonsAppearAtOnePlace) {
           "/distcc-cuda/include/python3.11"));
 }
 
+// Two users' out-of-tree build folders (generated headers in them) beside
+// their checkouts: one tree on the workers, the build folder first of the
+// roots; as is, the workspace widens over both as before.
+TEST(LayoutForTest, AnOutOfTreeBuildFolderAppearsAtItsCanonicalRoot) {
+  std::vector<std::vector<std::string>> trees;
+  for (const auto& [workspace, build] : std::vector<std::pair<std::string, std::string>>{
+           {"/home/ada/src/proj", "/tmp/build-ada"}, {"/w/bob/proj", "/scratch/b/out/x"}}) {
+    const std::vector<std::string> closure = {workspace + "/src/k.cu", workspace + "/include/k.h",
+                                              build + "/gen/config.h"};
+    OutsideFiles outside;
+    absl::StatusOr<WorkspaceLayout> layout = LayoutFor(
+        workspace, closure, {workspace + "/include", build + "/gen"}, false, &outside, build);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(layout->root(), workspace);
+    EXPECT_THAT(outside, ::testing::IsEmpty());
+    ASSERT_EQ(layout->input_roots().size(), 1u) << layout->Key();
+    EXPECT_EQ(layout->input_roots()[0].kind, "build folder");
+    std::vector<std::string> tree = {layout->InTree(build)};
+    for (const std::string& path : closure) tree.push_back(layout->InTree(path));
+    trees.push_back(tree);
+    EXPECT_EQ(layout->ToLocalText("/distcc-cuda/build/gen/config.h:1: error"),
+              build + "/gen/config.h:1: error");
+    // The source, as named from the build folder's place on the workers.
+    EXPECT_EQ(layout->ToLocalText("../../workspace/src/k.cu(3): error\n", build + "/sub"),
+              workspace + "/src/k.cu(3): error\n");
+    EXPECT_EQ(layout->ToLocalText("x/../workspace/src/k.cu", build), "x/../workspace/src/k.cu");
+    absl::StatusOr<WorkspaceLayout> as_is = LayoutFor(
+        workspace, closure, {workspace + "/include", build + "/gen"}, true, nullptr, build);
+    ASSERT_TRUE(as_is.ok()) << as_is.status();
+    EXPECT_TRUE(as_is->Contains(build) && as_is->Contains(workspace)) << as_is->root();
+    EXPECT_THAT(as_is->input_roots(), ::testing::IsEmpty());
+  }
+  EXPECT_EQ(trees[1], trees[0]);
+  EXPECT_THAT(trees[0], ::testing::ElementsAre(
+                            "distcc-cuda/build", "distcc-cuda/workspace/src/k.cu",
+                            "distcc-cuda/workspace/include/k.h", "distcc-cuda/build/gen/config.h"));
+}
+
 TEST(LayoutForTest, ARootBelowAnotherAnchorOutsideStaysWhereItIs) {
   // -I VENV/lib reaches python3.11/site-packages/x.h by that path: the
   // root cannot move apart from it.
@@ -355,6 +411,14 @@ TEST(DescribeWorkspacesTest, SaysWhereTheWorkersSawItAndWhatIsKeyedByItsPath) {
       "            Python packages /v/lib/python3.11/site-packages (/distcc-cuda/site-packages "
       "on the workers: the same files serve from any venv or folder)\n"
       "            outside it, keyed by their own paths: /opt/x (2 files)");
+  const InputRoots toolkit = {
+      {"/usr/local/cuda", {"/usr/local/cuda", "/distcc-cuda/toolkit", "CUDA toolkit"}}};
+  EXPECT_EQ(
+      DescribeWorkspaces({{"/tmp/a", 3}}, toolkit, {}, false),
+      "workspace /tmp/a (/distcc-cuda/workspace on the workers: its results serve the same "
+      "tree in any folder)\n"
+      "            CUDA toolkit /usr/local/cuda (/distcc-cuda/toolkit on the workers, each its "
+      "own of this release: results are keyed by the release, not the folder)");
 }
 
 }  // namespace
