@@ -183,7 +183,7 @@ void BuildFollower::OnEvent(const v1::BuildEvent& event, BuildSubmission& submis
     out_ << "  re-queued " << event.unit_requeued().unit_name() << ": "
          << event.unit_requeued().reason() << "\n";
   } else if (event.has_unit_finished()) {
-    OnUnitFinished(event.unit_finished(), submission.closed());
+    OnUnitFinished(event.unit_finished(), submission);
   } else if (event.has_finished()) {
     result_.finished = true;
   }
@@ -205,7 +205,22 @@ void BuildFollower::OnAccepted(const v1::BuildEvent::Accepted& accepted,
   }
 }
 
-void BuildFollower::OnUnitFinished(const v1::BuildEvent::UnitFinished& done, bool all_sent) {
+std::string BuildFollower::MessagesOf(const std::string& unit, const v1::TaskResult& result,
+                                      const BuildSubmission& submission) {
+  if (result.stdout_text().empty() && result.stderr_text().empty()) return "";
+  if (directories_.empty() && settings_.plan != nullptr) {
+    for (const LocalUnit& local : settings_.plan->units) {
+      directories_.emplace(local.name, local.directory);
+    }
+  }
+  auto directory = directories_.find(unit);
+  return submission.ToLocalText(absl::StrCat(result.stdout_text(), result.stderr_text()),
+                                directory != directories_.end() ? directory->second : "");
+}
+
+void BuildFollower::OnUnitFinished(const v1::BuildEvent::UnitFinished& done,
+                                   const BuildSubmission& submission) {
+  const bool all_sent = submission.closed();
   result_.started.erase(done.unit_name());
   if (have_.count(done.unit_name())) {
     // Came back before the coordinator was lost: already here.
@@ -231,14 +246,13 @@ void BuildFollower::OnUnitFinished(const v1::BuildEvent::UnitFinished& done, boo
     result_.failed.push_back(done.unit_name());
     out_ << "\nerror: unit " << done.unit_name() << " failed on worker " << result.worker_name()
          << " (" << WhyItFailed(result) << "):\n";
-    out_ << result.stdout_text() << result.stderr_text();
-    if (!result.stderr_text().empty() && result.stderr_text().back() != '\n') out_ << "\n";
+    const std::string messages = MessagesOf(done.unit_name(), result, submission);
+    out_ << messages;
+    if (!messages.empty() && messages.back() != '\n') out_ << "\n";
     out_ << "\n";
     return;
   }
-  if (!result.stdout_text().empty() || !result.stderr_text().empty()) {
-    out_ << result.stdout_text() << result.stderr_text();
-  }
+  out_ << MessagesOf(done.unit_name(), result, submission);
   if (result.toolchain_digest() != settings_.toolchain_digest) {
     // Never link an object of another toolchain into this library.
     if (result_.download_error.ok()) {

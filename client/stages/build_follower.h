@@ -111,7 +111,11 @@ class BuildFollower {
   void OnEvent(const v1::BuildEvent& event, BuildSubmission& submission,
                const ScanCache& scan_cache);
   void OnAccepted(const v1::BuildEvent::Accepted& accepted, BuildSubmission& submission);
-  void OnUnitFinished(const v1::BuildEvent::UnitFinished& done, bool all_sent);
+  void OnUnitFinished(const v1::BuildEvent::UnitFinished& done, const BuildSubmission& submission);
+  // `result`'s messages, naming this machine's files
+  // (BuildSubmission::ToLocalText in the folder unit `unit` compiled in).
+  std::string MessagesOf(const std::string& unit, const v1::TaskResult& result,
+                         const BuildSubmission& submission);
   void TraceUnit(const v1::BuildEvent::UnitFinished& done, absl::Time finished_at);
   void PrintUnitLine(const v1::BuildEvent::UnitFinished& done, const UnitReport& report,
                      bool all_sent);
@@ -130,9 +134,10 @@ class BuildFollower {
   BuildTrace& trace_;
   std::ostream& out_;
   FollowedBuild result_;
-  std::set<std::string> have_;                    // units whose result is here (in result_.reports)
-  std::map<std::string, absl::Time> started_at_;  // for --trace
-  std::map<std::string, absl::Time> queued_at_;   // for --trace
+  std::set<std::string> have_;  // units whose result is here (in result_.reports)
+  std::map<std::string, std::string> directories_;  // the plan's units' folders, once one speaks
+  std::map<std::string, absl::Time> started_at_;    // for --trace
+  std::map<std::string, absl::Time> queued_at_;     // for --trace
   absl::Time submitted_at_;
   bool opened_ = false;
 

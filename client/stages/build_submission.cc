@@ -205,6 +205,21 @@ BuildSubmission::Figures BuildSubmission::figures() const {
   return figures_;
 }
 
+std::string BuildSubmission::ToLocalText(absl::string_view text,
+                                         const std::string& directory) const {
+  std::string root;
+  InputRoots input_roots;
+  {
+    absl::MutexLock lock(&mu_);
+    if (settings_.absolute_paths || figures_.roots.empty()) return std::string(text);
+    root = figures_.roots.front();
+    input_roots = figures_.input_roots;
+  }
+  WorkspaceLayout layout = WorkspaceLayout::Relocated(root);
+  for (const auto& [local, input_root] : input_roots) layout.AddInputRoot(input_root);
+  return layout.ToLocalText(text, directory);
+}
+
 void BuildSubmission::Fail(const absl::Status& failed) {
   // A coordinator without AddUnits or a content store (one of an older
   // release) says UNIMPLEMENTED to whichever call reaches it first: the

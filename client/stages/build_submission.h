@@ -110,6 +110,13 @@ class BuildSubmission {
   };
   Figures figures() const;
 
+  // `text` (a unit's messages from its worker; the unit compiled in
+  // `directory` here, "" for a set's) with each canonical root named as it
+  // is here: the workspace of most units, every input root, and the
+  // workspace as a unit in an out-of-tree build folder names its source
+  // (WorkspaceLayout::ToLocalText). As it is with --absolute-paths.
+  std::string ToLocalText(absl::string_view text, const std::string& directory) const;
+
  private:
   // One scan job: a unit (index < plan.units.size()) or a set.
   absl::Status Scan(size_t job);

@@ -396,8 +396,9 @@ TEST_F(RelocatableCacheTest, OutOfTreeCMakeBuildFoldersElsewhereShareTheirCompil
   const std::string state = root_ + "/state";
   auto configure = [&](const std::string& checkout, const std::string& folder) {
     WriteKernelProject(checkout);
-    EXPECT_TRUE(WriteFileAtomically(checkout + "/src/k.cu",
-                                    absl::StrCat("#include \"config.h\"\n", kKernel))
+    EXPECT_TRUE(WriteFileAtomically(
+                    checkout + "/src/k.cu",
+                    absl::StrCat("#include \"config.h\"\n#warning \"made here\"\n", kKernel))
                     .ok());
     EXPECT_TRUE(WriteFileAtomically(checkout + "/config.h.in", "#define SCALE 2\n").ok());
     EXPECT_TRUE(WriteFileAtomically(
@@ -434,10 +435,15 @@ TEST_F(RelocatableCacheTest, OutOfTreeCMakeBuildFoldersElsewhereShareTheirCompil
   EXPECT_THAT(first.stderr_text, HasSubstr("workspace " + alice + " ("));
   EXPECT_THAT(first.stderr_text,
               HasSubstr("build folder " + alice_build + " (/distcc-cuda/build on the workers"));
+  // nvcc's warning names the source as the user has it, not as the worker did.
+  EXPECT_THAT(first.stdout_text, HasSubstr(alice + "/src/k.cu:2:2: warning: #warning"))
+      << first.stdout_text;
+  EXPECT_THAT(first.stdout_text, Not(HasSubstr("workspace/src/k.cu")));
   ProcessResult second = Session({"--state-dir", state}, "ninja -C " + bob_build, bob);
   ASSERT_EQ(second.exit_code, 0) << second.stderr_text;
   EXPECT_THAT(second.stderr_text, HasSubstr("1 on the cluster (0 compiled, 1 cached"));
   EXPECT_THAT(second.stderr_text, HasSubstr("build folder " + bob_build + " ("));
+  EXPECT_THAT(second.stdout_text, HasSubstr(bob + "/src/k.cu:2:2: warning: #warning"));
   absl::StatusOr<std::string> a = ReadFile(alice_build + object);
   absl::StatusOr<std::string> b = ReadFile(bob_build + object);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -464,6 +470,8 @@ TEST_F(RelocatableCacheTest, OutOfTreeCMakeBuildFoldersElsewhereShareTheirCompil
   ASSERT_EQ(bob_plan.exit_code, 0) << bob_plan.stdout_text << bob_plan.stderr_text;
   EXPECT_EQ(PlanCounts(bob_plan.stdout_text).compiled, 0) << bob_plan.stdout_text;
   EXPECT_EQ(PlanCounts(bob_plan.stdout_text).cached, 1) << bob_plan.stdout_text;
+  EXPECT_THAT(bob_plan.stdout_text, HasSubstr(bob + "/src/k.cu:2:2: warning: #warning"));
+  EXPECT_THAT(bob_plan.stdout_text, Not(HasSubstr("workspace/src/k.cu")));
 }
 
 // A team on one coordinator over mutual TLS: alice's torch in ~/.venv,
