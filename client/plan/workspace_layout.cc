@@ -92,10 +92,11 @@ std::string OutOfTreeBuildFolder(const std::string& directory, const std::string
                                  const std::string& bound) {
   const std::string folder = AbsolutePath(directory);
   if (IsUnder(folder, workspace)) return "";
-  const bool bounded = !bound.empty() && IsUnder(folder, AbsolutePath(bound));
+  const std::string top = bound.empty() ? "/" : AbsolutePath(bound);
+  const bool bounded = IsUnder(folder, top);
   for (std::string at = folder;; at = Parent(at)) {
     if (Holds(at, "CMakeCache.txt")) return Apart(at, workspace) ? at : "";
-    if (at == "/" || (bounded && at == AbsolutePath(bound))) break;
+    if (at == "/" || (bounded && at == top)) break;
   }
   const std::string project = FindProjectRoot(folder, bound);
   return Apart(project, workspace) ? project : "";

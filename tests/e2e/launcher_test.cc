@@ -32,6 +32,7 @@
 #include "tests/support/loopback_cluster.h"
 #include "tests/support/process_tree.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/torch_projects.h"
 
 namespace distcc_cuda {
 namespace {
@@ -588,14 +589,10 @@ setup(name="tiny_ext",
                   .ok());
   // The binding uses Python's C API only, so that the test does not spend
   // a minute compiling torch's headers on the host.
-  ASSERT_TRUE(WriteFileAtomically(ext + "/binding.cpp", R"(#include <Python.h>
-void Scale(float* x, int n);
-void Shift(float* x, int n);
-static PyObject* kernels(PyObject*, PyObject*) { return PyLong_FromLong(2); }
-static PyMethodDef methods[] = {{"kernels", kernels, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
-static PyModuleDef module = {PyModuleDef_HEAD_INIT, "tiny_ext", nullptr, -1, methods};
-PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
-)")
+  ASSERT_TRUE(WriteFileAtomically(ext + "/binding.cpp",
+                                  absl::StrCat("#include <Python.h>\nvoid Scale(float* x, int n);\n"
+                                               "void Shift(float* x, int n);\n",
+                                               testing::kTinyModule))
                   .ok());
   for (const char* name : {"Scale", "Shift"}) {
     ASSERT_TRUE(

@@ -31,12 +31,8 @@ setup(name="tiny_ext", version="1.0",
                   .ok());
   EXPECT_TRUE(WriteFileAtomically(pkg + "/MANIFEST.in", "include csrc/*.cu csrc/*.h\n").ok());
   EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/twice.h", kTwiceHeader).ok());
-  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/binding.cpp", R"(#include <Python.h>
-static PyObject* kernels(PyObject*, PyObject*) { return PyLong_FromLong(2); }
-static PyMethodDef methods[] = {{"kernels", kernels, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
-static PyModuleDef module = {PyModuleDef_HEAD_INIT, "tiny_ext", nullptr, -1, methods};
-PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
-)")
+  EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/binding.cpp",
+                                  absl::StrCat("#include <Python.h>\n", kTinyModule))
                   .ok());
   EXPECT_TRUE(WriteFileAtomically(pkg + "/csrc/scale.cu",
                                   "#include <c10/macros/Macros.h>\n"

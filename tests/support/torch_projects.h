@@ -10,6 +10,16 @@
 
 namespace distcc_cuda::testing {
 
+// A module `tiny_ext` of Python's C API alone (torch's headers would cost
+// a minute of g++), whose kernels() answers 2: the body of a binding.cpp,
+// after its #include <Python.h>.
+inline constexpr char kTinyModule[] =
+    R"(static PyObject* kernels(PyObject*, PyObject*) { return PyLong_FromLong(2); }
+static PyMethodDef methods[] = {{"kernels", kernels, METH_NOARGS, ""}, {nullptr, nullptr, 0, nullptr}};
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, "tiny_ext", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_tiny_ext() { return PyModule_Create(&module); }
+)";
+
 // The sdist of a small PyTorch extension in `folder`/dist: a binding of
 // Python's C API (torch's headers would cost a minute of g++), and two
 // kernels, one of which reads headers of torch's (c10's macros, and
